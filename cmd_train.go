@@ -1,0 +1,563 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/gossiptrain/gossiptrain/data"
+	"github.com/gossiptrain/gossiptrain/model"
+	"github.com/gossiptrain/gossiptrain/report"
+	"github.com/gossiptrain/gossiptrain/sgd"
+)
+
+// dataFlags are the flags that say how to read training and test data.
+type dataFlags struct {
+	train       listFlag
+	test        string
+	format      string
+	trainLabels string
+	testLabels  string
+	zeroBased   bool
+	skipBad     bool
+	part        string
+	cache       string
+	labelBase   string
+}
+
+func (d *dataFlags) register(fs *flag.FlagSet) {
+	fs.Var(&d.train, "train", "training data: a `FILE` or a quoted glob ('data/train*.svm'); repeat the flag or separate\nwith commas for several; .gz and .zst are decompressed on the fly")
+	fs.StringVar(&d.test, "test", "", "test data `FILE` for evaluation (same format as --train)")
+	fs.StringVar(&d.format, "format", "auto", "input `format`: libsvm (svmlight), criteo (TSV, hashed into --dim), idx (MNIST images),\nor auto (from the file name)")
+	fs.StringVar(&d.trainLabels, "train-labels", "", "IDX labels `FILE` for --train (default: found beside the images by the standard name)")
+	fs.StringVar(&d.testLabels, "test-labels", "", "IDX labels `FILE` for --test (default: found beside the images by the standard name)")
+	fs.BoolVar(&d.zeroBased, "zero-based", false, "libsvm feature indices start at 0 (default: 1, as in LIBSVM and liblinear)")
+	fs.BoolVar(&d.skipBad, "skip-bad-lines", false, "count and skip malformed lines instead of stopping at the first one\n(the count is logged and reported)")
+	fs.StringVar(&d.part, "part", "", "read only part `I/N` of the training data: every N-th row, starting with row I (1-based),\nso N peers can split one file")
+	fs.StringVar(&d.cache, "cache", "", "binary cache `FILE` for the training data: the first epoch parses the text and writes it,\nlater epochs and later runs read it with no parsing (rebuilt when the inputs change)")
+	fs.StringVar(&d.labelBase, "label-base", "auto", "multiclass: the label `number` of the first class (class = label - base), or auto:\nthe smallest training label (1 for labels 1..K)")
+}
+
+// parsePart parses "I/N" (1-based) into data options' Part and Parts.
+func parsePart(s string) (int, int, error) {
+	if s == "" {
+		return 0, 0, nil
+	}
+	a, b, ok := strings.Cut(s, "/")
+	i, err1 := strconv.Atoi(a)
+	n, err2 := strconv.Atoi(b)
+	if !ok || err1 != nil || err2 != nil || n < 1 || i < 1 || i > n {
+		return 0, 0, usageErr("part", "%q is not I/N with 1 <= I <= N (e.g. 2/4 for the second of four parts)", s)
+	}
+	return i, n, nil
+}
+
+// modelFlags say what model to train and how.
+type modelFlags struct {
+	kind      string
+	classes   int
+	dim       uint64
+	shards    int
+	optimizer string
+	lr        float64
+	lrDecay   float64
+	lrPower   float64
+	l1        float64
+	l2        string
+	beta      float64
+}
+
+func (m *modelFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&m.kind, "model", "auto", "model `kind`: logreg (binary logistic regression, labels 0/1 or -1/+1), softmax\n(multinomial logistic regression over --classes classes), or auto: logreg when the\ntraining labels are binary, else softmax (needs a quick scan of the data)")
+	fs.IntVar(&m.classes, "classes", 0, "softmax: number of `classes` (default: inferred from the training labels)")
+	fs.Uint64Var(&m.dim, "dim", 0, "number of input `features`. Required for criteo input (the hashing trick hashes into it);\nfor libsvm and idx input it may be omitted and is then inferred from the data")
+	fs.IntVar(&m.shards, "shards", 256, "virtual shards the model is split into (a power of two); peers own shards")
+	fs.StringVar(&m.optimizer, "optimizer", "adagrad", "`optimizer`: sgd (decaying step size), adagrad (per-coordinate step sizes), or ftrl\n(FTRL-Proximal: per-coordinate, L1 gives sparse models; the CTR industry's standard)")
+	fs.Float64Var(&m.lr, "lr", 0, "learning `rate` (FTRL: alpha). Default per optimizer: sgd 0.5, adagrad 0.1, ftrl 0.1")
+	fs.Float64Var(&m.lrDecay, "lr-decay", 0, "sgd: step size at step t is lr / (1 + decay*t)^power (default decay 1e-3)")
+	fs.Float64Var(&m.lrPower, "lr-power", 0, "sgd: the schedule's `power` (default 0.5)")
+	fs.Float64Var(&m.l1, "l1", 0, "L1 regularisation `strength` (ftrl only; makes weights exactly zero)")
+	fs.StringVar(&m.l2, "l2", "auto", "L2 regularisation `strength`: the penalty (l2/2)*||w||^2 is added to the mean log-loss\n(all optimizers; never on the bias). auto is 1/N for N training rows, which is what\nliblinear's default C=1 amounts to; it needs a count of the rows (a quick scan when --dim\nis given); give a number to skip it")
+	fs.Float64Var(&m.beta, "ftrl-beta", 1, "ftrl: the `beta` of the per-coordinate step size alpha/(beta+sqrt(n))")
+}
+
+// optConfig builds the optimizer configuration from the flags, keeping the
+// optimizer's defaults for flags not given.
+func (m *modelFlags) optConfig(c *command) (model.OptConfig, error) {
+	kind, err := model.ParseOptKind(m.optimizer)
+	if err != nil {
+		return model.OptConfig{}, usageErr("optimizer", "%v", err)
+	}
+	oc := model.DefaultOptConfig(kind)
+	if c.set("lr") {
+		oc.LR = m.lr
+	}
+	if c.set("lr-decay") {
+		oc.Decay = m.lrDecay
+	}
+	if c.set("lr-power") {
+		oc.Power = m.lrPower
+	}
+	if c.set("l1") {
+		if kind != model.FTRL && m.l1 != 0 {
+			return oc, usageErr("l1", "L1 needs --optimizer ftrl (sgd and adagrad support only --l2)")
+		}
+		oc.L1 = m.l1
+	}
+	if c.set("ftrl-beta") {
+		oc.Beta = m.beta
+	}
+	if err := oc.Validate(); err != nil {
+		return oc, fmt.Errorf("%w: %v", errUsage, err)
+	}
+	return oc, nil
+}
+
+// runFlags control the loop, the outputs and the logs.
+type runFlags struct {
+	batch         int
+	epochs        int
+	evalEvery     int64
+	report        string
+	save          string
+	progressEvery time.Duration
+	log           logFlags
+}
+
+func (r *runFlags) register(fs *flag.FlagSet) {
+	fs.IntVar(&r.batch, "batch", 100, "examples per SGD step (minibatch size)")
+	fs.IntVar(&r.epochs, "epochs", 5, "passes over the training data (use 1 for a single streaming pass over a very large data set)")
+	fs.Int64Var(&r.evalEvery, "eval-every", 0, "evaluate on --test every `N` training examples (0: only at the end)")
+	fs.StringVar(&r.report, "report", "", "write a JSON-lines run report to `FILE` (one line per evaluation and a final summary)")
+	fs.StringVar(&r.save, "save", "", "save the trained model to `FILE` (read it back with 'gossiptrain eval')")
+	fs.DurationVar(&r.progressEvery, "progress-every", 5*time.Second, "log a progress line this often (0 turns it off)")
+}
+
+// trainFlags are all of train's flags.
+type trainFlags struct {
+	d dataFlags
+	m modelFlags
+	r runFlags
+}
+
+func trainCmd() *command {
+	c, _ := newTrainCommand()
+	return c
+}
+
+func newTrainCommand() (*command, *trainFlags) {
+	c := newCommand("train", "train a model on local data (one peer)", "--train FILES [--test FILE] [flags]")
+	tf := &trainFlags{}
+	d, m, r := &tf.d, &tf.m, &tf.r
+	c.group("Data", d.register)
+	c.group("Model", m.register)
+	c.group("Run", r.register)
+	c.group("Logging", r.log.register)
+	c.help = `
+Train a binary logistic regression (--model logreg) or a multinomial softmax
+model (--model softmax) with minibatch SGD, AdaGrad or FTRL-Proximal, streaming
+the training data from disk (files of any size), evaluating on --test, and
+writing a JSON-lines report and a model file.
+
+Input formats: libsvm/svmlight text (labels 0/1, -1/+1 or integer classes;
+idx:value pairs), Criteo TSV (label, 13 integer and 26 categorical columns,
+hashed into --dim features), and IDX images (MNIST, Fashion-MNIST). Files ending
+in .gz or .zst are decompressed on the fly. A malformed line stops the run with
+an error naming the file, line and token, unless --skip-bad-lines is given.`
+	c.example = `  gossiptrain gen --out data --rows 1000000 --test-rows 100000
+  gossiptrain train --train 'data/train*.svm' --test data/test.svm --dim 16777216 \
+      --report run.jsonl --save model.gt
+  gossiptrain train --model softmax --classes 10 --dim 784 \
+      --train /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz \
+      --test /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz --epochs 5`
+	c.run = func(c *command, args []string) error {
+		if len(args) > 0 {
+			return fmt.Errorf("%w: unexpected argument %q (flags start with --)", errUsage, args[0])
+		}
+		log, err := r.log.logger()
+		if err != nil {
+			return err
+		}
+		ctx, cancel := signalContext()
+		defer cancel()
+		job, err := prepareTraining(c, d, m, r, log)
+		if err != nil {
+			return err
+		}
+		_, err = job.runLocal(ctx)
+		return err
+	}
+	return c, tf
+}
+
+// trainJob is a training run whose inputs are checked and whose model exists.
+type trainJob struct {
+	log        zerolog.Logger
+	c          *command
+	d          *dataFlags
+	r          *runFlags
+	trainOpt   data.Options
+	testOpt    data.Options
+	model      *model.Model
+	trainFiles []string
+	trainBytes int64 // total size of the training files, for the ETA
+}
+
+// prepareTraining checks the flags, infers what may be inferred from the data
+// and builds the model.
+func prepareTraining(c *command, d *dataFlags, m *modelFlags, r *runFlags, log zerolog.Logger) (*trainJob, error) {
+	if len(d.train) == 0 {
+		return nil, usageErr("train", "no training data given (e.g. --train 'data/train*.svm')")
+	}
+	var kind model.Kind
+	if m.kind != "auto" {
+		k, err := model.ParseKind(m.kind)
+		if err != nil {
+			return nil, usageErr("model", "%v (or auto)", err)
+		}
+		kind = k
+	}
+	format, err := data.ParseFormat(d.format)
+	if err != nil {
+		return nil, usageErr("format", "%v", err)
+	}
+	part, parts, err := parsePart(d.part)
+	if err != nil {
+		return nil, err
+	}
+	if r.batch < 1 {
+		return nil, usageErr("batch", "must be at least 1, got %d", r.batch)
+	}
+	if r.epochs < 1 {
+		return nil, usageErr("epochs", "must be at least 1, got %d", r.epochs)
+	}
+	if r.evalEvery < 0 {
+		return nil, usageErr("eval-every", "must not be negative")
+	}
+	oc, err := m.optConfig(c)
+	if err != nil {
+		return nil, err
+	}
+	if c.set("classes") && m.classes < 2 {
+		return nil, usageErr("classes", "want at least 2 classes, got %d", m.classes)
+	}
+	if kind == model.Logreg && c.set("classes") && m.classes != 2 {
+		return nil, usageErr("classes", "logreg is binary (2 classes); use --model softmax for %d classes", m.classes)
+	}
+	labelBase := 0
+	if d.labelBase != "auto" {
+		v, err := strconv.Atoi(d.labelBase)
+		if err != nil {
+			return nil, usageErr("label-base", "%q is not auto or an integer", d.labelBase)
+		}
+		labelBase = v
+	}
+	files, size, err := expandInputs(d.train, "train")
+	if err != nil {
+		return nil, err
+	}
+	base := data.Options{
+		Format:    format,
+		ZeroBased: d.zeroBased,
+		Dim:       m.dim,
+		SkipBad:   d.skipBad,
+	}
+	job := &trainJob{log: log, c: c, d: d, r: r, trainFiles: files, trainBytes: size}
+
+	l2Auto := m.l2 == "auto"
+	if !l2Auto {
+		v, err := strconv.ParseFloat(m.l2, 64)
+		if err != nil || v < 0 || math.IsInf(v, 0) || math.IsNaN(v) {
+			return nil, usageErr("l2", "%q is not auto or a number >= 0", m.l2)
+		}
+		oc.L2 = v
+	}
+
+	// Infer what the flags leave open from one pass over the data: the
+	// model kind, the dimension, the classes and their label base, and the
+	// row count behind --l2 auto.
+	dim, classes := m.dim, m.classes
+	needScan := kind == 0 || dim == 0 || l2Auto ||
+		(kind == model.Softmax && (classes == 0 || d.labelBase == "auto"))
+	if needScan {
+		scanOpt := base
+		scanOpt.Labels = d.trainLabels
+		start := time.Now()
+		log.Info().Strs("files", files).Msg("scanning the training data to infer what the flags leave open")
+		sr, err := data.Scan(d.train, scanOpt)
+		if err != nil {
+			return nil, err
+		}
+		log.Info().Int64("rows", sr.Rows).Int64("nonzeros", sr.NNZ).Str("took", roundDur(time.Since(start)).String()).Msg("scan done")
+		if sr.Rows == 0 {
+			return nil, usageErr("train", "the training data has no rows")
+		}
+		if dim == 0 {
+			dim = max(sr.Dim, uint64(sr.MaxIndex+1))
+			if d.test != "" {
+				to := scanOpt
+				to.Labels = d.testLabels
+				tr, err := data.Scan([]string{d.test}, to)
+				if err != nil {
+					return nil, err
+				}
+				dim = max(dim, tr.Dim, uint64(tr.MaxIndex+1))
+			}
+			if dim == 0 {
+				return nil, usageErr("dim", "cannot infer the dimension: the training data has no features")
+			}
+			log.Info().Uint64("dim", dim).Msg("--dim inferred from the data (largest feature index + 1)")
+		}
+		k, lo, ok := sr.Classes()
+		if kind == 0 {
+			switch {
+			case !ok:
+				return nil, usageErr("model", "cannot tell the model from the labels (not all integers, or over 1000 distinct); give --model")
+			case k == 0 && !c.set("classes"):
+				kind = model.Logreg
+				log.Info().Msg("--model auto: logreg (the labels are binary)")
+			default:
+				kind = model.Softmax
+				log.Info().Int("labels", len(sr.Labels)).Msg("--model auto: softmax (the labels are classes)")
+			}
+		}
+		if kind == model.Softmax {
+			if d.labelBase == "auto" {
+				labelBase = min(lo, 0)
+				if ok && lo > 0 {
+					labelBase = lo
+				}
+				if ok && k == 0 {
+					labelBase = 0 // 0/1 labels as two classes
+				}
+			}
+			if classes == 0 {
+				hi := math.Inf(-1)
+				for l := range sr.Labels {
+					hi = max(hi, l)
+				}
+				classes = max(int(hi)-labelBase+1, 2)
+				log.Info().Int("classes", classes).Int("label_base", labelBase).Msg("--classes inferred from the training labels (largest label - label base + 1)")
+			}
+		}
+		if l2Auto {
+			oc.L2 = 1 / float64(sr.Rows)
+			log.Info().Float64("l2", oc.L2).Int64("rows", sr.Rows).Msg("--l2 auto: 1/rows, the strength of liblinear's C=1")
+		}
+	}
+	if format == data.FormatCriteo && dim == 0 {
+		return nil, usageErr("dim", "criteo input is hashed into --dim features: give it (e.g. --dim 16777216)")
+	}
+	base.Dim = dim
+	if kind == model.Softmax {
+		base.Classes = classes
+		base.LabelBase = labelBase
+	}
+	job.trainOpt = base
+	job.trainOpt.Part, job.trainOpt.Parts = part, parts
+	job.trainOpt.Labels = d.trainLabels
+	job.testOpt = base
+	job.testOpt.Labels = d.testLabels
+	if err := job.trainOpt.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if kind == model.Logreg {
+		classes = 2
+	}
+	shards := m.shards
+	if !c.set("shards") {
+		// A model smaller than the default shard count (Adult has 127
+		// features) gets as many shards as it has rows, rounded down to a
+		// power of two.
+		for uint64(shards) > dim+1 && shards > 1 {
+			shards /= 2
+		}
+	}
+	mod, err := model.New(kind, dim, classes, shards, oc)
+	if err != nil {
+		return nil, usageErr("shards", "%v", err)
+	}
+	mod.LabelBase = int64(labelBase)
+	job.model = mod
+	log.Info().Str("model", kind.String()).Uint64("dim", dim).Int("classes", classes).
+		Str("layout", mod.Layout.String()).Str("optimizer", oc.String()).
+		Float64("model_MiB", float64(len(mod.W))*4/(1<<20)).Msg("model ready")
+	return job, nil
+}
+
+// expandInputs resolves patterns to files, naming the flag when one matches
+// nothing, and returns the files' total size.
+func expandInputs(patterns []string, flagName string) ([]string, int64, error) {
+	var files []string
+	var size int64
+	for _, p := range patterns {
+		m, err := filepath.Glob(p)
+		if err != nil {
+			return nil, 0, usageErr(flagName, "bad pattern %q: %v", p, err)
+		}
+		if len(m) == 0 {
+			if _, err := os.Stat(p); err != nil {
+				return nil, 0, usageErr(flagName, "%q: no such file (and no file matches it as a pattern)", p)
+			}
+			m = []string{p}
+		}
+		for _, f := range m {
+			st, err := os.Stat(f)
+			if err != nil {
+				return nil, 0, usageErr(flagName, "%v", err)
+			}
+			if st.IsDir() {
+				return nil, 0, usageErr(flagName, "%s is a directory; give files or a pattern such as '%s/*.svm'", f, f)
+			}
+			size += st.Size()
+			files = append(files, f)
+		}
+	}
+	return files, size, nil
+}
+
+// openTrain opens the training data for one epoch.
+func (j *trainJob) openTrain(epoch int) (data.Source, error) {
+	if j.d.cache != "" {
+		return data.OpenCached(j.trainFiles, j.trainOpt, j.d.cache)
+	}
+	return data.Open(j.trainFiles, j.trainOpt)
+}
+
+// openTest opens the test data, or returns nil when there is none.
+func (j *trainJob) openTest() func() (data.Source, error) {
+	if j.d.test == "" {
+		return nil
+	}
+	return func() (data.Source, error) { return data.Open([]string{j.d.test}, j.testOpt) }
+}
+
+// runLocal trains on this process alone and writes the report and model.
+func (j *trainJob) runLocal(ctx context.Context) (sgd.Summary, error) {
+	log := j.log
+	rep, err := j.openReport("")
+	if err != nil {
+		return sgd.Summary{}, err
+	}
+	defer rep.Close()
+	sampler := report.NewSampler()
+	j.model.OwnAll()
+
+	var cur data.Source
+	var doneBytes int64 // bytes of finished epochs
+	open := func(epoch int) (data.Source, error) {
+		if cur != nil {
+			doneBytes += cur.Stats().Bytes
+		}
+		s, err := j.openTrain(epoch)
+		cur = s
+		return s, err
+	}
+	var bad int64
+	lastProgress := time.Now()
+	hooks := sgd.Hooks{
+		Progress: func(p sgd.Progress) {
+			if j.r.progressEvery <= 0 || time.Since(lastProgress) < j.r.progressEvery {
+				return
+			}
+			lastProgress = time.Now()
+			ev := log.Info().Int("epoch", p.Epoch+1).Str("examples", humanCount(float64(p.Examples))).
+				Str("examples_per_sec", humanCount(p.ExamplesPerSec)).Float64("train_logloss", round4(p.TrainLoss))
+			if cur != nil && j.trainBytes > 0 {
+				total := float64(j.trainBytes) * float64(j.r.epochs)
+				done := float64(doneBytes + cur.Stats().Bytes)
+				if done > 0 && done < total {
+					eta := time.Duration(p.Seconds * (total - done) / done * float64(time.Second))
+					ev = ev.Str("eta", roundDur(eta).String()).Str("done", fmt.Sprintf("%.0f%%", 100*done/total))
+				}
+			}
+			ev.Msg("training")
+		},
+		Eval: func(e sgd.EvalPoint) {
+			logMetrics(log.Info(), e.Metrics).Str("examples", humanCount(float64(e.Examples))).Msg("evaluation")
+			rep.Write(report.Eval{Type: report.TypeEval, Examples: e.Examples, Seconds: e.Seconds, Epoch: e.Epoch, Metrics: reportMetrics(e.Metrics)})
+		},
+	}
+	cfg := sgd.DefaultConfig()
+	cfg.Batch = j.r.batch
+	cfg.Epochs = j.r.epochs
+	cfg.EvalEvery = j.r.evalEvery
+	log.Info().Strs("train", j.trainFiles).Int("batch", cfg.Batch).Int("epochs", cfg.Epochs).Msg("training")
+	sum, err := sgd.Train(ctx, j.model, cfg, open, j.openTest(), hooks)
+	if cur != nil {
+		bad = cur.Stats().BadLines
+	}
+	if err != nil {
+		return sum, err
+	}
+	res := sampler.Sample()
+	if bad > 0 {
+		log.Warn().Int64("bad_lines", bad).Msg("malformed lines were skipped (--skip-bad-lines)")
+	}
+	s := report.Summary{
+		Type: report.TypeSummary, Examples: sum.Examples, Seconds: sum.Seconds,
+		ExamplesPerSec: report.Num(sum.ExamplesPerSec), Epochs: j.r.epochs, Steps: sum.Steps,
+		Metrics:       reportMetrics(sum.Final),
+		ModelNonzeros: j.model.NonZeros(), ModelHash: fmt.Sprintf("%016x", j.model.Hash()),
+		BadLines: bad, Resources: res,
+	}
+	if err := rep.Write(s); err != nil {
+		return sum, err
+	}
+	logMetrics(log.Info(), sum.Final).Str("examples", humanCount(float64(sum.Examples))).
+		Float64("seconds", round4(sum.Seconds)).Str("examples_per_sec", humanCount(sum.ExamplesPerSec)).
+		Int64("model_nonzeros", s.ModelNonzeros).Str("resources", res.String()).Msg("done")
+	if j.r.save != "" {
+		if err := j.model.SaveFile(j.r.save, model.SaveOptions{}); err != nil {
+			return sum, fmt.Errorf("--save: %w", err)
+		}
+		log.Info().Str("file", j.r.save).Msg("model saved")
+	}
+	return sum, nil
+}
+
+// openReport creates the report file (if asked for) and writes its start line.
+func (j *trainJob) openReport(peerID string) (*report.Writer, error) {
+	if j.r.report == "" {
+		return nil, nil
+	}
+	w, err := report.Create(j.r.report)
+	if err != nil {
+		return nil, fmt.Errorf("--report: %w", err)
+	}
+	w.Write(report.Start{Type: report.TypeStart, Time: time.Now().UTC().Format(time.RFC3339), PeerID: peerID, Version: version, Config: j.c.flagValues()})
+	return w, nil
+}
+
+func reportMetrics(m sgd.Metrics) report.Metrics {
+	return report.Metrics{
+		TestExamples: m.Examples, TestLogLoss: report.Num(m.LogLoss), TestError: report.Num(m.Error),
+		TestAUC: report.Num(m.AUC), TestAccuracy: report.Num(m.Accuracy),
+	}
+}
+
+func logMetrics(e *zerolog.Event, m sgd.Metrics) *zerolog.Event {
+	if m.Examples == 0 {
+		return e
+	}
+	e = e.Float64("test_logloss", round4(m.LogLoss)).Float64("test_accuracy", round4(m.Accuracy))
+	if !math.IsNaN(m.AUC) {
+		e = e.Float64("test_auc", round4(m.AUC))
+	}
+	return e
+}
+
+func round4(f float64) float64 {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return f
+	}
+	return math.Round(f*1e4) / 1e4
+}

@@ -1,0 +1,279 @@
+package data
+
+import (
+	"fmt"
+	"io"
+	"sort"
+)
+
+// shared is the state every file reader of one Source updates.
+type shared struct {
+	opt   Options
+	part  partition
+	stats Stats
+	// raw is set by Scan: labels are recorded in rawLabels, not mapped.
+	raw       bool
+	rawLabels []float64
+	lines     *lineReader // text readers share one buffer
+	// formatDim is the largest dimension a file's format fixes: IDX pixels
+	// per image, a cache's Dim (for ScanResult.Dim).
+	formatDim uint64
+}
+
+// rowReader reads the rows of one input file.
+type rowReader interface {
+	// read appends up to max rows to b and returns how many; io.EOF when
+	// the file has no more rows (possibly with some rows appended).
+	read(b *Batch, max int) (int, error)
+	close() error
+}
+
+// featureLimit is the exclusive bound on features: Dim, or MaxDim when Dim
+// is unchecked (index MaxDim would be the bias row of the largest model).
+func featureLimit(o *Options) uint64 {
+	if o.Dim != 0 {
+		return o.Dim
+	}
+	return MaxDim
+}
+
+// libsvmReader parses "label idx:val idx:val ... # comment" lines.
+type libsvmReader struct {
+	sh       *shared
+	st       *stream
+	lr       *lineReader
+	lab      labelMapper
+	limit    uint64
+	oneBased bool
+	sorter   pairSorter
+}
+
+func newLibSVMReader(sh *shared, st *stream) *libsvmReader {
+	sh.lines.reset(st, st.name)
+	return &libsvmReader{
+		sh:       sh,
+		st:       st,
+		lr:       sh.lines,
+		lab:      newLabelMapper(&sh.opt, sh.raw),
+		limit:    featureLimit(&sh.opt),
+		oneBased: !sh.opt.ZeroBased,
+	}
+}
+
+func (r *libsvmReader) close() error { return r.st.Close() }
+
+func (r *libsvmReader) read(b *Batch, max int) (int, error) {
+	n := 0
+	for n < max {
+		line, ok := r.lr.next()
+		if !ok {
+			if r.lr.err != nil {
+				return n, r.lr.err
+			}
+			return n, io.EOF
+		}
+		i := 0
+		for i < len(line) && (line[i] == ' ' || line[i] == '\t') {
+			i++
+		}
+		if i == len(line) || line[i] == '#' {
+			continue // blank or comment line: not a row
+		}
+		if !r.sh.part.take() {
+			continue // another part's row: not parsed
+		}
+		label, f := r.parse(line, i, b)
+		if f.code != fOK {
+			b.DropRow()
+			if r.sh.opt.SkipBad {
+				r.sh.stats.BadLines++
+				continue
+			}
+			return n, &LineError{File: r.st.name, Line: r.lr.line, Token: clip(line[f.start:f.end]), Err: f.reason(&r.sh.opt)}
+		}
+		b.EndRow(label)
+		if r.sh.raw {
+			r.sh.rawLabels = append(r.sh.rawLabels, r.lab.last)
+		}
+		n++
+	}
+	return n, nil
+}
+
+func isSpace(c byte) bool { return c == ' ' || c == '\t' }
+
+// tokenEnd returns the index of the first blank at or after i.
+func tokenEnd(line []byte, i int) int {
+	for i < len(line) && !isSpace(line[i]) {
+		i++
+	}
+	return i
+}
+
+// parse appends the features of the data line (starting at its first
+// non-blank byte i) to b and returns its label.
+func (r *libsvmReader) parse(line []byte, i int, b *Batch) (float32, fault) {
+	j := tokenEnd(line, i)
+	label, code := r.lab.text(line[i:j])
+	if code != fOK {
+		return 0, fault{code: code, start: i, end: j, num: int64(r.lab.last)}
+	}
+	first := len(b.Indices)
+	sorted := true
+	prev := int64(-1)
+	i = j
+	n := len(line)
+	for {
+		for i < n && isSpace(line[i]) {
+			i++
+		}
+		if i == n || line[i] == '#' {
+			break
+		}
+		start := i
+		var idx uint64
+		for i < n {
+			c := line[i] - '0'
+			if c > 9 {
+				break
+			}
+			idx = idx*10 + uint64(c)
+			i++
+		}
+		nd := i - start
+		if nd == 0 || i == n || line[i] != ':' {
+			end := tokenEnd(line, i)
+			if nd == 0 && end-start > 4 && string(line[start:start+4]) == "qid:" {
+				i = end // query id: ignored
+				continue
+			}
+			code := fIndexNotNumber
+			if nd > 0 && (i == n || isSpace(line[i])) {
+				code = fNoColon
+			}
+			return 0, fault{code: code, start: start, end: end}
+		}
+		if nd > 10 {
+			z := start
+			for line[z] == '0' {
+				z++
+			}
+			if i-z > 10 {
+				return 0, fault{code: fIndexRange, start: start, end: tokenEnd(line, i)}
+			}
+		}
+		i++ // ':'
+		vs := i
+		var v float32
+		if i < n && line[i] == '1' && (i+1 == n || isSpace(line[i+1])) {
+			v = 1
+			i++
+		} else {
+			i = tokenEnd(line, i)
+			var code faultCode
+			if v, code = parseFloat32(line[vs:i]); code != fOK {
+				return 0, fault{code: code, start: start, end: i}
+			}
+		}
+		if idx > 1<<32-1 {
+			return 0, fault{code: fIndexRange, start: start, end: i}
+		}
+		if r.oneBased {
+			if idx == 0 {
+				return 0, fault{code: fIndexZero, start: start, end: i}
+			}
+			idx--
+		}
+		if idx >= r.limit {
+			if r.sh.opt.Dim == 0 {
+				return 0, fault{code: fIndexRange, start: start, end: i}
+			}
+			return 0, fault{code: fIndexDim, start: start, end: i, num: int64(idx)}
+		}
+		if int64(idx) <= prev {
+			sorted = false
+		}
+		prev = int64(idx)
+		b.Add(uint32(idx), v)
+	}
+	if !sorted {
+		if k, dup := sortRow(&r.sorter, b.Indices[first:], b.Values[first:]); dup {
+			s, e := r.duplicateToken(line, j, k)
+			return 0, fault{code: fDuplicate, start: s, end: e, num: int64(k)}
+		}
+	}
+	return label, fault{}
+}
+
+// duplicateToken finds the second token of the line (features start at
+// from) whose feature is k. Only called on the error path.
+func (r *libsvmReader) duplicateToken(line []byte, from int, k uint32) (int, int) {
+	seen := false
+	i := from
+	for i < len(line) {
+		for i < len(line) && isSpace(line[i]) {
+			i++
+		}
+		start := i
+		i = tokenEnd(line, i)
+		if i-start > 4 && string(line[start:start+4]) == "qid:" {
+			continue
+		}
+		var idx uint64
+		for _, c := range line[start:i] {
+			if c == ':' {
+				break
+			}
+			idx = idx*10 + uint64(c-'0')
+		}
+		if r.oneBased {
+			idx--
+		}
+		if idx == uint64(k) {
+			if seen {
+				return start, i
+			}
+			seen = true
+		}
+	}
+	panic(fmt.Sprintf("data: duplicate feature %d not found in line %q", k, line))
+}
+
+// pairSorter sorts indices and their values together.
+type pairSorter struct {
+	idx []uint32
+	val []float32
+}
+
+func (p *pairSorter) Len() int           { return len(p.idx) }
+func (p *pairSorter) Less(i, j int) bool { return p.idx[i] < p.idx[j] }
+func (p *pairSorter) Swap(i, j int) {
+	p.idx[i], p.idx[j] = p.idx[j], p.idx[i]
+	p.val[i], p.val[j] = p.val[j], p.val[i]
+}
+
+// sortRow sorts a row by index. It reports the first index that appears
+// twice, if any.
+func sortRow(p *pairSorter, idx []uint32, val []float32) (uint32, bool) {
+	if len(idx) <= 32 {
+		for i := 1; i < len(idx); i++ {
+			k, v := idx[i], val[i]
+			j := i
+			for j > 0 && idx[j-1] > k {
+				idx[j], val[j] = idx[j-1], val[j-1]
+				j--
+			}
+			idx[j], val[j] = k, v
+		}
+	} else {
+		p.idx, p.val = idx, val
+		sort.Sort(p)
+		p.idx, p.val = nil, nil
+	}
+	for i := 1; i < len(idx); i++ {
+		if idx[i] == idx[i-1] {
+			return idx[i], true
+		}
+	}
+	return 0, false
+}

@@ -1,0 +1,218 @@
+package data
+
+import (
+	"errors"
+	"io"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestLibSVMGoodLines(t *testing.T) {
+	tests := []struct {
+		name string
+		line string
+		opt  Options
+		want row
+	}{
+		{"one-hot", "1 1:1 3:1", Options{}, row{1, []uint32{0, 2}, []float32{1, 1}}},
+		{"values", "0 2:0.5 4:-3e-2 5:1e3 6:.25 7:1.5E+2", Options{}, row{0, []uint32{1, 3, 4, 5, 6}, []float32{0.5, -0.03, 1000, 0.25, 150}}},
+		{"minus one label", "-1 2:1", Options{}, row{0, []uint32{1}, []float32{1}}},
+		{"plus one label", "+1 2:1", Options{}, row{1, []uint32{1}, []float32{1}}},
+		{"float label", "1.0 2:1", Options{}, row{1, []uint32{1}, []float32{1}}},
+		{"unsorted", "0 3:1 1:2 2:3", Options{}, row{0, []uint32{0, 1, 2}, []float32{2, 3, 1}}},
+		{"qid and comment", "1 qid:7 1:1 # 9:9", Options{}, row{1, []uint32{0}, []float32{1}}},
+		{"comment without blank", "1 1:1 #c", Options{}, row{1, []uint32{0}, []float32{1}}},
+		{"no features", "1", Options{}, row{1, nil, nil}},
+		{"tabs and blanks", "\t1\t2:1 \t 3:2  ", Options{}, row{1, []uint32{1, 2}, []float32{1, 2}}},
+		{"zero-based", "1 0:1 5:1", Options{ZeroBased: true}, row{1, []uint32{0, 5}, []float32{1, 1}}},
+		{"explicit zero kept", "1 4:0", Options{}, row{1, []uint32{3}, []float32{0}}},
+		{"hex float via strconv", "1 4:0x1p-2", Options{}, row{1, []uint32{3}, []float32{0.25}}},
+		{"long mantissa via strconv", "1 4:0.333333333333333333333", Options{}, row{1, []uint32{3}, []float32{0.33333334}}},
+		{"largest index", "1 4294967295:1", Options{}, row{1, []uint32{4294967294}, []float32{1}}},
+		{"leading zeros", "1 000000000007:1", Options{}, row{1, []uint32{6}, []float32{1}}},
+		{"inside dim", "1 10:1", Options{Dim: 10}, row{1, []uint32{9}, []float32{1}}},
+		{"multiclass", "7 1:1", Options{Classes: 10}, row{7, []uint32{0}, []float32{1}}},
+		{"multiclass base 1", "10 1:1", Options{Classes: 10, LabelBase: 1}, row{9, []uint32{0}, []float32{1}}},
+		{"multiclass float spelling", "3.0 1:1", Options{Classes: 4}, row{3, []uint32{0}, []float32{1}}},
+		{"multiclass negative base", "-1 1:1", Options{Classes: 3, LabelBase: -1}, row{0, []uint32{0}, []float32{1}}},
+		{"crlf", "1 1:1\r", Options{}, row{1, []uint32{0}, []float32{1}}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := writeFile(t, t.TempDir(), "a.svm", tc.line+"\n")
+			b := openAll(t, []string{p}, tc.opt)
+			got := rows(&b)
+			if len(got) != 1 || got[0].label != tc.want.label ||
+				!slices.Equal(got[0].idx, tc.want.idx) || !slices.Equal(got[0].val, tc.want.val) {
+				t.Fatalf("%q: got %+v, want %+v", tc.line, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestLibSVMBadLines(t *testing.T) {
+	tests := []struct {
+		line string
+		opt  Options
+		want string // the error text after "FILE:1: "
+		why  error
+	}{
+		{"2 1:1", Options{}, `bad token "2": binary label must be 0, 1, -1 or +1`, errLabelBinary},
+		{"0.5 1:1", Options{}, `bad token "0.5": binary label must be 0, 1, -1 or +1`, errLabelBinary},
+		{"x 1:1", Options{}, `bad token "x": label is not a number`, errLabelNotNumber},
+		{"nan 1:1", Options{}, `bad token "nan": label is not a number`, errLabelNotNumber},
+		{"1 3:x", Options{}, `bad token "3:x": value is not a number`, errValueNotNumber},
+		{"1 3:", Options{}, `bad token "3:": value is not a number`, errValueNotNumber},
+		{"1 3:1.2.3", Options{}, `bad token "3:1.2.3": value is not a number`, errValueNotNumber},
+		{"1 3:nan", Options{}, `bad token "3:nan": value is NaN or infinite`, errValueNaN},
+		{"1 3:-Inf", Options{}, `bad token "3:-Inf": value is NaN or infinite`, errValueNaN},
+		{"1 3:1e39", Options{}, `bad token "3:1e39": value is out of float32 range`, errValueRange},
+		{"1 3", Options{}, `bad token "3": want index:value`, errNoColon},
+		{"1 a:1", Options{}, `bad token "a:1": index is not a number`, errIndexNotNumber},
+		{"1 -3:1", Options{}, `bad token "-3:1": index is not a number`, errIndexNotNumber},
+		{"1 3x:1", Options{}, `bad token "3x:1": index is not a number`, errIndexNotNumber},
+		{"1 :1", Options{}, `bad token ":1": index is not a number`, errIndexNotNumber},
+		{"1 0:1", Options{}, `bad token "0:1": index 0 in 1-based data (use zero-based indices)`, errIndexZero},
+		{"1 4294967296:1", Options{}, `bad token "4294967296:1": index is too large: features are uint32 and below 4294967295`, errIndexRange},
+		{"1 4294967295:1", Options{ZeroBased: true}, `bad token "4294967295:1": index is too large: features are uint32 and below 4294967295`, errIndexRange},
+		{"1 99999999999999999999999:1", Options{}, `bad token "99999999999999999999999:1": index is too large: features are uint32 and below 4294967295`, errIndexRange},
+		{"1 11:1", Options{Dim: 10}, `bad token "11:1": feature 10 is outside dim 10`, errIndexDim},
+		{"1 3:1 2:1 3:2", Options{}, `bad token "3:2": index appears twice in the line`, errDuplicate},
+		{"1 3:1 3:1", Options{}, `bad token "3:1": index appears twice in the line`, errDuplicate},
+		{"10 1:1", Options{Classes: 10}, `bad token "10": class 10 (label 10 - label base 0) is outside 0..9; labels 1..10 need --label-base 1`, errLabelRange},
+		{"0 1:1", Options{Classes: 3, LabelBase: 1}, `bad token "0": class -1 (label 0 - label base 1) is outside 0..2`, errLabelRange},
+		{"-1 1:1", Options{Classes: 3}, `bad token "-1": class -1 (label -1 - label base 0) is outside 0..2`, errLabelRange},
+		{"1.5 1:1", Options{Classes: 3}, `bad token "1.5": label is not an integer`, errLabelNotInt},
+	}
+	for _, tc := range tests {
+		t.Run(tc.line, func(t *testing.T) {
+			p := writeFile(t, t.TempDir(), "a.svm", "1 1:1\n"+tc.line+"\n1 2:1\n")
+			src, err := Open([]string{p}, tc.opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer src.Close()
+			b, err := readAll(src, 10)
+			want := p + ":2: " + tc.want
+			if err == nil || err.Error() != want {
+				t.Fatalf("error %v, want %s", err, want)
+			}
+			var le *LineError
+			if !errors.As(err, &le) || le.Line != 2 || le.File != p || !errors.Is(err, ErrBadLine) || !errors.Is(err, tc.why) {
+				t.Fatalf("error %#v does not unwrap to LineError at line 2, ErrBadLine and %v", err, tc.why)
+			}
+			if b.Rows() != 1 {
+				t.Errorf("%d rows before the error, want 1", b.Rows())
+			}
+			// The error sticks.
+			if _, err2 := src.Next(&b, 10); err2 != err {
+				t.Errorf("next call returned %v, want the same error", err2)
+			}
+			// With SkipBad the line is counted and skipped.
+			opt := tc.opt
+			opt.SkipBad = true
+			src2, err := Open([]string{p}, opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b2, err := readAll(src2, 10)
+			if err != nil || b2.Rows() != 2 || src2.Stats().BadLines != 1 || src2.Stats().Rows != 2 {
+				t.Errorf("SkipBad: %d rows, stats %+v, err %v; want 2 rows, 1 bad line", b2.Rows(), src2.Stats(), err)
+			}
+			src2.Close()
+		})
+	}
+}
+
+func TestLibSVMLineNumbers(t *testing.T) {
+	content := "# header comment\n\n1 1:1\n   \n# another\n0 2:1\r\n1 2:x\n"
+	p := writeFile(t, t.TempDir(), "a.svm", content)
+	src, err := Open([]string{p}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	_, err = readAll(src, 100)
+	var le *LineError
+	if !errors.As(err, &le) || le.Line != 7 || le.Token != "2:x" {
+		t.Fatalf("got %v, want a bad token \"2:x\" at line 7", err)
+	}
+}
+
+func TestLibSVMLongTokenClipped(t *testing.T) {
+	tok := "1:" + strings.Repeat("x", 200)
+	p := writeFile(t, t.TempDir(), "a.svm", "1 "+tok+"\n")
+	src, _ := Open([]string{p}, Options{})
+	_, err := readAll(src, 1)
+	var le *LineError
+	if !errors.As(err, &le) || le.Token != tok[:maxToken]+"..." {
+		t.Fatalf("got %v, want the token clipped to %d bytes", err, maxToken)
+	}
+}
+
+// A buffer smaller than the lines must give the same rows as a large one.
+func TestLibSVMTinyBuffer(t *testing.T) {
+	var sb strings.Builder
+	for i := range 200 {
+		sb.WriteString("1")
+		for k := range i % 30 {
+			sb.WriteString(" ")
+			sb.WriteString(strings.Repeat("0", k%3))
+			sb.WriteString(string(rune('1' + k%9)))
+			sb.WriteString(strings.Repeat("0", k/9))
+			sb.WriteString(":0.5")
+		}
+		sb.WriteString("\n")
+	}
+	sb.WriteString("0 5:1") // no final newline
+	p := writeFile(t, t.TempDir(), "a.svm", sb.String())
+	want := openAll(t, []string{p}, Options{})
+	for _, size := range []int{1, 7, 64} {
+		got := openAll(t, []string{p}, Options{BufferSize: size})
+		if !sameBatch(&got, &want) {
+			t.Fatalf("buffer %d: rows differ", size)
+		}
+	}
+	if want.Rows() != 201 || want.Labels[200] != 0 {
+		t.Fatalf("%d rows, want 201 with the unterminated last line", want.Rows())
+	}
+}
+
+func TestNextBatching(t *testing.T) {
+	dir := t.TempDir()
+	p := writeFile(t, dir, "a.svm", "1 1:1\n0 2:1\n1 3:1\n0 4:1\n1 5:1\n")
+	src, err := Open([]string{p}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b Batch
+	var sizes []int
+	for {
+		n, err := src.Next(&b, 2)
+		if err == io.EOF {
+			if n != 0 || b.Rows() != 0 {
+				t.Fatalf("EOF with %d rows", n)
+			}
+			break
+		}
+		if err != nil || n != b.Rows() {
+			t.Fatal(err, n, b.Rows())
+		}
+		sizes = append(sizes, n)
+	}
+	if !reflect.DeepEqual(sizes, []int{2, 2, 1}) {
+		t.Fatalf("batch sizes %v, want [2 2 1]", sizes)
+	}
+	if st := src.Stats(); st.Rows != 5 || st.NNZ != 5 || st.Bytes != 30 {
+		t.Fatalf("stats %+v, want 5 rows, 5 nnz, 30 bytes", st)
+	}
+	if _, err := src.Next(&b, 2); err != io.EOF {
+		t.Fatalf("after EOF: %v", err)
+	}
+	src.Close()
+	if _, err := src.Next(&b, 2); err == nil || err == io.EOF {
+		t.Fatalf("Next after Close: %v, want an error", err)
+	}
+}

@@ -1,0 +1,116 @@
+package data
+
+import (
+	"io"
+	"slices"
+)
+
+// maxScanLabels caps the distinct labels ScanResult.Labels counts.
+const maxScanLabels = 1000
+
+// ScanResult summarises a pass over the inputs, for choosing Dim and
+// Classes before training.
+type ScanResult struct {
+	Rows     int64 // data rows read (bad lines excluded)
+	NNZ      int64 // nonzeros in those rows
+	BadLines int64 // bad lines skipped (Options.SkipBad)
+	// MaxIndex is the largest 0-based feature index seen, -1 if none. Dim
+	// must be at least MaxIndex+1.
+	MaxIndex int64
+	// Dim is the dimension the format itself fixes, 0 if none: IDX
+	// rows*cols (784 for MNIST, even if the corner pixels are never set),
+	// Criteo the Options.Dim it was hashed into, a cache the Dim it was
+	// built with (0 if unchecked). For libsvm it is 0: use MaxIndex+1.
+	Dim uint64
+	// Labels counts the rows of each raw label (as written in the file; for
+	// a cache, the stored class). At most 1000 distinct labels are counted.
+	Labels map[float64]int64
+	// LabelsCapped says rows with labels beyond the first 1000 distinct ones
+	// were not counted in Labels.
+	LabelsCapped bool
+	Files        []string // the files read, in order
+}
+
+// Classes returns the number of classes the raw labels suggest: 0 when
+// every label is 0, 1, -1 or +1 (binary), else the largest label minus the
+// smallest, plus one, when all labels are integers (with LabelBase the
+// smallest label); ok is false when the labels fit neither.
+func (s ScanResult) Classes() (classes, labelBase int, ok bool) {
+	if len(s.Labels) == 0 || s.LabelsCapped {
+		return 0, 0, false
+	}
+	lo, hi := 0.0, 0.0
+	first, binary := true, true
+	for l := range s.Labels {
+		if l != 0 && l != 1 && l != -1 {
+			binary = false
+		}
+		if l != float64(int64(l)) {
+			return 0, 0, false
+		}
+		if first || l < lo {
+			lo = l
+		}
+		if first || l > hi {
+			hi = l
+		}
+		first = false
+	}
+	if binary {
+		return 0, 0, true
+	}
+	return int(hi-lo) + 1, int(lo), true
+}
+
+// Scan reads every row of the inputs once, for inferring Dim and Classes.
+// It ignores Part and Parts (every peer must infer the same values) and
+// does not map labels, so Classes and LabelBase do not matter; Dim, if
+// set, is still checked (and is required for Criteo input).
+func Scan(patterns []string, opt Options) (ScanResult, error) {
+	opt.Part, opt.Parts = 0, 0
+	res := ScanResult{MaxIndex: -1, Labels: map[float64]int64{}}
+	if err := opt.Validate(); err != nil {
+		return res, err
+	}
+	inputs, err := resolveInputs(patterns, opt)
+	if err != nil {
+		return res, err
+	}
+	for _, in := range inputs {
+		res.Files = append(res.Files, in.path)
+	}
+	src, err := openInputs(inputs, opt, true)
+	if err != nil {
+		return res, err
+	}
+	defer src.Close()
+	var b Batch
+	for {
+		_, err := src.Next(&b, 4096)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return res, err
+		}
+		if len(b.Indices) > 0 {
+			if m := int64(slices.Max(b.Indices)); m > res.MaxIndex {
+				res.MaxIndex = m
+			}
+		}
+		for _, l := range src.sh.rawLabels {
+			if _, ok := res.Labels[l]; ok || len(res.Labels) < maxScanLabels {
+				res.Labels[l]++
+			} else {
+				res.LabelsCapped = true
+			}
+		}
+	}
+	st := src.Stats()
+	res.Rows, res.NNZ, res.BadLines = st.Rows, st.NNZ, st.BadLines
+	res.Dim = src.sh.formatDim
+	if inputs[0].format == FormatCriteo {
+		res.Dim = opt.Dim
+	}
+	return res, nil
+}

@@ -1,0 +1,120 @@
+// Command gossiptrain trains large sparse models with SGD on a group of
+// peers that shard the model among themselves, with no master.
+//
+// Run "gossiptrain help" for the commands and "gossiptrain COMMAND --help"
+// for each command's flags. The README explains the design and the main
+// workflows.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// version is set at build time with -ldflags "-X main.version=…".
+var version = "dev"
+
+// commands lists the subcommands in the order "gossiptrain help" shows them.
+func commands() []*command {
+	return []*command{
+		demoCmd(),
+		trainCmd(),
+		evalCmd(),
+		genCmd(),
+	}
+}
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run executes one command line and returns the process exit status:
+// 0 success, 1 failure, 2 usage error, 130 interrupted.
+func run(args []string, stdout, stderr io.Writer) int {
+	cmds := commands()
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		if len(args) > 1 {
+			for _, c := range cmds {
+				if c.name == args[1] {
+					c.printHelp(stdout)
+					return 0
+				}
+			}
+		}
+		printTopHelp(stdout, cmds)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	if args[0] == "version" || args[0] == "--version" {
+		fmt.Fprintf(stdout, "gossiptrain %s\n", version)
+		return 0
+	}
+	var cmd *command
+	for _, c := range cmds {
+		if c.name == args[0] {
+			cmd = c
+		}
+	}
+	if cmd == nil {
+		fmt.Fprintf(stderr, "gossiptrain: unknown command %q\nRun 'gossiptrain help' for the list of commands.\n", args[0])
+		return 2
+	}
+	if err := cmd.parse(args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			cmd.printHelp(stdout)
+			return 0
+		}
+		fmt.Fprintf(stderr, "gossiptrain %s: %v\nRun 'gossiptrain %s --help' for its flags.\n", cmd.name, err, cmd.name)
+		return 2
+	}
+	cmd.out = stdout
+	err := cmd.run(cmd, cmd.flags.Args())
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, errUsage):
+		fmt.Fprintf(stderr, "gossiptrain %s: %v\nRun 'gossiptrain %s --help' for its flags.\n", cmd.name, err, cmd.name)
+		return 2
+	case errors.Is(err, context.Canceled):
+		fmt.Fprintf(stderr, "gossiptrain %s: interrupted\n", cmd.name)
+		return 130
+	default:
+		fmt.Fprintf(stderr, "gossiptrain %s: %v\n", cmd.name, err)
+		return 1
+	}
+}
+
+func printTopHelp(w io.Writer, cmds []*command) {
+	fmt.Fprint(w, `gossiptrain trains large sparse models (logistic regression, softmax) with SGD
+on a group of peers that shard the model among themselves: no master.
+
+Usage: gossiptrain COMMAND [flags]
+
+Commands:
+`)
+	for _, c := range cmds {
+		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+	}
+	fmt.Fprint(w, `
+Run 'gossiptrain COMMAND --help' for a command's flags, with defaults and examples.
+`)
+}
+
+// signalContext is cancelled by the first SIGINT or SIGTERM; a second one
+// kills the process the default way.
+func signalContext() (context.Context, context.CancelFunc) {
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-ctx.Done()
+		cancel() // restores default handling: a second signal exits at once
+	}()
+	return ctx, cancel
+}

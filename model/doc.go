@@ -1,0 +1,34 @@
+// Package model is gossiptrain's parameter storage: the weights of a linear
+// model (binary logistic or multinomial softmax) in shard-major dense
+// float32 slots, the optimizer state of the shards a peer owns, the
+// optimizers (SGD with a decay schedule, AdaGrad, FTRL-Proximal), and the
+// model file and shard export formats.
+//
+// # How it is driven
+//
+// Every peer holds one *Model: the full read copy of the weights W, plus
+// optimizer State for the shards it owns (Own, Disown; the node package
+// decides ownership from the ring).
+//
+//	m, err := model.New(model.Logreg, dim, 0, 256, model.DefaultOptConfig(model.FTRL))
+//	m.OwnAll()                       // single peer / master: own every shard
+//	for step := int64(0); ; step++ {
+//		// a worker computes the SUM of per-example gradients of a batch
+//		// (package sgd) as a Sparse sorted by row; an owner sums the
+//		// contributions of a round for its shards and applies them:
+//		m.Apply(g, examples, step)   // g/examples is the mean gradient
+//		m.Gather(g.Idx, &changed)    // new values to publish
+//	}
+//	// every other peer: m.SetRows(&changed)
+//
+// Rows are features 0..Dim-1 plus the bias row Dim (Bias), which every
+// example touches with value 1 and which is never regularised
+// (docs/contracts.md). Apply allocates nothing.
+//
+// Models are saved with Save/SaveFile (atomic: temp file, fsync, rename) and
+// read with Read/LoadFile; the format is versioned and checksummed (see
+// FormatVersion). AppendShard/LoadShard move one shard, with or without its
+// optimizer state, for handoff to a new owner.
+//
+// A Model is not safe for concurrent use.
+package model

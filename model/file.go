@@ -1,0 +1,633 @@
+package model
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"syscall"
+
+	"github.com/cespare/xxhash/v2"
+)
+
+// Model file format, version 1. All integers and floats are little endian.
+//
+//	offset  size  field
+//	0       8     magic "GTMODEL\n"
+//	8       4     format version (uint32)
+//	12      4     bitwise complement of the version: a corrupt version
+//	              byte reads as corruption, not as "newer version"
+//	16      4     H, the length of the header body (uint32, <= maxHeader)
+//	20      H     header body:
+//	                kind u8, optimizer u8, flags u8 (bit 0: state included),
+//	                reserved u8 (0), dim u64, classes u32, shards u32,
+//	                label base i64, steps i64,
+//	                lr, decay, power, l1, l2, beta, eps (7 x float64),
+//	                if flags bit 0: a bitmap of ceil(shards/8) bytes, bit s%8
+//	                of byte s/8 set when shard s's state follows,
+//	                meta: count u32, then per entry (ascending keys)
+//	                key length u32, key, value length u32, value
+//	20+H    8     xxhash64 of bytes [0, 20+H): the header is checked before
+//	              its sizes are trusted to allocate
+//	...           weights: Layout.Len() float32, shard-major, padding 0
+//	...           state of each shard in the bitmap, ascending:
+//	              ShardSize·StatePerWeight float32
+//	end-8   8     xxhash64 of every byte before it
+//
+// Writers and readers stream section by section through a 64 KiB buffer:
+// saving a 128 MiB model needs no second copy of it.
+const (
+	// FormatVersion is the model file format this binary writes and the
+	// newest it reads.
+	FormatVersion = 1
+
+	fileMagic = "GTMODEL\n"
+	preamble  = 20       // magic, version, complement, header length
+	maxHeader = 16 << 20 // bounds the meta section; a larger H is corruption
+	maxMeta   = 1 << 16  // entries in Meta
+)
+
+// Errors of model files and shard exports. Errors returned by Read,
+// LoadFile and LoadShard wrap exactly one of them.
+var (
+	// ErrCorrupt means the bytes fail a checksum, end early, or hold values
+	// no writer produces.
+	ErrCorrupt = errors.New("file corrupt or truncated")
+	// ErrNotModel means the input does not start with the model file magic.
+	ErrNotModel = errors.New("not a gossiptrain model file")
+	// ErrVersion means the format version is one this binary cannot read.
+	ErrVersion = errors.New("unsupported model format version")
+	// ErrMismatch means a model or shard does not fit the model it is
+	// loaded into or the run's settings.
+	ErrMismatch = errors.New("model shape mismatch")
+)
+
+// fileError carries a full message and the sentinel it wraps, so messages
+// read "checksum mismatch (file corrupt or truncated)" rather than
+// sentinel-prefixed.
+type fileError struct {
+	msg string
+	err error
+}
+
+func (e *fileError) Error() string { return e.msg }
+func (e *fileError) Unwrap() error { return e.err }
+
+func corrupt(format string, args ...any) error {
+	return &fileError{fmt.Sprintf(format, args...) + " (file corrupt or truncated)", ErrCorrupt}
+}
+
+// SaveOptions selects what a model file contains besides the weights.
+type SaveOptions struct {
+	// State includes the optimizer state of the shards owned here, so a
+	// checkpoint resumes with the same per-coordinate rates; a file meant
+	// for prediction leaves it out (it is 1-2x the size of the weights).
+	State bool
+}
+
+// WriteTo writes m without optimizer state, so a Model is an io.WriterTo;
+// Save chooses.
+func (m *Model) WriteTo(w io.Writer) (int64, error) { return m.Save(w, SaveOptions{}) }
+
+// Save writes m to w in the model file format and returns the bytes
+// written. It streams: memory use is a 64 KiB buffer, whatever the model's
+// size.
+func (m *Model) Save(w io.Writer, opt SaveOptions) (int64, error) {
+	hdr := m.header(opt)
+	if len(hdr) > maxHeader || len(m.Meta) > maxMeta {
+		return 0, fmt.Errorf("%w: meta of %d entries and %d bytes is over the limit of %d entries and %d bytes", ErrConfig, len(m.Meta), len(hdr), maxMeta, maxHeader)
+	}
+	hw := &hashWriter{w: w, d: xxhash.New()}
+	var pre [preamble]byte
+	copy(pre[:], fileMagic)
+	binary.LittleEndian.PutUint32(pre[8:], FormatVersion)
+	binary.LittleEndian.PutUint32(pre[12:], ^uint32(FormatVersion))
+	binary.LittleEndian.PutUint32(pre[16:], uint32(len(hdr)))
+	hw.write(pre[:])
+	hw.write(hdr)
+	hw.sum()
+	buf := make([]byte, chunkBytes)
+	hw.floats(buf, m.W)
+	if opt.State {
+		for _, st := range m.State {
+			if st != nil {
+				hw.floats(buf, st)
+			}
+		}
+	}
+	hw.sum()
+	return hw.n, hw.err
+}
+
+// header encodes the header body.
+func (m *Model) header(opt SaveOptions) []byte {
+	le := binary.LittleEndian
+	b := make([]byte, 0, 128)
+	flags := byte(0)
+	if opt.State {
+		flags |= 1
+	}
+	b = append(b, byte(m.Kind), byte(m.Opt.Kind), flags, 0)
+	b = le.AppendUint64(b, m.Dim)
+	b = le.AppendUint32(b, uint32(m.Classes))
+	b = le.AppendUint32(b, uint32(m.Layout.Shards))
+	b = le.AppendUint64(b, uint64(m.LabelBase))
+	b = le.AppendUint64(b, uint64(m.Steps))
+	for _, f := range [...]float64{m.Opt.LR, m.Opt.Decay, m.Opt.Power, m.Opt.L1, m.Opt.L2, m.Opt.Beta, m.Opt.Eps} {
+		b = le.AppendUint64(b, math.Float64bits(f))
+	}
+	if opt.State {
+		bm := make([]byte, (m.Layout.Shards+7)/8)
+		for s, st := range m.State {
+			if st != nil {
+				bm[s/8] |= 1 << (s % 8)
+			}
+		}
+		b = append(b, bm...)
+	}
+	keys := slices.Sorted(maps.Keys(m.Meta))
+	b = le.AppendUint32(b, uint32(len(keys)))
+	for _, k := range keys {
+		b = le.AppendUint32(b, uint32(len(k)))
+		b = append(b, k...)
+		b = le.AppendUint32(b, uint32(len(m.Meta[k])))
+		b = append(b, m.Meta[k]...)
+	}
+	return b
+}
+
+// hashWriter writes to w while hashing, remembering the first error.
+type hashWriter struct {
+	w   io.Writer
+	d   *xxhash.Digest
+	n   int64
+	err error
+}
+
+func (h *hashWriter) write(p []byte) {
+	if h.err != nil {
+		return
+	}
+	n, err := h.w.Write(p)
+	h.n += int64(n)
+	if err == nil && n < len(p) {
+		err = io.ErrShortWrite
+	}
+	h.err = err
+	h.d.Write(p)
+}
+
+// sum writes the hash of everything written so far (without resetting it).
+func (h *hashWriter) sum() {
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], h.d.Sum64())
+	h.write(b[:])
+}
+
+func (h *hashWriter) floats(buf []byte, v []float32) {
+	for len(v) > 0 && h.err == nil {
+		n := min(len(v), len(buf)/4)
+		h.write(putFloats(buf, v[:n]))
+		v = v[n:]
+	}
+}
+
+// Read reads a model written by Save, consuming exactly its bytes. The model
+// owns the shards whose state the file includes. Errors wrap ErrNotModel,
+// ErrVersion or ErrCorrupt (for an I/O failure of r, that error).
+func Read(r io.Reader) (*Model, error) { return readModel(r, -1) }
+
+// readModel reads a model; size is the input's length when known (a file),
+// else -1, and lets a truncated file fail before any large allocation.
+func readModel(r io.Reader, size int64) (*Model, error) {
+	hr := &hashReader{r: r, d: xxhash.New()}
+	var pre [preamble]byte
+	err := hr.read(pre[:])
+	if err != nil && !errors.Is(err, ErrCorrupt) {
+		return nil, err
+	}
+	if string(pre[:8]) != fileMagic {
+		return nil, &fileError{"not a gossiptrain model file", ErrNotModel}
+	}
+	if err != nil {
+		return nil, err
+	}
+	le := binary.LittleEndian
+	version := le.Uint32(pre[8:])
+	switch {
+	case le.Uint32(pre[12:]) != ^version:
+		return nil, corrupt("format version field damaged")
+	case version > FormatVersion:
+		return nil, &fileError{fmt.Sprintf("format version %d is newer than this binary (%d)", version, FormatVersion), ErrVersion}
+	case version < 1:
+		return nil, &fileError{fmt.Sprintf("format version %d was never written by gossiptrain", version), ErrVersion}
+	}
+	hlen := le.Uint32(pre[16:])
+	if hlen > maxHeader {
+		return nil, corrupt("header length %d is over the limit of %d", hlen, maxHeader)
+	}
+	hdr := make([]byte, hlen)
+	if err := hr.read(hdr); err != nil {
+		return nil, err
+	}
+	if err := hr.check(); err != nil {
+		return nil, err
+	}
+	m, state, err := parseHeader(hdr)
+	if err != nil {
+		return nil, err
+	}
+	spw := m.Opt.Kind.StatePerWeight()
+	total := int64(preamble) + int64(hlen) + 8 + 4*int64(m.Layout.Len()) + 8
+	for _, owned := range state {
+		if owned {
+			total += 4 * int64(m.Layout.ShardSize()*spw)
+		}
+	}
+	if size >= 0 && size != total {
+		return nil, corrupt("file is %d bytes, its header describes %d", size, total)
+	}
+	buf := make([]byte, chunkBytes)
+	// With the size unknown (a stream), sections grow as their bytes arrive,
+	// so a header that promises terabytes fails at the end of the input
+	// rather than in one huge allocation.
+	grow := size < 0
+	if m.W, err = hr.floatsN(buf, m.Layout.Len(), grow); err != nil {
+		return nil, err
+	}
+	for s, owned := range state {
+		if owned {
+			if m.State[s], err = hr.floatsN(buf, m.Layout.ShardSize()*spw, grow); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := hr.check(); err != nil {
+		return nil, err
+	}
+	if err := m.checkPadding(-1); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// parseHeader decodes a checksum-verified header body into a zero model and
+// the set of shards whose state follows.
+func parseHeader(b []byte) (*Model, []bool, error) {
+	le := binary.LittleEndian
+	const fixed = 4 + 8 + 4 + 4 + 8 + 8 + 7*8
+	if len(b) < fixed {
+		return nil, nil, corrupt("header of %d bytes, want at least %d", len(b), fixed)
+	}
+	kind, optKind, flags := Kind(b[0]), OptKind(b[1]), b[2]
+	dim := le.Uint64(b[4:])
+	classes := le.Uint32(b[12:])
+	shards := le.Uint32(b[16:])
+	var o OptConfig
+	o.Kind = optKind
+	fs := []*float64{&o.LR, &o.Decay, &o.Power, &o.L1, &o.L2, &o.Beta, &o.Eps}
+	for i, p := range fs {
+		*p = math.Float64frombits(le.Uint64(b[36+8*i:]))
+	}
+	if flags&^1 != 0 || b[3] != 0 {
+		return nil, nil, corrupt("unknown header flags %#x %#x", flags, b[3])
+	}
+	m, err := newShape(kind, dim, int(classes), int(shards), o)
+	if err != nil {
+		return nil, nil, &fileError{fmt.Sprintf("header describes no valid model: %v (file corrupt or truncated)", err), ErrCorrupt}
+	}
+	m.LabelBase = int64(le.Uint64(b[20:]))
+	m.Steps = int64(le.Uint64(b[28:]))
+	b = b[fixed:]
+	state := make([]bool, shards)
+	if flags&1 != 0 {
+		n := (int(shards) + 7) / 8
+		if len(b) < n {
+			return nil, nil, corrupt("header ends inside the state bitmap")
+		}
+		for s := range state {
+			state[s] = b[s/8]&(1<<(s%8)) != 0
+		}
+		b = b[n:]
+	}
+	next := func() (string, bool) {
+		if len(b) < 4 {
+			return "", false
+		}
+		n := le.Uint32(b)
+		if uint64(len(b)-4) < uint64(n) {
+			return "", false
+		}
+		s := string(b[4 : 4+n])
+		b = b[4+n:]
+		return s, true
+	}
+	if len(b) < 4 {
+		return nil, nil, corrupt("header ends before the meta section")
+	}
+	count := le.Uint32(b)
+	b = b[4:]
+	if count > maxMeta {
+		return nil, nil, corrupt("%d meta entries, over the limit of %d", count, maxMeta)
+	}
+	if count > 0 {
+		m.Meta = make(map[string]string, count)
+	}
+	for range count {
+		k, ok1 := next()
+		v, ok2 := next()
+		if !ok1 || !ok2 {
+			return nil, nil, corrupt("header ends inside the meta section")
+		}
+		m.Meta[k] = v
+	}
+	if len(b) != 0 {
+		return nil, nil, corrupt("%d unexpected bytes after the header", len(b))
+	}
+	return m, state, nil
+}
+
+// checkPadding verifies that the padding slots of shard s (every shard if
+// s < 0) are 0, as every writer leaves them.
+func (m *Model) checkPadding(s int) error {
+	l := &m.Layout
+	lo, hi := 0, l.Shards
+	if s >= 0 {
+		lo, hi = s, s+1
+	}
+	for s := lo; s < hi; s++ {
+		a, b := l.ShardRange(s)
+		for _, v := range m.W[a+l.shardRows(s)*l.Width : b] {
+			if v != 0 {
+				return corrupt("padding of shard %d is not zero", s)
+			}
+		}
+	}
+	return nil
+}
+
+// hashReader reads exactly the bytes asked for while hashing them.
+type hashReader struct {
+	r io.Reader
+	d *xxhash.Digest
+	n int64
+}
+
+func (h *hashReader) read(p []byte) error {
+	n, err := io.ReadFull(h.r, p)
+	h.n += int64(n)
+	h.d.Write(p[:n])
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return corrupt("ends early at byte %d", h.n)
+	}
+	return err
+}
+
+// check reads a stored hash and compares it with the hash so far.
+func (h *hashReader) check() error {
+	want := h.d.Sum64()
+	var b [8]byte
+	if err := h.read(b[:]); err != nil {
+		return err
+	}
+	if binary.LittleEndian.Uint64(b[:]) != want {
+		return corrupt("checksum mismatch")
+	}
+	return nil
+}
+
+// floatsN reads n floats into a new slice of exactly n. If grow, the slice
+// starts at most growFrom floats long and doubles as data arrives.
+func (h *hashReader) floatsN(buf []byte, n int, grow bool) ([]float32, error) {
+	if !grow || n <= growFrom {
+		v := make([]float32, n)
+		return v, h.floats(buf, v)
+	}
+	v := make([]float32, 0, growFrom)
+	for len(v) < n {
+		if len(v) == cap(v) {
+			nv := make([]float32, len(v), min(n, 2*cap(v)))
+			copy(nv, v)
+			v = nv
+		}
+		k := min(n, cap(v)) - len(v)
+		if err := h.floats(buf, v[len(v):len(v)+k]); err != nil {
+			return nil, err
+		}
+		v = v[:len(v)+k]
+	}
+	return v, nil
+}
+
+// growFrom is where floatsN starts when it grows: 64 MiB of float32.
+const growFrom = 16 << 20
+
+func (h *hashReader) floats(buf []byte, v []float32) error {
+	for len(v) > 0 {
+		n := min(len(v), len(buf)/4)
+		if err := h.read(buf[:4*n]); err != nil {
+			return err
+		}
+		getFloats(v[:n], buf)
+		v = v[n:]
+	}
+	return nil
+}
+
+// SaveFile writes m to path atomically: into a temporary file in the same
+// directory, synced, then renamed over path, then the directory synced. On
+// any error (a full disk, an unwritable directory) the temporary file is
+// removed and an existing file at path is left untouched.
+func (m *Model) SaveFile(path string, opt SaveOptions) error {
+	return m.saveFile(path, opt, nil)
+}
+
+// saveFile is SaveFile with a hook that wraps the file's writer (tests use
+// it to simulate a full disk).
+func (m *Model) saveFile(path string, opt SaveOptions, wrap func(io.Writer) io.Writer) (err error) {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("save %s: %w", path, err)
+	}
+	tmp, closed, renamed := f.Name(), false, false
+	defer func() {
+		if err == nil {
+			return
+		}
+		if !closed {
+			f.Close()
+		}
+		if !renamed {
+			os.Remove(tmp)
+		}
+		err = fmt.Errorf("save %s: %w", path, err)
+	}()
+	var w io.Writer = f
+	if wrap != nil {
+		w = wrap(f)
+	}
+	if _, err = m.Save(w, opt); err != nil {
+		return err
+	}
+	if err = f.Chmod(0o644); err != nil {
+		return err
+	}
+	if err = f.Sync(); err != nil {
+		return err
+	}
+	closed = true
+	if err = f.Close(); err != nil {
+		return err
+	}
+	if err = os.Rename(tmp, path); err != nil {
+		return err
+	}
+	renamed = true
+	// Sync the directory so the rename itself survives a crash. Some file
+	// systems cannot sync directories (EINVAL); the rename stands there.
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err = d.Sync(); err != nil && (errors.Is(err, errors.ErrUnsupported) || errors.Is(err, syscall.EINVAL)) {
+		err = nil
+	}
+	return err
+}
+
+// LoadFile reads the model in path. Errors name the file:
+// "model.gt: checksum mismatch (file corrupt or truncated)".
+func LoadFile(path string) (*Model, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	m, err := readModel(f, fi.Size())
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return m, nil
+}
+
+// Shard exports: one shard's weights (and optionally optimizer state), for
+// handing a shard to a new owner or checkpointing shards separately.
+//
+//	"GTSHARD\n", version u8 (1), kind u8, optimizer u8, flags u8 (bit 0:
+//	state), features u64, width u32, shards u32, shard u32,
+//	ShardSize float32 weights, [ShardSize·StatePerWeight float32 state],
+//	xxhash64 of every byte before it.
+const (
+	shardMagic   = "GTSHARD\n"
+	shardVersion = 1
+	shardHeader  = 8 + 4 + 8 + 4 + 4 + 4
+)
+
+// ShardBytes returns shard s exported as bytes; see AppendShard.
+func (m *Model) ShardBytes(s int, withState bool) []byte { return m.AppendShard(nil, s, withState) }
+
+// AppendShard appends shard s's export to dst: its weights and, if
+// withState, its optimizer state (s must then be owned here, else it
+// panics). LoadShard on a model of the same layout reverses it.
+func (m *Model) AppendShard(dst []byte, s int, withState bool) []byte {
+	l := &m.Layout
+	if withState && m.State[s] == nil {
+		panic(fmt.Sprintf("model: exporting the state of shard %d, which is not owned here", s))
+	}
+	start := len(dst)
+	le := binary.LittleEndian
+	flags := byte(0)
+	if withState {
+		flags = 1
+	}
+	dst = append(dst, shardMagic...)
+	dst = append(dst, shardVersion, byte(m.Kind), byte(m.Opt.Kind), flags)
+	dst = le.AppendUint64(dst, l.Features)
+	dst = le.AppendUint32(dst, uint32(l.Width))
+	dst = le.AppendUint32(dst, uint32(l.Shards))
+	dst = le.AppendUint32(dst, uint32(s))
+	lo, hi := l.ShardRange(s)
+	dst = appendFloats(dst, m.W[lo:hi])
+	if withState {
+		dst = appendFloats(dst, m.State[s])
+	}
+	return le.AppendUint64(dst, xxhash.Sum64(dst[start:]))
+}
+
+func appendFloats(dst []byte, v []float32) []byte {
+	dst = slices.Grow(dst, 4*len(v))
+	n := len(dst)
+	dst = dst[:n+4*len(v)]
+	putFloats(dst[n:], v)
+	return dst
+}
+
+// LoadShard overwrites shard s with an export of AppendShard. If the export
+// carries optimizer state, s becomes owned with that state; otherwise only
+// the weights change and ownership and state stay as they were. Errors
+// wrap ErrCorrupt (checksum, length, padding), ErrVersion, or ErrMismatch
+// (another layout, model kind, optimizer or shard); on error m is unchanged.
+func (m *Model) LoadShard(s int, b []byte) error {
+	l := &m.Layout
+	le := binary.LittleEndian
+	if len(b) < shardHeader+8 || string(b[:8]) != shardMagic {
+		return &fileError{"not a gossiptrain shard export", ErrCorrupt}
+	}
+	body := b[:len(b)-8]
+	if xxhash.Sum64(body) != le.Uint64(b[len(body):]) {
+		return corrupt("shard export checksum mismatch")
+	}
+	if b[8] != shardVersion {
+		return &fileError{fmt.Sprintf("shard export version %d, this binary reads %d", b[8], shardVersion), ErrVersion}
+	}
+	kind, opt, flags := Kind(b[9]), OptKind(b[10]), b[11]
+	features, width := le.Uint64(b[12:]), le.Uint32(b[20:])
+	shards, shard := le.Uint32(b[24:]), le.Uint32(b[28:])
+	mismatch := func(what string, got, want any) error {
+		return &fileError{fmt.Sprintf("shard export has %s %v, this model %v", what, got, want), ErrMismatch}
+	}
+	switch {
+	case kind != m.Kind:
+		return mismatch("model kind", kind, m.Kind)
+	case features != l.Features || int(width) != l.Width || int(shards) != l.Shards:
+		return mismatch("layout", fmt.Sprintf("%d features x %d in %d shards", features, width, shards), l)
+	case int(shard) != s:
+		return mismatch("shard", shard, s)
+	case flags&^1 != 0:
+		return corrupt("unknown shard export flags %#x", flags)
+	case flags&1 != 0 && opt != m.Opt.Kind:
+		return mismatch("optimizer state of", opt, m.Opt.Kind)
+	}
+	n := l.ShardSize()
+	if flags&1 != 0 {
+		n += l.ShardSize() * m.Opt.Kind.StatePerWeight()
+	}
+	data := body[shardHeader:]
+	if len(data) != 4*n {
+		return corrupt("shard export of %d bytes, want %d", len(b), shardHeader+4*n+8)
+	}
+	lo, hi := l.ShardRange(s)
+	for i := l.shardRows(s) * l.Width; i < l.ShardSize(); i++ {
+		if le.Uint32(data[4*i:]) != 0 {
+			return corrupt("padding of shard %d is not zero", s)
+		}
+	}
+	getFloats(m.W[lo:hi], data)
+	if flags&1 != 0 {
+		st := make([]float32, n-l.ShardSize())
+		getFloats(st, data[4*l.ShardSize():])
+		m.State[s] = st
+	}
+	return nil
+}

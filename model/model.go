@@ -1,0 +1,267 @@
+package model
+
+import (
+	"encoding/binary"
+	"fmt"
+	"maps"
+	"math"
+
+	"github.com/cespare/xxhash/v2"
+)
+
+// MaxClasses bounds Classes for softmax models: a row of that many float32
+// is still a small message, and a mistyped --classes fails fast.
+const MaxClasses = 1 << 16
+
+// Model is the parameter storage of one peer: the full read copy of the
+// weights, plus the optimizer state of the shards this peer owns.
+//
+// A Model is not safe for concurrent use; the caller serialises Apply,
+// SetRows and reads (the trainer and the node driver run one loop each).
+type Model struct {
+	// Kind is the model family.
+	Kind Kind
+	// Dim is the number of input features; the bias is row Dim.
+	Dim uint64
+	// Classes is 2 for Logreg and the number of classes for Softmax.
+	Classes int
+	// LabelBase is the label of class 0 in the input files (multiclass data
+	// labelled 1..K has LabelBase 1). Stored so a saved model predicts the
+	// labels it was trained on; unused by the arithmetic.
+	LabelBase int64
+	// Layout maps rows to positions in W and the shards' ranges.
+	Layout Layout
+	// Opt is the optimizer owners apply.
+	Opt OptConfig
+	// Steps is one more than the largest step number passed to Apply (0 for
+	// a fresh model). It is saved, so a resumed run continues the schedule.
+	Steps int64
+	// Meta is free-form text saved with the model (data set, flags, peer);
+	// nil is fine.
+	Meta map[string]string
+	// W holds every weight, shard-major as Layout describes: the full read
+	// copy. Padding slots (features >= Layout.Features) stay 0.
+	W []float32
+	// State is the optimizer state of each shard, nil for shards not owned
+	// here. An owned shard has Layout.ShardSize()·Opt.Kind.StatePerWeight()
+	// floats (an empty, non-nil slice for SGD), ordered like the shard's
+	// weights; FTRL interleaves z and n per weight.
+	State [][]float32
+}
+
+// New returns a zero model with no shard owned. For Logreg classes must be 0
+// or 2 (both mean binary); for Softmax it is the number of classes, >= 2.
+// dim is the number of input features, 1..2^32-1; shards is a power of two.
+func New(kind Kind, dim uint64, classes, shards int, opt OptConfig) (*Model, error) {
+	m, err := newShape(kind, dim, classes, shards, opt)
+	if err != nil {
+		return nil, err
+	}
+	m.W = make([]float32, m.Layout.Len())
+	return m, nil
+}
+
+// newShape is New without the weights (W nil): readers allocate them as
+// the data arrives.
+func newShape(kind Kind, dim uint64, classes, shards int, opt OptConfig) (*Model, error) {
+	width := 0
+	switch kind {
+	case Logreg:
+		if classes != 0 && classes != 2 {
+			return nil, fmt.Errorf("%w: logreg is binary, got %d classes (use softmax)", ErrConfig, classes)
+		}
+		classes, width = 2, 1
+	case Softmax:
+		if classes < 2 || classes > MaxClasses {
+			return nil, fmt.Errorf("%w: softmax needs 2..%d classes, got %d", ErrConfig, MaxClasses, classes)
+		}
+		width = classes
+	default:
+		return nil, fmt.Errorf("%w: unknown model kind %d", ErrConfig, kind)
+	}
+	if dim == 0 || dim >= MaxFeatures {
+		return nil, fmt.Errorf("%w: dim %d, want 1..%d (indices are uint32 and the bias takes row dim)", ErrConfig, dim, uint64(MaxFeatures-1))
+	}
+	if err := opt.Validate(); err != nil {
+		return nil, err
+	}
+	l, err := NewLayout(dim+1, width, shards)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	return &Model{
+		Kind:    kind,
+		Dim:     dim,
+		Classes: classes,
+		Layout:  l,
+		Opt:     opt,
+		State:   make([][]float32, shards),
+	}, nil
+}
+
+// Width is the number of floats per row (1 for Logreg, Classes for Softmax).
+func (m *Model) Width() int { return m.Layout.Width }
+
+// Bias returns the index of the bias row, Dim.
+func (m *Model) Bias() uint32 { return uint32(m.Dim) }
+
+// Own allocates zeroed optimizer state for shard s, making this peer able to
+// Apply gradients to it. Owning an owned shard changes nothing.
+func (m *Model) Own(s int) {
+	if m.State[s] == nil {
+		m.State[s] = make([]float32, m.Layout.ShardSize()*m.Opt.Kind.StatePerWeight())
+	}
+}
+
+// OwnAll owns every shard (single-peer training, master topology).
+func (m *Model) OwnAll() {
+	for s := range m.State {
+		m.Own(s)
+	}
+}
+
+// Owns reports whether shard s is owned here.
+func (m *Model) Owns(s int) bool { return m.State[s] != nil }
+
+// Disown drops shard s's optimizer state; its weights stay in the read copy.
+func (m *Model) Disown(s int) { m.State[s] = nil }
+
+// Owned returns the owned shards in ascending order, appended to dst.
+func (m *Model) Owned(dst []int) []int {
+	for s, st := range m.State {
+		if st != nil {
+			dst = append(dst, s)
+		}
+	}
+	return dst
+}
+
+// Row returns row k's Width weights, aliasing W. k must be a valid row
+// (< Dim+1).
+func (m *Model) Row(k uint32) []float32 {
+	if !m.Layout.Valid(k) {
+		panic(fmt.Sprintf("model: row %d out of range (%d rows)", k, m.Layout.Features))
+	}
+	off := m.Layout.Offset(k)
+	return m.W[off : off+m.Layout.Width : off+m.Layout.Width]
+}
+
+// Gather resets out and appends the current values of rows idx (ascending,
+// valid) to it. It allocates only while out grows.
+func (m *Model) Gather(idx []uint32, out *Sparse) {
+	out.Reset()
+	for _, k := range idx {
+		out.Append(k, m.Row(k))
+	}
+}
+
+// SetRows overwrites the rows in p with p's values: how a peer applies the
+// new weights an owner published. Optimizer state is untouched. p must have
+// Width values per row and valid indices (decoders check both).
+func (m *Model) SetRows(p *Sparse) {
+	w := m.Layout.Width
+	if len(p.Val) != len(p.Idx)*w {
+		panic(fmt.Sprintf("model: SetRows with %d values for %d rows of width %d", len(p.Val), len(p.Idx), w))
+	}
+	for i, k := range p.Idx {
+		copy(m.Row(k), p.Val[i*w:(i+1)*w])
+	}
+}
+
+// Hash returns an xxhash64 of the layout (features, width, shards) and the
+// weights' little-endian bytes: two models hash equal exactly when their
+// layouts and weights are bit-identical (up to hash collisions). Optimizer
+// state, Steps and Meta are not included.
+func (m *Model) Hash() uint64 {
+	d := xxhash.New()
+	var hdr [16]byte
+	binary.LittleEndian.PutUint64(hdr[0:], m.Layout.Features)
+	binary.LittleEndian.PutUint32(hdr[8:], uint32(m.Layout.Width))
+	binary.LittleEndian.PutUint32(hdr[12:], uint32(m.Layout.Shards))
+	d.Write(hdr[:])
+	var buf [chunkBytes]byte
+	for w := m.W; len(w) > 0; {
+		n := min(len(w), chunkBytes/4)
+		d.Write(putFloats(buf[:], w[:n]))
+		w = w[n:]
+	}
+	return d.Sum64()
+}
+
+// NonZeros counts the weights that are not 0, padding excluded.
+func (m *Model) NonZeros() int64 {
+	var n int64
+	l := &m.Layout
+	for s := 0; s < l.Shards; s++ {
+		lo, _ := l.ShardRange(s)
+		rows := l.shardRows(s)
+		for _, v := range m.W[lo : lo+rows*l.Width] {
+			if v != 0 {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// shardRows is the number of real (non-padding) rows in shard s: the slots j
+// with j·Shards + s < Features.
+func (l *Layout) shardRows(s int) int {
+	if uint64(s) >= l.Features {
+		return 0
+	}
+	return int((l.Features - uint64(s) + uint64(l.Shards) - 1) / uint64(l.Shards))
+}
+
+// Clone returns a deep copy of m: weights, state and meta.
+func (m *Model) Clone() *Model {
+	c := *m
+	c.W = append([]float32(nil), m.W...)
+	c.State = make([][]float32, len(m.State))
+	for s, st := range m.State {
+		if st != nil {
+			c.State[s] = append(make([]float32, 0, len(st)), st...)
+		}
+	}
+	c.Meta = maps.Clone(m.Meta)
+	return &c
+}
+
+// Matches reports, wrapping ErrMismatch, how m differs from the shape a run
+// asks for (a --load'ed model against --model/--dim/--classes).
+func (m *Model) Matches(kind Kind, dim uint64, classes int) error {
+	if kind == Logreg && classes == 0 {
+		classes = 2
+	}
+	switch {
+	case m.Kind != kind:
+		return fmt.Errorf("%w: model is %v, run wants %v", ErrMismatch, m.Kind, kind)
+	case m.Dim != dim:
+		return fmt.Errorf("%w: model has dim %d, run wants %d", ErrMismatch, m.Dim, dim)
+	case m.Classes != classes:
+		return fmt.Errorf("%w: model has %d classes, run wants %d", ErrMismatch, m.Classes, classes)
+	}
+	return nil
+}
+
+// chunkBytes is the size of the conversion buffers used to hash and write
+// weights without materialising a second copy of W.
+const chunkBytes = 64 << 10
+
+// putFloats writes v little endian into buf (len >= 4·len(v)) and returns
+// the written prefix.
+func putFloats(buf []byte, v []float32) []byte {
+	buf = buf[:4*len(v)]
+	for i, f := range v {
+		binary.LittleEndian.PutUint32(buf[4*i:], math.Float32bits(f))
+	}
+	return buf
+}
+
+// getFloats decodes len(v) little-endian floats from buf into v.
+func getFloats(v []float32, buf []byte) {
+	buf = buf[:4*len(v)]
+	for i := range v {
+		v[i] = math.Float32frombits(binary.LittleEndian.Uint32(buf[4*i:]))
+	}
+}

@@ -1,0 +1,184 @@
+package report
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"strconv"
+	"sync"
+)
+
+// Num is a float64 that encodes NaN and ±Inf as JSON null (and decodes null
+// as NaN), so undefined metrics survive a round trip through a report.
+type Num float64
+
+// MarshalJSON implements json.Marshaler.
+func (n Num) MarshalJSON() ([]byte, error) {
+	f := float64(n)
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return []byte("null"), nil
+	}
+	return strconv.AppendFloat(nil, f, 'g', -1, 64), nil
+}
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (n *Num) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		*n = Num(math.NaN())
+		return nil
+	}
+	f, err := strconv.ParseFloat(string(b), 64)
+	if err != nil {
+		return fmt.Errorf("report: number %q: %w", b, err)
+	}
+	*n = Num(f)
+	return nil
+}
+
+// Record types, the value of every line's "type" field.
+const (
+	TypeEval    = "eval"
+	TypeRound   = "round"
+	TypeSummary = "summary"
+	TypeStart   = "start"
+)
+
+// Metrics are the test-set figures shared by eval and summary lines.
+type Metrics struct {
+	TestExamples int64 `json:"test_examples"`
+	TestLogLoss  Num   `json:"test_logloss"`
+	TestError    Num   `json:"test_error"`
+	TestAUC      Num   `json:"test_auc"` // binary models; null for multiclass
+	TestAccuracy Num   `json:"test_accuracy"`
+}
+
+// Start is the first line of a report: what ran, so a report file explains
+// itself without the command line that produced it.
+type Start struct {
+	Type    string            `json:"type"` // "start"
+	Time    string            `json:"time"` // RFC 3339
+	PeerID  string            `json:"peer_id,omitempty"`
+	Version string            `json:"version"`
+	Config  map[string]string `json:"config"` // every flag and its value
+}
+
+// Eval is one evaluation on the test set.
+type Eval struct {
+	Type     string  `json:"type"` // "eval"
+	PeerID   string  `json:"peer_id,omitempty"`
+	Examples int64   `json:"examples"` // training examples seen so far (all peers, in a cluster)
+	Seconds  float64 `json:"seconds"`  // since training started
+	Epoch    int     `json:"epoch"`
+	Metrics
+}
+
+// Round is one round of a distributed run (written by the distributed loop).
+type Round struct {
+	Type        string  `json:"type"` // "round"
+	PeerID      string  `json:"peer_id,omitempty"`
+	Clock       int64   `json:"clock"`
+	Examples    int64   `json:"examples"`
+	Seconds     float64 `json:"seconds"`
+	BytesSent   int64   `json:"bytes_sent"`
+	BytesRecv   int64   `json:"bytes_recv"`
+	WaitSeconds float64 `json:"wait_seconds"`
+	Workers     int     `json:"workers,omitempty"` // contributions applied in this round
+	Epoch       uint64  `json:"ring_epoch,omitempty"`
+	Resources
+}
+
+// Resources are a process's resource figures (see Sample).
+type Resources struct {
+	CPUPercent    Num   `json:"cpu_percent"`     // mean CPU use since start, 100 = one core
+	PeakRSSBytes  int64 `json:"peak_rss_bytes"`  // peak resident set size
+	DiskReadBytes int64 `json:"disk_read_bytes"` // bytes the process read from storage
+}
+
+// Summary is the last line of a report.
+type Summary struct {
+	Type           string  `json:"type"` // "summary"
+	PeerID         string  `json:"peer_id,omitempty"`
+	Examples       int64   `json:"examples"`
+	Seconds        float64 `json:"seconds"`
+	ExamplesPerSec Num     `json:"examples_per_sec"`
+	Epochs         int     `json:"epochs"`
+	Steps          int64   `json:"steps"`
+	Metrics
+	ModelNonzeros int64  `json:"model_nonzeros"`
+	ModelHash     string `json:"model_hash,omitempty"`
+	BadLines      int64  `json:"bad_lines"`
+	Resources
+	// Distributed figures; zero on a single peer.
+	Rounds        int64 `json:"rounds"`
+	BytesSent     int64 `json:"bytes_sent"`
+	BytesRecv     int64 `json:"bytes_recv"`
+	PubsubDropped int64 `json:"pubsub_dropped"`
+	Repaired      int64 `json:"repaired"`
+	Rejected      int64 `json:"rejected"`
+}
+
+// Writer appends records to a report file, one JSON object per line, and
+// flushes after every record so a crashed run still leaves a readable report.
+type Writer struct {
+	mu  sync.Mutex
+	f   io.WriteCloser
+	w   *bufio.Writer
+	err error
+}
+
+// Create creates (or truncates) the report file at path.
+func Create(path string) (*Writer, error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("report: %w", err)
+	}
+	return NewWriter(f), nil
+}
+
+// NewWriter writes records to w; Close closes it.
+func NewWriter(w io.WriteCloser) *Writer {
+	return &Writer{f: w, w: bufio.NewWriter(w)}
+}
+
+// Write appends one record. Records are structs of this package (or any
+// JSON-encodable value with a "type" field). After the first error every
+// later Write returns it.
+func (w *Writer) Write(rec any) error {
+	if w == nil {
+		return nil
+	}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return fmt.Errorf("report: encode %T: %w", rec, err)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.err != nil {
+		return w.err
+	}
+	w.w.Write(b)
+	w.w.WriteByte('\n')
+	if err := w.w.Flush(); err != nil {
+		w.err = fmt.Errorf("report: %w", err)
+	}
+	return w.err
+}
+
+// Close flushes and closes the file.
+func (w *Writer) Close() error {
+	if w == nil {
+		return nil
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ferr := w.w.Flush()
+	cerr := w.f.Close()
+	if w.err != nil {
+		return w.err
+	}
+	return errors.Join(ferr, cerr)
+}

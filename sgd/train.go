@@ -1,0 +1,319 @@
+package sgd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/gossiptrain/gossiptrain/data"
+	"github.com/gossiptrain/gossiptrain/model"
+)
+
+// ErrConfig is wrapped by Config.Validate's errors.
+var ErrConfig = errors.New("invalid training configuration")
+
+// Config configures the local training loop. Start from DefaultConfig.
+type Config struct {
+	// Batch is the number of rows per SGD step. Field reports on this
+	// workload measured 40% shorter runs with 100-10,000 rows per step than
+	// with one (design.md); 100 keeps steps frequent.
+	Batch int
+	// Epochs is the number of passes over the training data.
+	Epochs int
+	// EvalEvery evaluates on the test set each time this many more training
+	// examples have been seen; 0 evaluates only at the end.
+	EvalEvery int64
+	// EvalBatch is the number of rows per batch while evaluating; it only
+	// trades memory for per-call overhead.
+	EvalBatch int
+	// MaxExamples stops training after this many examples (the last batch is
+	// shortened to hit it exactly); 0 means no limit.
+	MaxExamples int64
+	// ProgressEvery is the interval between Hooks.Progress calls.
+	ProgressEvery time.Duration
+	// Now is the clock; nil means time.Now. Tests inject a fake one.
+	Now func() time.Time
+}
+
+// DefaultConfig returns the defaults, with the reason for each.
+func DefaultConfig() Config {
+	return Config{
+		Batch:         100,         // see Config.Batch
+		Epochs:        1,           // click logs are large; one pass is the common protocol
+		EvalEvery:     0,           // evaluation costs a pass over the test set; only at the end unless asked
+		EvalBatch:     1000,        // large enough that per-batch overhead vanishes, small in memory
+		ProgressEvery: time.Second, // "about once a second" for the report
+	}
+}
+
+// Validate reports the first out-of-range field.
+func (c Config) Validate() error {
+	switch {
+	case c.Batch < 1:
+		return fmt.Errorf("%w: batch %d, want >= 1", ErrConfig, c.Batch)
+	case c.Epochs < 1:
+		return fmt.Errorf("%w: epochs %d, want >= 1", ErrConfig, c.Epochs)
+	case c.EvalEvery < 0:
+		return fmt.Errorf("%w: eval-every %d, want >= 0 (0 = only at the end)", ErrConfig, c.EvalEvery)
+	case c.EvalBatch < 1:
+		return fmt.Errorf("%w: eval batch %d, want >= 1", ErrConfig, c.EvalBatch)
+	case c.MaxExamples < 0:
+		return fmt.Errorf("%w: max examples %d, want >= 0 (0 = no limit)", ErrConfig, c.MaxExamples)
+	case c.ProgressEvery <= 0:
+		return fmt.Errorf("%w: progress interval %v, want > 0", ErrConfig, c.ProgressEvery)
+	}
+	return nil
+}
+
+// Progress is a snapshot of a running Train, passed to Hooks.Progress.
+type Progress struct {
+	Epoch     int     // 1-based epoch in progress
+	Examples  int64   // training examples so far
+	Steps     int64   // optimizer steps so far (this run)
+	Seconds   float64 // since Train started
+	TrainLoss float64 // mean log-loss of the examples since the previous report, at the weights each was trained on
+	// ExamplesPerSec is the training rate since the previous report.
+	ExamplesPerSec float64
+}
+
+// EvalPoint is one evaluation on the test set, passed to Hooks.Eval.
+type EvalPoint struct {
+	Epoch    int     // 1-based epoch in progress (the last one for the final evaluation)
+	Examples int64   // training examples seen before this evaluation
+	Seconds  float64 // since Train started, when the evaluation finished
+	Metrics
+}
+
+// Hooks receive Train's reports. They run on Train's goroutine, between
+// steps, so they must return quickly and may read (not change) the model.
+// Nil hooks are skipped.
+type Hooks struct {
+	Progress func(Progress)  // about every Config.ProgressEvery
+	Eval     func(EvalPoint) // after every evaluation, the final one included
+}
+
+// Summary is what a Train run did.
+type Summary struct {
+	Examples    int64   // training examples
+	Steps       int64   // optimizer steps
+	Epochs      int     // epochs completed
+	Seconds     float64 // wall time
+	EvalSeconds float64 // of which evaluating
+	// ExamplesPerSec is Examples over the time spent training, evaluation
+	// excluded.
+	ExamplesPerSec float64
+	// TrainLoss is the mean log-loss of all training examples, each at the
+	// weights it was trained on.
+	TrainLoss float64
+	// Evaluated is true when Final is the evaluation at the end of
+	// training (test given, training not interrupted).
+	Evaluated bool
+	// Final holds the metrics of the last evaluation; zero if none ran.
+	Final Metrics
+}
+
+// Train runs the local (single-peer) SGD loop on m, which it makes own every
+// shard. For each epoch e (0-based) it calls open(e), reads batches of
+// cfg.Batch rows into one reused batch, and takes one step per batch:
+// Grad.Add, Grad.Collect, m.Apply(gradient, rows, step), continuing from
+// step m.Steps so a loaded model continues its schedule. Sources are closed
+// after their epoch.
+//
+// If test is not nil, Train evaluates on test() every cfg.EvalEvery
+// examples and at the end. Between batches it checks ctx: on cancellation
+// it returns what was done with ctx.Err(). A source error stops training
+// and is returned wrapped; so is an epoch with no rows (ErrNoData).
+func Train(ctx context.Context, m *model.Model, cfg Config, open func(epoch int) (data.Source, error),
+	test func() (data.Source, error), h Hooks) (Summary, error) {
+	if err := cfg.Validate(); err != nil {
+		return Summary{}, err
+	}
+	t := trainer{m: m, cfg: cfg, openFn: open, test: test, h: h, g: NewGrad(m), now: cfg.Now}
+	if t.now == nil {
+		t.now = time.Now
+	}
+	m.OwnAll()
+	t.start = t.now()
+	t.lastProgress = t.start
+	t.nextEval = cfg.EvalEvery
+	err := t.run(ctx)
+	t.finish()
+	return t.sum, err
+}
+
+// trainer is the state of one Train call.
+type trainer struct {
+	m      *model.Model
+	cfg    Config
+	openFn func(epoch int) (data.Source, error)
+	test   func() (data.Source, error)
+	h      Hooks
+	now    func() time.Time
+
+	g     *Grad
+	batch data.Batch
+	grad  model.Sparse
+	ev    Evaluator
+
+	start        time.Time
+	epoch        int
+	lossSum      float64 // over all examples
+	lastProgress time.Time
+	winLoss      float64 // since the last progress report
+	winExamples  int64
+	nextEval     int64
+	evaluatedAt  int64 // examples at the last evaluation, -1 for none
+	sum          Summary
+}
+
+func (t *trainer) run(ctx context.Context) error {
+	t.evaluatedAt = -1
+	for t.epoch = 0; t.epoch < t.cfg.Epochs; t.epoch++ {
+		if t.cfg.MaxExamples > 0 && t.sum.Examples >= t.cfg.MaxExamples {
+			break
+		}
+		whole, err := t.runEpoch(ctx)
+		if err != nil {
+			return err
+		}
+		if whole {
+			t.sum.Epochs++
+		}
+	}
+	if t.test != nil && t.evaluatedAt != t.sum.Examples {
+		if err := t.evaluate(); err != nil {
+			return err
+		}
+	}
+	if t.test != nil {
+		t.sum.Evaluated = true
+	}
+	return nil
+}
+
+// runEpoch trains on one epoch's source; whole reports that it was read
+// to its end (not cut short by MaxExamples).
+func (t *trainer) runEpoch(ctx context.Context) (whole bool, err error) {
+	src, err := t.open()
+	if err != nil {
+		return false, err
+	}
+	defer func() {
+		if cerr := src.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("epoch %d: closing training data: %w", t.epoch+1, cerr)
+		}
+	}()
+	rowsThisEpoch := int64(0)
+	for {
+		if err := ctx.Err(); err != nil {
+			return false, err
+		}
+		want := t.cfg.Batch
+		if t.cfg.MaxExamples > 0 {
+			left := t.cfg.MaxExamples - t.sum.Examples
+			if left <= 0 {
+				return false, nil
+			}
+			want = int(min(int64(want), left))
+		}
+		n, err := src.Next(&t.batch, want)
+		if n > 0 {
+			rowsThisEpoch += int64(n)
+			if err := t.step(n); err != nil {
+				return false, err
+			}
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return false, fmt.Errorf("epoch %d: %w", t.epoch+1, err)
+		}
+	}
+	if rowsThisEpoch == 0 {
+		return false, fmt.Errorf("epoch %d: training data: %w", t.epoch+1, ErrNoData)
+	}
+	return true, nil
+}
+
+func (t *trainer) open() (data.Source, error) {
+	src, err := t.openFn(t.epoch)
+	if err != nil {
+		return nil, fmt.Errorf("epoch %d: %w", t.epoch+1, err)
+	}
+	return src, nil
+}
+
+// step trains on the n rows in t.batch.
+func (t *trainer) step(n int) error {
+	loss := t.g.Add(t.m, &t.batch)
+	t.g.Collect(&t.grad)
+	t.m.Apply(&t.grad, n, t.m.Steps)
+	t.sum.Steps++
+	t.sum.Examples += int64(n)
+	t.lossSum += loss
+	t.winLoss += loss
+	t.winExamples += int64(n)
+
+	now := t.now()
+	if d := now.Sub(t.lastProgress); d >= t.cfg.ProgressEvery && t.h.Progress != nil {
+		secs := d.Seconds()
+		t.h.Progress(Progress{
+			Epoch:          t.epoch + 1,
+			Examples:       t.sum.Examples,
+			Steps:          t.sum.Steps,
+			Seconds:        now.Sub(t.start).Seconds(),
+			TrainLoss:      t.winLoss / float64(t.winExamples),
+			ExamplesPerSec: float64(t.winExamples) / secs,
+		})
+		t.lastProgress, t.winLoss, t.winExamples = now, 0, 0
+	}
+	if t.test != nil && t.cfg.EvalEvery > 0 && t.sum.Examples >= t.nextEval {
+		for t.nextEval <= t.sum.Examples {
+			t.nextEval += t.cfg.EvalEvery
+		}
+		return t.evaluate()
+	}
+	return nil
+}
+
+// evaluate runs one evaluation on the test set and reports it.
+func (t *trainer) evaluate() (err error) {
+	began := t.now()
+	src, err := t.test()
+	if err != nil {
+		return fmt.Errorf("test data: %w", err)
+	}
+	defer func() {
+		if cerr := src.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("closing test data: %w", cerr)
+		}
+	}()
+	met, err := t.ev.Evaluate(t.m, src, t.cfg.EvalBatch)
+	if err != nil {
+		return fmt.Errorf("test data: %w", err)
+	}
+	end := t.now()
+	t.sum.EvalSeconds += end.Sub(began).Seconds()
+	t.sum.Final = met
+	t.evaluatedAt = t.sum.Examples
+	// Do not count evaluation time in the next progress window's rate.
+	t.lastProgress = t.lastProgress.Add(end.Sub(began))
+	if t.h.Eval != nil {
+		t.h.Eval(EvalPoint{Epoch: min(t.epoch+1, t.cfg.Epochs), Examples: t.sum.Examples, Seconds: end.Sub(t.start).Seconds(), Metrics: met})
+	}
+	return nil
+}
+
+// finish fills the summary's totals.
+func (t *trainer) finish() {
+	t.sum.Seconds = t.now().Sub(t.start).Seconds()
+	if train := t.sum.Seconds - t.sum.EvalSeconds; train > 0 {
+		t.sum.ExamplesPerSec = float64(t.sum.Examples) / train
+	}
+	if t.sum.Examples > 0 {
+		t.sum.TrainLoss = t.lossSum / float64(t.sum.Examples)
+	}
+}
