@@ -113,12 +113,20 @@ type Summary struct {
 	BadLines      int64  `json:"bad_lines"`
 	Resources
 	// Distributed figures; zero on a single peer.
-	Rounds        int64 `json:"rounds"`
-	BytesSent     int64 `json:"bytes_sent"`
-	BytesRecv     int64 `json:"bytes_recv"`
-	PubsubDropped int64 `json:"pubsub_dropped"`
-	Repaired      int64 `json:"repaired"`
-	Rejected      int64 `json:"rejected"`
+	Peers         int     `json:"peers"`    // workers in the run (1 for a single peer)
+	Topology      string  `json:"topology"` // "single", "ring" or "master"
+	Mode          string  `json:"mode"`     // "local", "sync", "ssp" or "async"
+	Batch         int     `json:"batch"`
+	Rounds        int64   `json:"rounds"`
+	WaitSeconds   float64 `json:"wait_seconds"`  // time waiting at barriers
+	MaxStaleness  int64   `json:"max_staleness"` // largest staleness a gradient was computed at
+	BytesSent     int64   `json:"bytes_sent"`    // payload bytes published
+	BytesRecv     int64   `json:"bytes_recv"`    // payload bytes received
+	PubsubDropped int64   `json:"pubsub_dropped"`
+	Repaired      int64   `json:"repaired"`
+	Rejected      int64   `json:"rejected"`
+	Owned         int     `json:"owned_shards"` // shards this peer was primary of at the end
+	Shards        int     `json:"shards"`
 }
 
 // Writer appends records to a report file, one JSON object per line, and

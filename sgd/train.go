@@ -166,6 +166,12 @@ type trainer struct {
 	nextEval     int64
 	evaluatedAt  int64 // examples at the last evaluation, -1 for none
 	sum          Summary
+
+	// The distributed loop reuses this machinery with its own step (nil:
+	// the local step) and a hook run after the last epoch, before the
+	// final evaluation (nil: none).
+	stepFn          func(n int) error
+	beforeFinalEval func() error
 }
 
 func (t *trainer) run(ctx context.Context) error {
@@ -182,7 +188,12 @@ func (t *trainer) run(ctx context.Context) error {
 			t.sum.Epochs++
 		}
 	}
-	if t.test != nil && t.evaluatedAt != t.sum.Examples {
+	if t.beforeFinalEval != nil {
+		if err := t.beforeFinalEval(); err != nil {
+			return err
+		}
+	}
+	if t.test != nil && (t.evaluatedAt != t.sum.Examples || t.beforeFinalEval != nil) {
 		if err := t.evaluate(); err != nil {
 			return err
 		}
@@ -221,7 +232,11 @@ func (t *trainer) runEpoch(ctx context.Context) (whole bool, err error) {
 		n, err := src.Next(&t.batch, want)
 		if n > 0 {
 			rowsThisEpoch += int64(n)
-			if err := t.step(n); err != nil {
+			step := t.step
+			if t.stepFn != nil {
+				step = t.stepFn
+			}
+			if err := step(n); err != nil {
 				return false, err
 			}
 		}
@@ -256,7 +271,11 @@ func (t *trainer) step(n int) error {
 	t.lossSum += loss
 	t.winLoss += loss
 	t.winExamples += int64(n)
+	return t.afterStep()
+}
 
+// afterStep reports progress and evaluates when due.
+func (t *trainer) afterStep() error {
 	now := t.now()
 	if d := now.Sub(t.lastProgress); d >= t.cfg.ProgressEvery && t.h.Progress != nil {
 		secs := d.Seconds()

@@ -222,10 +222,16 @@ func TestHostileMessages(t *testing.T) {
 		t.Fatalf("hand-built message: %v %+v", err, m.Sparse)
 	}
 	for _, tc := range cases {
-		c := NewCodec(F32, None, lim)
 		var m Message
 		var err error
-		alloc := allocated(func() { err = c.Decode(tc.msg, &m) })
+		// The least of three cold decodes: MemStats counts every
+		// goroutine's allocations, and background noise only adds.
+		alloc := uint64(math.MaxUint64)
+		for range 3 {
+			c := NewCodec(F32, None, lim)
+			m = Message{}
+			alloc = min(alloc, allocated(func() { err = c.Decode(tc.msg, &m) }))
+		}
 		if !errors.Is(err, tc.want) {
 			t.Errorf("%s: error %v, want %v", tc.name, err, tc.want)
 			continue
@@ -346,6 +352,9 @@ func TestDecodeAllocatesNothingInSteadyState(t *testing.T) {
 	for name, msg := range msgs {
 		if err := c.Decode(msg, &m); err != nil { // grow buffers, intern strings
 			t.Fatal(err)
+		}
+		if raceEnabled && m.Compress == Zstd {
+			continue // the race detector makes sync.Pool (inside zstd) drop items at random
 		}
 		if a := testing.AllocsPerRun(20, func() { _ = c.Decode(msg, &m) }); a != 0 {
 			t.Errorf("%s: %v allocations per decode", name, a)

@@ -1,0 +1,410 @@
+package gossip
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/gossiptrain/gossiptrain/gossip/wire"
+	"github.com/gossiptrain/gossiptrain/model"
+)
+
+// Grad is one worker's gradient message for this owner, reassembled from
+// its parts. It is only valid during the Handlers.Grad call: its slices
+// are reused for the stream's next message, so copy (or sum) what you keep.
+type Grad struct {
+	From     string       // the worker (authenticated sender)
+	Clock    uint64       // the worker's clock
+	Epoch    uint64       // the ring epoch the worker computed owners with
+	Seq      uint64       // sequence number of the first part in the worker's stream to this owner
+	Parts    int          // parts it travelled in
+	Examples int          // examples behind the summed gradient
+	Values   wire.Values  // the value format it travelled in (lossy formats are rounded)
+	Rows     model.Sparse // the rows, Config.Width values each, strictly ascending
+}
+
+// Params is one owner's params message, reassembled from its parts. Like
+// Grad, it is only valid during the Handlers.Params call.
+type Params struct {
+	From  string       // the owner (authenticated sender), or self with Config.LoopParams
+	Clock uint64       // the owner's clock when it published
+	Epoch uint64       // the ring epoch of the owner's shards
+	Seq   uint64       // sequence number of the first part in the owner's params stream
+	Parts int          // parts it travelled in
+	Ack   wire.Ack     // the owner's progress: through clock and per-worker applied clocks
+	Rows  model.Sparse // the new values of the changed rows, Config.Width values each
+}
+
+// Handlers receive what the Exchange delivers. All three are called from
+// the Exchange's single delivery goroutine, never concurrently with each
+// other, so they need no locking among themselves; each must return
+// quickly (they may call SendGrad and SendParams). A nil handler discards.
+type Handlers struct {
+	// Grad receives gradients addressed to this node, in sequence order per
+	// worker.
+	Grad func(g *Grad)
+	// Params receives params messages, in sequence order per owner.
+	Params func(p *Params)
+	// Error receives stream failures the training layer may act on: ErrGone
+	// (a hole no sender can fill: fatal for the stream in sync mode) and
+	// ErrProtocol (a sender broke the part protocol; the message is
+	// dropped).
+	Error func(err error)
+}
+
+// Exchange is the reliable, validated, sequenced message layer of one
+// training peer over a Transport. See the package doc for how it is driven.
+type Exchange struct {
+	cfg         Config
+	tr          Transport
+	self        string
+	h           Handlers
+	gradTopic   string // this node's own grad topic
+	paramsTopic string
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	subs   []func()
+	closed atomic.Bool
+
+	// Sending. gradMu serialises gradient sends (the grad codec, the grad
+	// out-streams' appends and gs); paramsMu the same for params.
+	gradMu      sync.Mutex
+	gradCodec   *wire.Codec
+	gradLoopSeq uint64 // this node's stream of gradients to itself
+	gs          sendState
+	gradEmit    func([]byte) error
+
+	paramsMu    sync.Mutex
+	paramsCodec *wire.Codec
+	paramsOut   *outStream
+	ack         wire.Ack
+	ps          sendState
+	paramsEmit  func([]byte) error
+
+	outMu   sync.Mutex            // guards gradOut (the map, not the streams)
+	gradOut map[string]*outStream // by owner
+
+	// Receiving.
+	inbox     chan item
+	localMu   sync.Mutex
+	local     []item // loopback and control items, unbounded (self-generated)
+	localWake chan struct{}
+	streamsMu sync.Mutex
+	streams   map[streamKey]*inStream
+	rx        *wire.Codec   // delivery goroutine only
+	rxMsg     wire.Message  // delivery goroutine only
+	decoders  chan *decoder // free decoders for validators and repairs (a sync.Pool would be emptied by every GC)
+	bufs      sync.Pool     // *[]byte, for loopback copies
+	repairSem chan struct{}
+
+	stats counters
+}
+
+// sendState is the per-call state of a send, read by the emit callback.
+type sendState struct {
+	ctx   context.Context
+	out   *outStream // nil for a gradient to self
+	kind  Stream
+	loop  bool  // also (or only) deliver locally
+	local bool  // only deliver locally (gradient to self)
+	err   error // first Publish error
+}
+
+type decoder struct {
+	c *wire.Codec
+	m wire.Message
+}
+
+// New starts an Exchange on tr: it subscribes to this node's grad topic
+// and the params topic, serves repair requests on RepairProtocol and starts
+// its delivery goroutine. Close stops it. One Exchange per transport: a
+// second would take over the repair handler.
+//
+// Sequence numbers start at 0 for every stream and live as long as the
+// Exchange: a peer that restarts with a new Exchange starts again at 0, and
+// receivers that knew the old one drop its messages as duplicates (a
+// restarted peer rejoins under a new incarnation: issue 5).
+
+func New(tr Transport, cfg Config, h Handlers) (*Exchange, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	self := tr.Self()
+	if len(self) > cfg.Wire.Limits.MaxString {
+		return nil, fmt.Errorf("%w: peer ID %q longer than Wire.Limits.MaxString (%d)", ErrConfig, self, cfg.Wire.Limits.MaxString)
+	}
+	lim := cfg.Wire.Limits
+	gradCodec, err := cfg.Wire.NewCodec()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	x := &Exchange{
+		cfg:         cfg,
+		tr:          tr,
+		self:        self,
+		h:           h,
+		gradTopic:   GradTopic(cfg.Job, self),
+		paramsTopic: ParamsTopic(cfg.Job),
+		ctx:         ctx,
+		cancel:      cancel,
+		gradCodec:   gradCodec,
+		paramsCodec: wire.NewCodec(wire.F32, cfg.Wire.Compress, lim),
+		gradOut:     make(map[string]*outStream),
+		inbox:       make(chan item, cfg.Inbox),
+		localWake:   make(chan struct{}, 1),
+		streams:     make(map[streamKey]*inStream),
+		rx:          wire.NewCodec(wire.F32, wire.None, lim),
+		repairSem:   make(chan struct{}, cfg.RepairConcurrency),
+	}
+	x.paramsOut = x.newOutStream(x.paramsTopic)
+	x.gradEmit = x.emitGrad
+	x.paramsEmit = x.emitParams
+	x.decoders = make(chan *decoder, 2*runtime.GOMAXPROCS(0)+cfg.RepairConcurrency)
+	x.bufs.New = func() any { return new([]byte) }
+
+	for _, s := range []struct {
+		topic string
+		kind  Stream
+	}{{x.gradTopic, StreamGrad}, {x.paramsTopic, StreamParams}} {
+		kind := s.kind
+		cancelSub, err := tr.Subscribe(s.topic,
+			func(from string, msg []byte) error { return x.validate(kind, from, msg) },
+			func(from string, msg []byte) { x.enqueue(item{kind: kind, from: from, data: msg, src: srcPubsub}) })
+		if err != nil {
+			x.Close()
+			return nil, fmt.Errorf("gossip: subscribe to %s: %w", s.topic, err)
+		}
+		x.subs = append(x.subs, cancelSub)
+	}
+	tr.Serve(RepairProtocol, x.serve)
+	x.wg.Add(1)
+	go x.deliverLoop()
+	return x, nil
+}
+
+// Close unsubscribes, stops the delivery and repair goroutines and waits
+// for them. Handlers are not called after Close returns. Sends after Close
+// fail with ErrClosed; repair requests are still answered from the
+// retransmit buffers (the transport keeps the handler).
+func (x *Exchange) Close() error {
+	if x.closed.Swap(true) {
+		return nil
+	}
+	x.cancel() // first: a transport goroutine blocked on a full inbox gives up
+	for _, c := range x.subs {
+		c()
+	}
+	x.wg.Wait()
+	return nil
+}
+
+// Self is this node's peer ID.
+func (x *Exchange) Self() string { return x.self }
+
+// Stats returns the Exchange's counters, with the transport's.
+func (x *Exchange) Stats() Stats {
+	s := x.stats.snapshot()
+	s.Transport = x.tr.Stats()
+	return s
+}
+
+// Rejected returns the rejected-message counts by reason.
+func (x *Exchange) Rejected() Rejections { return x.stats.snapshot().Rejected }
+
+// WaitOwner blocks until owner is subscribed to its grad topic (so a
+// gradient published now can reach it), or ctx ends. It returns at once for
+// this node itself.
+func (x *Exchange) WaitOwner(ctx context.Context, owner string) error {
+	if owner == x.self {
+		return nil
+	}
+	return x.tr.Ready(ctx, GradTopic(x.cfg.Job, owner), 1)
+}
+
+// WaitPeers blocks until at least n other peers are subscribed to the
+// params topic, or ctx ends.
+func (x *Exchange) WaitPeers(ctx context.Context, n int) error {
+	return x.tr.Ready(ctx, x.paramsTopic, n)
+}
+
+// SendGrad sends g, a worker's summed gradient over examples examples for
+// owner's rows at clock and epoch, on owner's stream. Large bodies are
+// split into parts, each with its own sequence number and kept in the
+// stream's retransmit buffer; an empty g is sent too (owners count every
+// worker's examples). A gradient for this node itself is looped back to
+// the Grad handler without touching the network.
+//
+// Call it from one goroutine at a time per Exchange (it serialises anyway).
+// Errors: an encode error (indices out of range, NaN) sends nothing; an
+// error wrapping ErrUnpublished means the message is sequenced and will be
+// repaired, so do not send it again.
+func (x *Exchange) SendGrad(ctx context.Context, owner string, clock, epoch uint64, examples int, g *model.Sparse) error {
+	if x.closed.Load() {
+		return ErrClosed
+	}
+	if owner == "" {
+		return fmt.Errorf("gossip: SendGrad: empty owner")
+	}
+	x.gradMu.Lock()
+	defer x.gradMu.Unlock()
+	h := wire.Header{Job: x.cfg.Job, Sender: x.self, Clock: clock, Epoch: epoch}
+	x.gs = sendState{ctx: ctx, kind: StreamGrad}
+	if owner == x.self {
+		h.Seq = x.gradLoopSeq
+		x.gs.loop, x.gs.local = true, true
+	} else {
+		x.gs.out = x.gradStream(owner)
+		h.Seq = x.gs.out.nextSeq()
+	}
+	n, err := x.gradCodec.SplitGrad(h, examples, x.cfg.Width, g, x.gradEmit)
+	if owner == x.self {
+		x.gradLoopSeq += uint64(n)
+	}
+	pubErr := x.gs.err
+	x.gs = sendState{}
+	if err != nil {
+		if n > 0 { // cannot happen: SplitGrad finds every cut before emitting
+			x.cfg.Log.Error().Err(err).Str("owner", owner).Int("parts", n).Msg("gradient split failed after emitting parts")
+		}
+		return fmt.Errorf("gossip: send grad to %s clock %d: %w", owner, clock, err)
+	}
+	if pubErr != nil {
+		return fmt.Errorf("%w: grad to %s clock %d (%d parts from seq %d): %w", ErrUnpublished, owner, clock, n, h.Seq, pubErr)
+	}
+	return nil
+}
+
+// SendParams publishes an owner's new values p (Config.Width values per
+// row, lossless float32) with its progress ack on the params stream, split
+// into parts when large. ack.Applied may be in any order (it is sorted into
+// the message; a worker listed twice is an error). With Config.LoopParams
+// the message is also delivered to this node's Params handler. Errors are
+// as for SendGrad.
+func (x *Exchange) SendParams(ctx context.Context, clock, epoch uint64, ack *wire.Ack, p *model.Sparse) error {
+	if x.closed.Load() {
+		return ErrClosed
+	}
+	x.paramsMu.Lock()
+	defer x.paramsMu.Unlock()
+	x.ack.Through = ack.Through
+	x.ack.Applied = append(x.ack.Applied[:0], ack.Applied...)
+	slices.SortFunc(x.ack.Applied, func(a, b wire.WorkerClock) int { return strings.Compare(a.Worker, b.Worker) })
+	h := wire.Header{Job: x.cfg.Job, Sender: x.self, Clock: clock, Epoch: epoch, Seq: x.paramsOut.nextSeq()}
+	x.ps = sendState{ctx: ctx, kind: StreamParams, out: x.paramsOut, loop: x.cfg.LoopParams}
+	n, err := x.paramsCodec.SplitParamsAck(h, &x.ack, x.cfg.Width, p, x.paramsEmit)
+	pubErr := x.ps.err
+	x.ps = sendState{}
+	if err != nil {
+		if n > 0 {
+			x.cfg.Log.Error().Err(err).Int("parts", n).Msg("params split failed after emitting parts")
+		}
+		return fmt.Errorf("gossip: send params clock %d: %w", clock, err)
+	}
+	if pubErr != nil {
+		return fmt.Errorf("%w: params clock %d (%d parts from seq %d): %w", ErrUnpublished, clock, n, h.Seq, pubErr)
+	}
+	return nil
+}
+
+func (x *Exchange) emitGrad(msg []byte) error   { return x.emit(&x.gs, msg) }
+func (x *Exchange) emitParams(msg []byte) error { return x.emit(&x.ps, msg) }
+
+// emit handles one encoded part: into the retransmit buffer, to the
+// network (unless an earlier part failed to publish: the rest stay
+// buffered for repair), and to the local queue for loopback. It never
+// fails, so a split always sequences every part.
+func (x *Exchange) emit(s *sendState, msg []byte) error {
+	if s.loop {
+		x.pushLocal(item{kind: s.kind, from: x.self, src: srcLocal}, msg)
+	}
+	if s.local {
+		return nil
+	}
+	buf := s.out.add(msg, &x.stats)
+	if s.err != nil {
+		return nil
+	}
+	if err := x.tr.Publish(s.ctx, s.out.topic, buf); err != nil {
+		s.err = err
+		x.stats.publishErrors.Add(1)
+		return nil
+	}
+	x.stats.sent.Add(1)
+	x.stats.sentBytes.Add(uint64(len(buf)))
+	return nil
+}
+
+// gradStream returns the out-stream to owner, creating it.
+func (x *Exchange) gradStream(owner string) *outStream {
+	x.outMu.Lock()
+	defer x.outMu.Unlock()
+	s := x.gradOut[owner]
+	if s == nil {
+		s = x.newOutStream(GradTopic(x.cfg.Job, owner))
+		x.gradOut[owner] = s
+	}
+	return s
+}
+
+// validate is the transport validator of the topic of kind.
+func (x *Exchange) validate(kind Stream, from string, msg []byte) error {
+	d := x.getDecoder()
+	r, err := x.check(d.c, &d.m, kind, from, msg)
+	x.putDecoder(d)
+	if err != nil {
+		x.stats.rejected[r].Add(1)
+		return fmt.Errorf("gossip: %s message from %s rejected (%s): %w", kind, from, r, err)
+	}
+	return nil
+}
+
+// getDecoder takes a free decoder or makes one.
+func (x *Exchange) getDecoder() *decoder {
+	select {
+	case d := <-x.decoders:
+		return d
+	default:
+		return &decoder{c: wire.NewCodec(wire.F32, wire.None, x.cfg.Wire.Limits)}
+	}
+}
+
+// putDecoder keeps d for reuse unless enough are kept.
+func (x *Exchange) putDecoder(d *decoder) {
+	select {
+	case x.decoders <- d:
+	default:
+	}
+}
+
+// check decodes msg into m and checks it belongs on the stream of kind
+// from sender from. On error it returns the reason.
+func (x *Exchange) check(c *wire.Codec, m *wire.Message, kind Stream, from string, msg []byte) (Reason, error) {
+	if err := c.Decode(msg, m); err != nil {
+		return reasonOf(err), err
+	}
+	switch {
+	case m.Job != x.cfg.Job:
+		return ReasonJob, fmt.Errorf("job %q, this is %q", m.Job, x.cfg.Job)
+	case kind == StreamGrad && m.Kind != wire.KindGrad, kind == StreamParams && m.Kind != wire.KindParamsAck:
+		return ReasonKind, fmt.Errorf("%s message on a %s topic", m.Kind, kind)
+	case kind == StreamParams && m.Values != wire.F32:
+		return ReasonKind, fmt.Errorf("params in %s: params travel as lossless f32", m.Values)
+	case m.Sender != from:
+		return ReasonSender, fmt.Errorf("header sender %q, sent by %q", m.Sender, from)
+	case m.Width != x.cfg.Width:
+		return ReasonWidth, fmt.Errorf("rows of width %d, model width %d", m.Width, x.cfg.Width)
+	}
+	if x.cfg.CheckEpoch != nil {
+		if err := x.cfg.CheckEpoch(m.Kind, m.Sender, m.Epoch); err != nil {
+			return ReasonEpoch, fmt.Errorf("epoch %d: %w", m.Epoch, err)
+		}
+	}
+	return 0, nil
+}

@@ -1,0 +1,14 @@
+// Package gossiptest builds hostile and hand-made messages for tests of
+// the gossip layer and of the training built on it: a test peer publishes
+// them on a real or in-memory transport and checks that honest peers
+// reject and count them and that no model changes.
+//
+// The wire encoder refuses to produce NaN values, so NaN assembles the few
+// bytes of such a message by hand, following the format documented in
+// gossip/wire (header, sparse section, F32 value block).
+//
+// Driving it: Garbage, NaN and Message build single messages; HostileCases
+// gives one message per rejection reason with the reason expected, for a
+// test peer to publish; GradOfSize and BenchExchange measure an Exchange
+// over any pair of transports (memnet, p2p).
+package gossiptest

@@ -1,0 +1,338 @@
+package p2p
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p"
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/p2p/transport/tcp"
+)
+
+// testPayload is the payload limit of the test hosts: gossipsub's limit is
+// this plus the envelope allowance.
+const (
+	testPayload  = 64 << 10
+	envelopeRoom = 1024
+)
+
+type testNode struct {
+	tr     *Transport
+	tracer *Tracer
+}
+
+// newNodes starts n hosts on 127.0.0.1, each with gossipsub and a
+// Transport, all connected to each other.
+func newNodes(t testing.TB, n int, cfg Config, opts ...pubsub.Option) []*testNode {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	var nodes []*testNode
+	for range n {
+		h, err := libp2p.New(libp2p.ListenAddrStrings("/ip4/127.0.0.1/tcp/0"), libp2p.Transport(tcp.NewTCPTransport), libp2p.DisableRelay())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { h.Close() })
+		tracer := NewTracer()
+		all := append([]pubsub.Option{pubsub.WithMaxMessageSize(testPayload + envelopeRoom), pubsub.WithRawTracer(tracer)}, opts...)
+		ps, err := pubsub.NewGossipSub(ctx, h, all...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := cfg
+		c.Drops = tracer.Drops
+		tr, err := New(h, ps, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { tr.Close() })
+		nodes = append(nodes, &testNode{tr: tr, tracer: tracer})
+	}
+	for i, a := range nodes {
+		for _, b := range nodes[i+1:] {
+			if err := a.tr.h.Connect(ctx, peer.AddrInfo{ID: b.tr.h.ID(), Addrs: b.tr.h.Addrs()}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return nodes
+}
+
+func testCfg() Config {
+	cfg := DefaultConfig()
+	cfg.MaxPayload = testPayload
+	return cfg
+}
+
+type delivery struct{ from, msg string }
+
+// subscribe records deliveries on a channel; reject refuses messages with
+// that prefix, and seen receives every message validated.
+func subscribe(t *testing.T, n *testNode, topic, reject string, seen chan<- string) <-chan delivery {
+	t.Helper()
+	ch := make(chan delivery, 100)
+	_, err := n.tr.Subscribe(topic, func(from string, msg []byte) error {
+		if seen != nil {
+			seen <- string(msg)
+		}
+		if reject != "" && strings.HasPrefix(string(msg), reject) {
+			return errors.New("refused")
+		}
+		return nil
+	}, func(from string, msg []byte) { ch <- delivery{from, string(msg)} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ch
+}
+
+func ready(t *testing.T, n *testNode, topic string, k int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := n.tr.Ready(ctx, topic, k); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func publish(t *testing.T, n *testNode, topic, msg string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := n.tr.Publish(ctx, topic, []byte(msg)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func recv(t *testing.T, ch <-chan delivery) delivery {
+	t.Helper()
+	select {
+	case d := <-ch:
+		return d
+	case <-time.After(20 * time.Second):
+		t.Fatal("nothing delivered in 20s")
+		return delivery{}
+	}
+}
+
+// A publisher that is not subscribed reaches the subscribers; a subscribed
+// publisher's own message is not delivered to itself.
+func TestPublishDeliverNotSelf(t *testing.T) {
+	nodes := newNodes(t, 3, testCfg())
+	a, b, c := nodes[0], nodes[1], nodes[2]
+	bch := subscribe(t, b, "t", "", nil)
+	cch := subscribe(t, c, "t", "", nil)
+	ready(t, a, "t", 2)
+	ready(t, b, "t", 1)
+	publish(t, a, "t", "from a")
+	for _, ch := range []<-chan delivery{bch, cch} {
+		if d := recv(t, ch); d.from != a.tr.Self() || d.msg != "from a" {
+			t.Fatalf("got %+v", d)
+		}
+	}
+	// b's own message enters b's router before a publishes the next one;
+	// the router delivers in that order, so b would see "own" first were
+	// it not skipped.
+	publish(t, b, "t", "own")
+	if d := recv(t, cch); d.msg != "own" || d.from != b.tr.Self() {
+		t.Fatalf("c got %+v", d)
+	}
+	publish(t, a, "t", "after")
+	if d := recv(t, bch); d.msg != "after" {
+		t.Fatalf("b got %+v, want a's \"after\" and never its own", d)
+	}
+	if s := a.tr.Stats(); s.Published != 2 || s.PublishedBytes != uint64(len("from a")+len("after")) {
+		t.Errorf("a stats %+v", s)
+	}
+}
+
+func TestValidatorRejects(t *testing.T) {
+	nodes := newNodes(t, 2, testCfg())
+	a, b := nodes[0], nodes[1]
+	seen := make(chan string, 10)
+	bch := subscribe(t, b, "t", "bad", seen)
+	ready(t, a, "t", 1)
+	publish(t, a, "t", "bad one")
+	publish(t, a, "t", "good")
+	validated := map[string]bool{}
+	for len(validated) < 2 {
+		select {
+		case m := <-seen:
+			validated[m] = true
+		case <-time.After(20 * time.Second):
+			t.Fatalf("validated %v", validated)
+		}
+	}
+	if d := recv(t, bch); d.msg != "good" {
+		t.Fatalf("delivered %q", d.msg)
+	}
+	select {
+	case d := <-bch:
+		t.Fatalf("delivered %q too", d.msg)
+	default:
+	}
+	if r := b.tr.Stats().Rejected; r != 1 {
+		t.Errorf("rejected %d, want 1", r)
+	}
+}
+
+// The payload limit is checked before gossipsub sees the message: at the
+// limit it is delivered (the envelope fits), over it Publish fails, and a
+// payload of gossipsub's own limit, which would vanish silently, fails too.
+func TestPayloadLimit(t *testing.T) {
+	nodes := newNodes(t, 2, testCfg())
+	a, b := nodes[0], nodes[1]
+	bch := subscribe(t, b, "t", "", nil)
+	ready(t, a, "t", 1)
+	ctx := context.Background()
+	for _, n := range []int{testPayload + 1, testPayload + envelopeRoom} {
+		if err := a.tr.Publish(ctx, "t", make([]byte, n)); !errors.Is(err, ErrTooLarge) {
+			t.Errorf("%d-byte payload: %v, want ErrTooLarge", n, err)
+		}
+	}
+	full := bytes.Repeat([]byte{'x'}, testPayload)
+	if err := a.tr.Publish(ctx, "t", full); err != nil {
+		t.Fatal(err)
+	}
+	if d := recv(t, bch); len(d.msg) != testPayload {
+		t.Fatalf("delivered %d bytes", len(d.msg))
+	}
+}
+
+// Publish on a topic nobody subscribes to waits for a subscriber, bounded
+// by ctx, instead of publishing into the void.
+func TestPublishWaitsForSubscriber(t *testing.T) {
+	nodes := newNodes(t, 2, testCfg())
+	a, b := nodes[0], nodes[1]
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := a.tr.Publish(ctx, "lonely", []byte("x")); !errors.Is(err, ErrNotReady) {
+		t.Fatalf("publish with no subscriber: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		done <- a.tr.Publish(ctx, "t", []byte("first"))
+	}()
+	bch := subscribe(t, b, "t", "", nil)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if d := recv(t, bch); d.msg != "first" {
+		t.Fatalf("got %q", d.msg)
+	}
+}
+
+func TestRequestResponse(t *testing.T) {
+	cfg := testCfg()
+	cfg.MaxRequest, cfg.MaxResponse = 100, 1000
+	nodes := newNodes(t, 2, cfg)
+	a, b := nodes[0], nodes[1]
+	b.tr.Serve("/echo/1", func(_ context.Context, from string, req []byte, w io.Writer) error {
+		switch string(req) {
+		case "fail":
+			return errors.New("handler failed")
+		case "big":
+			_, err := w.Write(make([]byte, 1001))
+			return err
+		}
+		_, err := fmt.Fprintf(w, "%s said %s", from, req)
+		return err
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	read := func(req string) (string, error) {
+		rc, err := a.tr.Request(ctx, b.tr.Self(), "/echo/1", []byte(req))
+		if err != nil {
+			return "", err
+		}
+		defer rc.Close()
+		out, err := io.ReadAll(rc)
+		return string(out), err
+	}
+	if got, err := read("hi"); err != nil || got != a.tr.Self()+" said hi" {
+		t.Errorf("echo: %q, %v", got, err)
+	}
+	if _, err := read("fail"); err == nil {
+		t.Error("a failing handler's stream read without error")
+	}
+	if _, err := read("big"); !errors.Is(err, ErrTooLarge) {
+		t.Errorf("response over MaxResponse: %v", err)
+	}
+	if _, err := read(strings.Repeat("x", 101)); !errors.Is(err, ErrTooLarge) {
+		t.Errorf("request over MaxRequest: %v", err)
+	}
+	if _, err := a.tr.Request(ctx, b.tr.Self(), "/none/1", nil); err == nil {
+		t.Error("unserved protocol: no error")
+	}
+	if s := b.tr.Stats(); s.Served != 3 {
+		t.Errorf("served %d, want 3", s.Served)
+	}
+}
+
+func TestSubscribeTwiceAndConfig(t *testing.T) {
+	nodes := newNodes(t, 1, testCfg())
+	subscribe(t, nodes[0], "t", "", nil)
+	if _, err := nodes[0].tr.Subscribe("t", nil, nil); !errors.Is(err, ErrSubscribed) {
+		t.Errorf("second subscription: %v", err)
+	}
+	for name, mut := range map[string]func(*Config){
+		"MaxPayload":         func(c *Config) { c.MaxPayload = 0 },
+		"ReadyTimeout":       func(c *Config) { c.ReadyTimeout = 0 },
+		"SubscriptionBuffer": func(c *Config) { c.SubscriptionBuffer = 0 },
+		"StreamTimeout":      func(c *Config) { c.StreamTimeout = 0 },
+		"MaxRequest":         func(c *Config) { c.MaxRequest = 0 },
+		"MaxResponse":        func(c *Config) { c.MaxResponse = 0 },
+	} {
+		c := DefaultConfig()
+		mut(&c)
+		if err := c.Validate(); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "Config."+name) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
+// With Config.Join, topics come from the caller (the node package), once
+// each, and stay open after Close.
+func TestJoinHook(t *testing.T) {
+	nodes := newNodes(t, 1, testCfg())
+	ps := nodes[0].tr.ps
+	joined := map[string]*pubsub.Topic{}
+	cfg := testCfg()
+	cfg.Join = func(name string) (*pubsub.Topic, error) {
+		if tp, ok := joined[name]; ok {
+			return tp, nil
+		}
+		tp, err := ps.Join(name)
+		joined[name] = tp
+		return tp, err
+	}
+	tr, err := New(nodes[0].tr.h, ps, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel, err := tr.Subscribe("hooked", func(string, []byte) error { return nil }, func(string, []byte) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Publish(context.Background(), "hooked", []byte("x")); err != nil { // alone: no wait
+		t.Fatal(err)
+	}
+	cancel()
+	tr.Close()
+	if len(joined) != 1 || joined["hooked"] == nil {
+		t.Fatalf("joined %v", joined)
+	}
+	if err := joined["hooked"].Publish(context.Background(), []byte("still open")); err != nil {
+		t.Errorf("topic closed by the transport: %v", err)
+	}
+}

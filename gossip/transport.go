@@ -1,0 +1,61 @@
+package gossip
+
+import (
+	"context"
+	"io"
+)
+
+// Transport is what the training layer needs from the network.
+// Implementations: memnet (tests, simulations of many peers in one process)
+// and p2p (libp2p gossipsub and streams).
+//
+// Every method is safe for concurrent use.
+type Transport interface {
+	// Self is this node's peer ID string.
+	Self() string
+	// Publish sends msg to the topic's subscribers. It returns when the
+	// message is handed to the network; a nil error does not mean delivery
+	// (gossipsub drops under load: the Exchange repairs). msg is only read
+	// during the call: implementations copy what they keep. A msg larger
+	// than the transport's payload limit is refused with an error, never
+	// sent to be dropped silently.
+	Publish(ctx context.Context, topic string, msg []byte) error
+	// Subscribe registers validate and deliver for topic. validate runs on
+	// every incoming message before delivery, possibly concurrently; a
+	// non-nil error rejects the message (p2p maps it to
+	// pubsub.ValidationReject, so the sender's peer score drops). deliver is
+	// called sequentially, in arrival order, for accepted messages; it must
+	// not block long. from is the authenticated original sender (not a
+	// forwarding peer). deliver owns msg: the transport never reuses it.
+	// Messages this node publishes on the topic are never delivered to it.
+	// One subscription per topic; cancel ends it.
+	Subscribe(topic string, validate func(from string, msg []byte) error, deliver func(from string, msg []byte)) (cancel func(), err error)
+	// Serve registers h for direct request/response streams of protocol
+	// proto. h reads the whole request in req, writes the response to w and
+	// returns; a non-nil error aborts the stream (the requester's reads
+	// fail). h may run concurrently for different requests.
+	Serve(proto string, h func(ctx context.Context, from string, req []byte, w io.Writer) error)
+	// Request opens a direct stream to peer, sends req, and returns the
+	// response stream. The caller must Close it.
+	Request(ctx context.Context, peer string, proto string, req []byte) (io.ReadCloser, error)
+	// Ready blocks until at least n subscribers other than self are known on
+	// topic, or ctx ends (then it returns an error wrapping ctx.Err()).
+	Ready(ctx context.Context, topic string, n int) error
+	// Stats returns the transport's counters since it started.
+	Stats() TransportStats
+}
+
+// TransportStats are a transport's counters. Message counts are pubsub
+// payloads; stream bytes are direct request/response traffic.
+type TransportStats struct {
+	Published      uint64 // messages handed to the network by Publish
+	PublishedBytes uint64 // their payload bytes
+	Received       uint64 // messages passed to deliver (accepted by validate)
+	ReceivedBytes  uint64 // their payload bytes
+	Rejected       uint64 // incoming messages validate refused
+	Dropped        uint64 // messages the router dropped (memnet: injected faults and full queues; p2p: the gossipsub tracer's count)
+	Requests       uint64 // direct requests this node opened
+	Served         uint64 // direct requests this node answered
+	StreamSent     uint64 // bytes written on direct streams (requests and responses)
+	StreamRecv     uint64 // bytes read from direct streams
+}

@@ -1,0 +1,6 @@
+//go:build !race
+
+package wire
+
+// raceEnabled: the race detector is on (allocation counts differ).
+const raceEnabled = false
