@@ -143,9 +143,11 @@ func (r *runFlags) register(fs *flag.FlagSet) {
 
 // trainFlags are all of train's flags.
 type trainFlags struct {
-	d dataFlags
-	m modelFlags
-	r runFlags
+	d    dataFlags
+	m    modelFlags
+	r    runFlags
+	p    peerFlags
+	dist distFlags
 }
 
 func trainCmd() *command {
@@ -160,7 +162,13 @@ func newTrainCommand() (*command, *trainFlags) {
 	c.group("Data", d.register)
 	c.group("Model", m.register)
 	c.group("Run", r.register)
-	c.group("Logging", r.log.register)
+	c.group("Distributed training", tf.dist.register)
+	tf.p.noShards = true
+	tf.p.register(c)
+	c.group("Logging", func(fs *flag.FlagSet) {
+		r.log.register(fs)
+		tf.p.registerLog(fs)
+	})
 	c.help = `
 Train a binary logistic regression (--model logreg) or a multinomial softmax
 model (--model softmax) with minibatch SGD, AdaGrad or FTRL-Proximal, streaming
@@ -191,6 +199,9 @@ an error naming the file, line and token, unless --skip-bad-lines is given.`
 		job, err := prepareTraining(c, d, m, r, log)
 		if err != nil {
 			return err
+		}
+		if tf.distributed(c) {
+			return job.runDistributed(ctx, tf)
 		}
 		_, err = job.runLocal(ctx)
 		return err
@@ -451,36 +462,15 @@ func (j *trainJob) runLocal(ctx context.Context) (sgd.Summary, error) {
 	sampler := report.NewSampler()
 	j.model.OwnAll()
 
-	var cur data.Source
-	var doneBytes int64 // bytes of finished epochs
+	prog := j.progressHook()
 	open := func(epoch int) (data.Source, error) {
-		if cur != nil {
-			doneBytes += cur.Stats().Bytes
-		}
 		s, err := j.openTrain(epoch)
-		cur = s
+		prog.track(s)
 		return s, err
 	}
 	var bad int64
-	lastProgress := time.Now()
 	hooks := sgd.Hooks{
-		Progress: func(p sgd.Progress) {
-			if j.r.progressEvery <= 0 || time.Since(lastProgress) < j.r.progressEvery {
-				return
-			}
-			lastProgress = time.Now()
-			ev := log.Info().Int("epoch", p.Epoch+1).Str("examples", humanCount(float64(p.Examples))).
-				Str("examples_per_sec", humanCount(p.ExamplesPerSec)).Float64("train_logloss", round4(p.TrainLoss))
-			if cur != nil && j.trainBytes > 0 {
-				total := float64(j.trainBytes) * float64(j.r.epochs)
-				done := float64(doneBytes + cur.Stats().Bytes)
-				if done > 0 && done < total {
-					eta := time.Duration(p.Seconds * (total - done) / done * float64(time.Second))
-					ev = ev.Str("eta", roundDur(eta).String()).Str("done", fmt.Sprintf("%.0f%%", 100*done/total))
-				}
-			}
-			ev.Msg("training")
-		},
+		Progress: prog.fn,
 		Eval: func(e sgd.EvalPoint) {
 			logMetrics(log.Info(), e.Metrics).Str("examples", humanCount(float64(e.Examples))).Msg("evaluation")
 			rep.Write(report.Eval{Type: report.TypeEval, Examples: e.Examples, Seconds: e.Seconds, Epoch: e.Epoch, Metrics: reportMetrics(e.Metrics)})
@@ -492,8 +482,8 @@ func (j *trainJob) runLocal(ctx context.Context) (sgd.Summary, error) {
 	cfg.EvalEvery = j.r.evalEvery
 	log.Info().Strs("train", j.trainFiles).Int("batch", cfg.Batch).Int("epochs", cfg.Epochs).Msg("training")
 	sum, err := sgd.Train(ctx, j.model, cfg, open, j.openTest(), hooks)
-	if cur != nil {
-		bad = cur.Stats().BadLines
+	if prog.cur != nil {
+		bad = prog.cur.Stats().BadLines
 	}
 	if err != nil {
 		return sum, err
@@ -508,6 +498,7 @@ func (j *trainJob) runLocal(ctx context.Context) (sgd.Summary, error) {
 		Metrics:       reportMetrics(sum.Final),
 		ModelNonzeros: j.model.NonZeros(), ModelHash: fmt.Sprintf("%016x", j.model.Hash()),
 		BadLines: bad, Resources: res,
+		Peers: 1, Topology: "single", Mode: "local", Batch: j.r.batch, Shards: j.model.Layout.Shards, Owned: j.model.Layout.Shards,
 	}
 	if err := rep.Write(s); err != nil {
 		return sum, err
@@ -522,6 +513,48 @@ func (j *trainJob) runLocal(ctx context.Context) (sgd.Summary, error) {
 		log.Info().Str("file", j.r.save).Msg("model saved")
 	}
 	return sum, nil
+}
+
+// progress logs progress lines with an ETA from the bytes read so far.
+type progress struct {
+	j         *trainJob
+	cur       data.Source // the epoch being read
+	doneBytes int64       // bytes of finished epochs
+	last      time.Time
+	fn        func(sgd.Progress)
+}
+
+// progressHook returns the progress logger of this job.
+func (j *trainJob) progressHook() *progress {
+	p := &progress{j: j, last: time.Now()}
+	p.fn = func(sp sgd.Progress) {
+		if j.r.progressEvery <= 0 || time.Since(p.last) < j.r.progressEvery {
+			return
+		}
+		p.last = time.Now()
+		ev := j.log.Info().Int("epoch", sp.Epoch).Str("examples", humanCount(float64(sp.Examples))).
+			Str("examples_per_sec", humanCount(sp.ExamplesPerSec)).Float64("train_logloss", round4(sp.TrainLoss))
+		if p.cur != nil && j.trainBytes > 0 {
+			total := float64(j.trainBytes) * float64(j.r.epochs)
+			done := float64(p.doneBytes + p.cur.Stats().Bytes)
+			if done > 0 && done < total {
+				eta := time.Duration(sp.Seconds * (total - done) / done * float64(time.Second))
+				ev = ev.Str("eta", roundDur(eta).String()).Str("done", fmt.Sprintf("%.0f%%", 100*done/total))
+			}
+		}
+		ev.Msg("training")
+	}
+	return p
+}
+
+// track notes the source of a new epoch.
+func (p *progress) track(s data.Source) {
+	if p.cur != nil {
+		p.doneBytes += p.cur.Stats().Bytes
+	}
+	if s != nil {
+		p.cur = s
+	}
 }
 
 // openReport creates the report file (if asked for) and writes its start line.

@@ -27,6 +27,10 @@ func commands() []*command {
 		trainCmd(),
 		evalCmd(),
 		genCmd(),
+		peerCmd(),
+		keygenCmd(),
+		statusCmd(),
+		reportCmd(),
 	}
 }
 

@@ -44,8 +44,9 @@ func Example() {
 	defer worker.Close()
 
 	ctx := context.Background()
-	_ = worker.WaitOwner(ctx, "owner") // the owner is subscribed to its grad topic
-	_ = owner.WaitPeers(ctx, 1)        // and the worker to the params topic
+	_ = worker.WaitOwner(ctx, "owner")                // the owner is subscribed to its grad topic
+	owner.SetParamsPeers([]string{"owner", "worker"}) // the owner publishes params to the worker
+	_ = owner.WaitPeers(ctx, []string{"worker"})      // once it is subscribed to its params topic
 	g := model.Sparse{Idx: []uint32{3, 1 << 19}, Val: []float32{0.1, 0.2}}
 	if err := worker.SendGrad(ctx, "owner", 0, 1, 100, &g); err != nil {
 		fmt.Println(err)

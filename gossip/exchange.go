@@ -80,12 +80,14 @@ type Exchange struct {
 	gs          sendState
 	gradEmit    func([]byte) error
 
-	paramsMu    sync.Mutex
-	paramsCodec *wire.Codec
-	paramsOut   *outStream
-	ack         wire.Ack
-	ps          sendState
-	paramsEmit  func([]byte) error
+	paramsMu     sync.Mutex
+	paramsTopics []string // every receiver's params topic (SetParamsPeers)
+	paramsFailed []bool   // per receiver, during a SendParams: a part failed to publish
+	paramsCodec  *wire.Codec
+	paramsOut    *outStream
+	ack          wire.Ack
+	ps           sendState
+	paramsEmit   func([]byte) error
 
 	outMu   sync.Mutex            // guards gradOut (the map, not the streams)
 	gradOut map[string]*outStream // by owner
@@ -108,12 +110,14 @@ type Exchange struct {
 
 // sendState is the per-call state of a send, read by the emit callback.
 type sendState struct {
-	ctx   context.Context
-	out   *outStream // nil for a gradient to self
-	kind  Stream
-	loop  bool  // also (or only) deliver locally
-	local bool  // only deliver locally (gradient to self)
-	err   error // first Publish error
+	ctx    context.Context
+	out    *outStream // nil for a gradient to self
+	kind   Stream
+	loop   bool     // also (or only) deliver locally
+	local  bool     // only deliver locally (gradient to self)
+	topics []string // publish to these topics instead of out.topic (params: one per receiver)
+	failed []bool   // per topic: a publish failed (params)
+	err    error    // first Publish error
 }
 
 type decoder struct {
@@ -151,7 +155,7 @@ func New(tr Transport, cfg Config, h Handlers) (*Exchange, error) {
 		self:        self,
 		h:           h,
 		gradTopic:   GradTopic(cfg.Job, self),
-		paramsTopic: ParamsTopic(cfg.Job),
+		paramsTopic: ParamsTopic(cfg.Job, self),
 		ctx:         ctx,
 		cancel:      cancel,
 		gradCodec:   gradCodec,
@@ -228,10 +232,33 @@ func (x *Exchange) WaitOwner(ctx context.Context, owner string) error {
 	return x.tr.Ready(ctx, GradTopic(x.cfg.Job, owner), 1)
 }
 
-// WaitPeers blocks until at least n other peers are subscribed to the
-// params topic, or ctx ends.
-func (x *Exchange) WaitPeers(ctx context.Context, n int) error {
-	return x.tr.Ready(ctx, x.paramsTopic, n)
+// WaitPeers blocks until every peer in peers (other than this node) is
+// subscribed to its params topic, so params published now reach it, or ctx
+// ends.
+func (x *Exchange) WaitPeers(ctx context.Context, peers []string) error {
+	for _, p := range peers {
+		if p == x.self {
+			continue
+		}
+		if err := x.tr.Ready(ctx, ParamsTopic(x.cfg.Job, p), 1); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// SetParamsPeers sets the peers SendParams publishes to (this node is left
+// out: it gets its own params by loopback with Config.LoopParams). Call it
+// when the member set changes; it applies from the next SendParams.
+func (x *Exchange) SetParamsPeers(peers []string) {
+	x.paramsMu.Lock()
+	defer x.paramsMu.Unlock()
+	x.paramsTopics = x.paramsTopics[:0]
+	for _, p := range peers {
+		if p != x.self {
+			x.paramsTopics = append(x.paramsTopics, ParamsTopic(x.cfg.Job, p))
+		}
+	}
 }
 
 // SendGrad sends g, a worker's summed gradient over examples examples for
@@ -297,7 +324,8 @@ func (x *Exchange) SendParams(ctx context.Context, clock, epoch uint64, ack *wir
 	x.ack.Applied = append(x.ack.Applied[:0], ack.Applied...)
 	slices.SortFunc(x.ack.Applied, func(a, b wire.WorkerClock) int { return strings.Compare(a.Worker, b.Worker) })
 	h := wire.Header{Job: x.cfg.Job, Sender: x.self, Clock: clock, Epoch: epoch, Seq: x.paramsOut.nextSeq()}
-	x.ps = sendState{ctx: ctx, kind: StreamParams, out: x.paramsOut, loop: x.cfg.LoopParams}
+	x.paramsFailed = append(x.paramsFailed[:0], make([]bool, len(x.paramsTopics))...)
+	x.ps = sendState{ctx: ctx, kind: StreamParams, out: x.paramsOut, loop: x.cfg.LoopParams, topics: x.paramsTopics, failed: x.paramsFailed}
 	n, err := x.paramsCodec.SplitParamsAck(h, &x.ack, x.cfg.Width, p, x.paramsEmit)
 	pubErr := x.ps.err
 	x.ps = sendState{}
@@ -317,8 +345,8 @@ func (x *Exchange) emitGrad(msg []byte) error   { return x.emit(&x.gs, msg) }
 func (x *Exchange) emitParams(msg []byte) error { return x.emit(&x.ps, msg) }
 
 // emit handles one encoded part: into the retransmit buffer, to the
-// network (unless an earlier part failed to publish: the rest stay
-// buffered for repair), and to the local queue for loopback. It never
+// network (unless an earlier part failed to publish to that receiver: the
+// rest stay buffered for repair), and to the local queue for loopback. It never
 // fails, so a split always sequences every part.
 func (x *Exchange) emit(s *sendState, msg []byte) error {
 	if s.loop {
@@ -328,13 +356,33 @@ func (x *Exchange) emit(s *sendState, msg []byte) error {
 		return nil
 	}
 	buf := s.out.add(msg, &x.stats)
-	if s.err != nil {
+	if s.topics == nil {
+		if s.err == nil {
+			s.err = x.publish(s.ctx, s.out.topic, buf)
+		}
 		return nil
 	}
-	if err := x.tr.Publish(s.ctx, s.out.topic, buf); err != nil {
-		s.err = err
+	// Params: one publish per receiver; a receiver whose publish failed
+	// gets no later part of this message either (it repairs them in order).
+	for i, t := range s.topics {
+		if s.failed[i] {
+			continue
+		}
+		if err := x.publish(s.ctx, t, buf); err != nil {
+			s.failed[i] = true
+			if s.err == nil {
+				s.err = err
+			}
+		}
+	}
+	return nil
+}
+
+// publish hands one buffered part to the transport, counting it.
+func (x *Exchange) publish(ctx context.Context, topic string, buf []byte) error {
+	if err := x.tr.Publish(ctx, topic, buf); err != nil {
 		x.stats.publishErrors.Add(1)
-		return nil
+		return err
 	}
 	x.stats.sent.Add(1)
 	x.stats.sentBytes.Add(uint64(len(buf)))

@@ -226,7 +226,8 @@ func TestExchangeRepairsDropsAndReordering(t *testing.T) {
 	if err := w.x.WaitOwner(ctx, "o"); err != nil {
 		t.Fatal(err)
 	}
-	if err := o.x.WaitPeers(ctx, 2); err != nil {
+	o.x.SetParamsPeers([]string{"w", "o", "r"})
+	if err := o.x.WaitPeers(ctx, []string{"w", "r"}); err != nil {
 		t.Fatal(err)
 	}
 	net.SetDropRate(0.2)

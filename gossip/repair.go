@@ -208,7 +208,7 @@ func (x *Exchange) serve(_ context.Context, from string, req []byte, w io.Writer
 	}
 	var out *outStream
 	switch f.Topic {
-	case x.paramsTopic:
+	case ParamsTopic(x.cfg.Job, from):
 		out = x.paramsOut
 	case GradTopic(x.cfg.Job, from):
 		x.outMu.Lock()

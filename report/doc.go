@@ -18,4 +18,24 @@
 //
 // The Writer is safe for concurrent use: a training loop and a progress
 // goroutine may both write records.
+//
+// # From reports to a benchmark report
+//
+// The reports of a benchmark (one file per peer, from one machine or
+// gathered from several) become the report a person reads in four steps,
+// which is what "gossiptrain report" and "gossiptrain bench" run:
+//
+//	runs := []*report.Run{}              // report.ReadFile for every peer's file
+//	cfgs, err := report.GroupRuns(runs)  // configurations by topology/mode/batch
+//	bs := report.Summarize(cfgs)         // figures by configuration and by peer
+//	err = report.WriteBench(dir, cfgs)   // bench.json, plots (PNG, SVG), report.md
+//
+// Summarize does the arithmetic (a configuration's examples/s is all its
+// peers' examples over the slowest peer's seconds; bytes per example is all
+// bytes sent over all examples) and the checks (model hashes that disagree,
+// gossipsub drops, rejected messages, peers without a summary line). Compare
+// pairs master and ring configurations of the same mode and batch for the
+// headline; Plot draws the figures with gonum.org/v1/plot; WriteMarkdown and
+// WriteSummaryTable write the tables. Nothing here runs training or touches
+// the network: it reads files and writes files.
 package report

@@ -70,7 +70,7 @@ type Start struct {
 type Eval struct {
 	Type     string  `json:"type"` // "eval"
 	PeerID   string  `json:"peer_id,omitempty"`
-	Examples int64   `json:"examples"` // training examples seen so far (all peers, in a cluster)
+	Examples int64   `json:"examples"` // training examples this peer has processed so far
 	Seconds  float64 `json:"seconds"`  // since training started
 	Epoch    int     `json:"epoch"`
 	Metrics
@@ -120,8 +120,8 @@ type Summary struct {
 	Rounds        int64   `json:"rounds"`
 	WaitSeconds   float64 `json:"wait_seconds"`  // time waiting at barriers
 	MaxStaleness  int64   `json:"max_staleness"` // largest staleness a gradient was computed at
-	BytesSent     int64   `json:"bytes_sent"`    // payload bytes published
-	BytesRecv     int64   `json:"bytes_recv"`    // payload bytes received
+	BytesSent     int64   `json:"bytes_sent"`    // bytes sent on all libp2p streams (gossipsub relays included)
+	BytesRecv     int64   `json:"bytes_recv"`    // bytes received on all libp2p streams
 	PubsubDropped int64   `json:"pubsub_dropped"`
 	Repaired      int64   `json:"repaired"`
 	Rejected      int64   `json:"rejected"`

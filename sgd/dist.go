@@ -69,6 +69,7 @@ type Net interface {
 	SendGrad(ctx context.Context, owner string, clock, epoch uint64, examples int, g *model.Sparse) error
 	SendParams(ctx context.Context, clock, epoch uint64, ack *wire.Ack, p *model.Sparse) error
 	Poke(ctx context.Context, peer string, kind gossip.Stream) (int, error)
+	SetParamsPeers(peers []string)
 }
 
 // DistConfig configures a distributed run. Start from DefaultDistConfig.
@@ -400,6 +401,7 @@ func (d *Dist) Owners() []string { return d.owners }
 func (d *Dist) Run(ctx context.Context, net Net, open func(epoch int) (data.Source, error), test func() (data.Source, error)) (DistSummary, error) {
 	d.net = net
 	d.ctx = ctx
+	net.SetParamsPeers(d.workers)
 	t := &d.t
 	*t = trainer{m: d.m, cfg: d.cfg.Config, openFn: open, test: test, h: d.h.Hooks, g: NewGrad(d.m), now: d.cfg.Now}
 	if t.now == nil {

@@ -1,0 +1,106 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/network"
+
+	"github.com/gossiptrain/gossiptrain/node/membership"
+)
+
+// TestHostileBeatsRejectedAndCounted: a member that publishes malformed,
+// oversized, forged, other-job and replayed messages on the members topic
+// gets every one refused and counted by the honest peers, is scored down and
+// disconnected, and the honest peers carry on without it.
+func TestHostileBeatsRejectedAndCounted(t *testing.T) {
+	log, _ := testLog(t)
+	cfg := fastConfig("hostile")
+	cfg.MaxMessageSize = 16<<10 + EnvelopeOverhead // small, so an oversized beat is cheap
+	nodes := startCluster(t, 3, cfg, log)
+	waitFor(t, 5*time.Second, agreed(nodes))
+	honest, bad := nodes[:2], nodes[2]
+	badID := bad.Self().String()
+	inc := bad.Status().Incarnation
+
+	beat := func(edit func(b *membership.Beat)) []byte {
+		b := membership.Beat{
+			Job: cfg.Job, From: badID, Incarnation: inc, Seq: 1, Epoch: 1,
+			Members: []string{badID}, Kind: membership.Alive,
+		}
+		edit(&b)
+		return encode(t, b)
+	}
+	many := make([]string, 17)
+	for i := range many {
+		many[i] = fmt.Sprintf("/ip4/10.0.0.%d/tcp/4001", i)
+	}
+	// Just over the payload limit, yet under gossipsub's own limit (which
+	// would drop it silently before any validator saw it).
+	var huge []string
+	for len(beat(func(b *membership.Beat) { b.Members = huge })) <= bad.MaxPayload() {
+		huge = append(huge, fmt.Sprintf("%03d", len(huge))+strings.Repeat("x", 97))
+	}
+	messages := []struct {
+		name   string
+		data   []byte
+		reason string
+	}{
+		{"replay of its first beat", beat(func(*membership.Beat) {}), "replay"},
+		{"other job", beat(func(b *membership.Beat) { b.Job, b.Seq = "other", 1<<40 }), "job"},
+		{"forged sender", beat(func(b *membership.Beat) { b.From, b.Seq = honest[0].Self().String(), 1<<40 }), "sender"},
+		{"17 addresses", beat(func(b *membership.Beat) { b.Addrs, b.Seq = many, 1<<40 }), "oversize"},
+		{"over the payload limit", beat(func(b *membership.Beat) { b.Addrs, b.Members, b.Seq = nil, huge, 1<<40 }), "oversize"},
+		{"garbage", bytes.Repeat([]byte{0xde, 0xad}, 50), "version"},
+		{"truncated beat", beat(func(*membership.Beat) {})[:12], "malformed"},
+	}
+	ctx := context.Background()
+	for _, m := range messages {
+		if len(m.data) >= bad.MaxPayload()+EnvelopeOverhead {
+			t.Fatalf("%s: %d bytes would not even leave the publisher", m.name, len(m.data))
+		}
+		if err := bad.members.Publish(ctx, m.data); err != nil {
+			t.Fatalf("publish %s: %v", m.name, err)
+		}
+	}
+	want := map[string]uint64{}
+	for _, m := range messages {
+		want[m.reason]++
+	}
+	for _, n := range honest {
+		waitFor(t, 5*time.Second, func() (bool, string) {
+			got := n.Status().RejectedBy
+			for r, c := range want {
+				if got[r] < c {
+					return false, fmt.Sprintf("%s counted %v, want at least %v", n.Self(), got, want)
+				}
+			}
+			return true, ""
+		})
+	}
+
+	// Keep sending garbage: the honest peers' scores for it fall below the
+	// graylist threshold, and they disconnect and block it.
+	for _, n := range honest {
+		took := waitFor(t, 10*time.Second, func() (bool, string) {
+			if n.Host().Network().Connectedness(bad.Self()) != network.Connected && n.Status().Network.ScoreDisconnects > 0 {
+				return true, ""
+			}
+			bad.members.Publish(ctx, []byte{1, 3, 0xf0})
+			return false, fmt.Sprintf("%s still connected to the bad peer (score disconnects %d)", n.Self(), n.Status().Network.ScoreDisconnects)
+		})
+		t.Logf("%s disconnected the bad peer after %v more garbage", n.Self(), took)
+	}
+	took := waitFor(t, cfg.DeadAfter+3*time.Second, agreed(honest))
+	t.Logf("honest peers agreed without the hostile one %v after blocking it", took)
+	for _, n := range honest {
+		s := n.Status()
+		if s.PubSub.Rejected == 0 {
+			t.Errorf("%s: the pubsub tracer counted no rejected message", s.PeerID)
+		}
+	}
+}

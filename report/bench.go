@@ -1,0 +1,424 @@
+package report
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// ErrConfig marks a report whose configuration (topology, mode, batch)
+// cannot be told, or a set of reports that cannot be grouped.
+var ErrConfig = errors.New("cannot group reports")
+
+// Config is one configuration: a training run of one or more peers with the
+// same topology, mode and batch, one report per peer.
+type Config struct {
+	Name     string // "ring/sync/b100": topology/mode/b<batch>
+	Topology string // "single", "master" or "ring"
+	Mode     string // "local", "sync", "ssp" or "async"
+	Batch    int    // examples per worker step
+	Peers    []*Run // ordered by peer ID, then file path
+}
+
+// ConfigName is the name GroupRuns gives the configuration of a topology,
+// mode and batch.
+func ConfigName(topology, mode string, batch int) string {
+	return fmt.Sprintf("%s/%s/b%d", topology, mode, batch)
+}
+
+// GroupRuns groups per-peer runs into configurations by (topology, mode,
+// batch), read from each run's summary line and, where the summary lacks
+// them (a single-peer run, a crashed peer), from its start line's flags.
+// A run with neither topology nor mode anywhere is a single-peer local run.
+//
+// The order is stable and independent of the input order: topologies
+// single, master, ring (then others by name), modes local, sync, ssp, async,
+// then batch ascending; peers within a configuration by peer ID, then path.
+// It fails (ErrConfig) when a run's batch cannot be told, or when one peer
+// ID appears twice in a configuration (the same file given twice, or two
+// runs of one configuration mixed).
+func GroupRuns(runs []*Run) ([]*Config, error) {
+	byName := map[string]*Config{}
+	var cfgs []*Config
+	for _, r := range runs {
+		topo, mode, batch, err := runKey(r)
+		if err != nil {
+			return nil, err
+		}
+		name := ConfigName(topo, mode, batch)
+		c := byName[name]
+		if c == nil {
+			c = &Config{Name: name, Topology: topo, Mode: mode, Batch: batch}
+			byName[name] = c
+			cfgs = append(cfgs, c)
+		}
+		c.Peers = append(c.Peers, r)
+	}
+	for _, c := range cfgs {
+		sort.SliceStable(c.Peers, func(i, j int) bool {
+			a, b := runPeerID(c.Peers[i]), runPeerID(c.Peers[j])
+			if a != b {
+				return a < b
+			}
+			return c.Peers[i].Path < c.Peers[j].Path
+		})
+		for i := 1; i < len(c.Peers); i++ {
+			id := runPeerID(c.Peers[i])
+			if id != "" && id == runPeerID(c.Peers[i-1]) {
+				return nil, fmt.Errorf("report: %w: peer %s appears twice in %s, in %s and %s: "+
+					"give each peer's report once, and one run per configuration",
+					ErrConfig, id, c.Name, c.Peers[i-1].Path, c.Peers[i].Path)
+			}
+		}
+	}
+	sort.SliceStable(cfgs, func(i, j int) bool { return configLess(cfgs[i], cfgs[j]) })
+	return cfgs, nil
+}
+
+var (
+	topologyRank = map[string]int{"single": 0, "master": 1, "ring": 2}
+	modeRank     = map[string]int{"local": 0, "sync": 1, "ssp": 2, "async": 3}
+)
+
+func rank(m map[string]int, s string) int {
+	if r, ok := m[s]; ok {
+		return r
+	}
+	return len(m)
+}
+
+func configLess(a, b *Config) bool {
+	if ra, rb := rank(topologyRank, a.Topology), rank(topologyRank, b.Topology); ra != rb {
+		return ra < rb
+	}
+	if a.Topology != b.Topology {
+		return a.Topology < b.Topology
+	}
+	if ra, rb := rank(modeRank, a.Mode), rank(modeRank, b.Mode); ra != rb {
+		return ra < rb
+	}
+	if a.Mode != b.Mode {
+		return a.Mode < b.Mode
+	}
+	return a.Batch < b.Batch
+}
+
+// runKey tells a run's configuration: summary first, start-line flags next.
+func runKey(r *Run) (topology, mode string, batch int, err error) {
+	var flags map[string]string
+	if r.Start != nil {
+		flags = r.Start.Config
+	}
+	if r.Summary == nil && r.Start == nil {
+		return "", "", 0, fmt.Errorf("report: %w: %s has neither a start nor a summary line, "+
+			"so its topology, mode and batch are unknown", ErrConfig, r.Path)
+	}
+	if s := r.Summary; s != nil {
+		topology, mode, batch = s.Topology, s.Mode, s.Batch
+	}
+	if topology == "" {
+		topology = flags["topology"]
+	}
+	if mode == "" {
+		mode = flags["mode"]
+	}
+	if topology == "" && mode == "" {
+		topology, mode = "single", "local"
+	}
+	if topology == "" || mode == "" {
+		return "", "", 0, fmt.Errorf("report: %w: %s: topology %q, mode %q: the summary line and the "+
+			"start line's flags do not say both", ErrConfig, r.Path, topology, mode)
+	}
+	if batch == 0 {
+		v, ok := flags["batch"]
+		if !ok {
+			return "", "", 0, fmt.Errorf("report: %w: %s: no batch in the summary line nor a batch flag "+
+				"in the start line", ErrConfig, r.Path)
+		}
+		batch, err = strconv.Atoi(v)
+		if err != nil || batch < 1 {
+			return "", "", 0, fmt.Errorf("report: %w: %s: start line flag batch=%q is not a positive integer",
+				ErrConfig, r.Path, v)
+		}
+	}
+	return topology, mode, batch, nil
+}
+
+// runPeerID is the peer ID a run names anywhere, or "".
+func runPeerID(r *Run) string {
+	switch {
+	case r.Summary != nil && r.Summary.PeerID != "":
+		return r.Summary.PeerID
+	case r.Start != nil && r.Start.PeerID != "":
+		return r.Start.PeerID
+	}
+	for _, e := range r.Evals {
+		if e.PeerID != "" {
+			return e.PeerID
+		}
+	}
+	for _, e := range r.Rounds {
+		if e.PeerID != "" {
+			return e.PeerID
+		}
+	}
+	return ""
+}
+
+// BenchPeer is one peer's figures in a configuration. Rates are over the
+// peer's own training time; MB is 10^6 bytes.
+type BenchPeer struct {
+	PeerID         string  `json:"peer_id"`  // libp2p peer ID ("" for a single-peer run)
+	File           string  `json:"file"`     // the report file
+	Finished       bool    `json:"finished"` // the report has a summary line
+	Examples       int64   `json:"examples"` // training examples this peer processed
+	Seconds        float64 `json:"seconds"`  // this peer's training time
+	ExamplesPerSec Num     `json:"examples_per_sec"`
+	Rounds         int64   `json:"rounds"`      // rounds (steps on a single peer)
+	BytesSent      int64   `json:"bytes_sent"`  // payload bytes published
+	BytesRecv      int64   `json:"bytes_recv"`  // payload bytes received
+	CPUPercent     Num     `json:"cpu_percent"` // mean CPU use, 100 = one core
+	PeakRSSBytes   int64   `json:"peak_rss_bytes"`
+	DiskReadBytes  int64   `json:"disk_read_bytes"`
+	NetOutMBps     Num     `json:"net_out_mbps"`   // BytesSent / Seconds, MB/s
+	NetInMBps      Num     `json:"net_in_mbps"`    // BytesRecv / Seconds, MB/s
+	DiskReadMBps   Num     `json:"disk_read_mbps"` // DiskReadBytes / Seconds, MB/s
+	WaitSeconds    float64 `json:"wait_seconds"`   // time waiting at round barriers
+	OwnedShards    int     `json:"owned_shards"`   // shards this peer was primary of at the end
+	PubsubDropped  int64   `json:"pubsub_dropped"`
+	Repaired       int64   `json:"repaired"`
+	Rejected       int64   `json:"rejected"`
+	ModelHash      string  `json:"model_hash,omitempty"`
+	Metrics                // the peer's last test figures
+}
+
+// CurvePoint is one evaluation of a configuration's model on the test set.
+type CurvePoint struct {
+	Examples int64   `json:"examples"` // training examples of all peers so far (see BenchConfig.Curve)
+	Seconds  float64 `json:"seconds"`  // since training started
+	Metrics
+}
+
+// BenchConfig is the figures of one configuration, the unit of the report's
+// tables, plots and bench.json.
+type BenchConfig struct {
+	Name             string       `json:"name"` // "ring/sync/b100"
+	Topology         string       `json:"topology"`
+	Mode             string       `json:"mode"`
+	Batch            int          `json:"batch"`
+	PeerCount        int          `json:"peer_count"` // reports in the configuration
+	Examples         int64        `json:"examples"`   // all peers' training examples
+	Seconds          float64      `json:"seconds"`    // the slowest peer's training time
+	ExamplesPerSec   Num          `json:"examples_per_sec"`
+	Rounds           int64        `json:"rounds"` // the most rounds any peer reached
+	RoundsPerSec     Num          `json:"rounds_per_sec"`
+	BytesSent        int64        `json:"bytes_sent"` // all peers
+	BytesRecv        int64        `json:"bytes_recv"` // all peers
+	BytesPerExample  Num          `json:"bytes_per_example"`
+	BusiestPeer      string       `json:"busiest_peer"`         // the peer that sent the most bytes
+	BusiestBytesSent int64        `json:"busiest_bytes_sent"`   // what it sent
+	BusiestNetOut    Num          `json:"busiest_net_out_mbps"` // its send rate, MB/s
+	ModelHashesAgree bool         `json:"model_hashes_agree"`   // every finished peer that reports a hash reports the same one
+	Metrics                       // final test figures of the reference peer's model
+	Peers            []BenchPeer  `json:"peers"`
+	Curve            []CurvePoint `json:"curve"`
+	Warnings         []string     `json:"warnings"`
+}
+
+// Summarize computes the figures of every configuration:
+//
+//   - Examples is the sum over peers, Seconds the slowest peer's, and
+//     ExamplesPerSec = Examples / Seconds: the cluster's throughput.
+//   - RoundsPerSec = Rounds / Seconds with Rounds the most rounds any peer
+//     reached (single peers count steps).
+//   - BytesPerExample = the sum of bytes_sent / Examples: bytes on the wire
+//     per training example.
+//   - The final test metrics are the reference peer's: the first peer (in
+//     GroupRuns order) that finished, else the first. All peers of a correct
+//     run end with the same model (ModelHashesAgree).
+//   - Curve is the reference peer's evaluations (and its final one). Eval
+//     lines count the peer's own examples; the curve's Examples are all
+//     peers' examples, estimated as the peer's count times Examples over the
+//     peer's final count (exact when peers advance in step, as in sync mode).
+//
+// A peer without a summary line (crashed, or still running) is included:
+// its figures come from its last round and eval lines, and the
+// configuration carries a warning. Undefined figures (a rate over zero
+// seconds) are NaN.
+func Summarize(cfgs []*Config) []BenchConfig {
+	out := make([]BenchConfig, 0, len(cfgs))
+	for _, c := range cfgs {
+		out = append(out, summarize(c))
+	}
+	return out
+}
+
+func summarize(c *Config) BenchConfig {
+	b := BenchConfig{Name: c.Name, Topology: c.Topology, Mode: c.Mode, Batch: c.Batch, PeerCount: len(c.Peers),
+		Peers: []BenchPeer{}, Curve: []CurvePoint{}, Warnings: []string{}} // JSON lists, never null
+	ref := -1
+	hashes := map[string][]string{} // hash -> peers
+	var hashOrder []string
+	runPeers := 0
+	for i, r := range c.Peers {
+		p := benchPeer(r)
+		b.Peers = append(b.Peers, p)
+		b.Examples += p.Examples
+		b.Seconds = math.Max(b.Seconds, p.Seconds)
+		b.Rounds = max(b.Rounds, p.Rounds)
+		b.BytesSent += p.BytesSent
+		b.BytesRecv += p.BytesRecv
+		if p.BytesSent > b.BusiestBytesSent || b.BusiestPeer == "" {
+			b.BusiestBytesSent, b.BusiestPeer, b.BusiestNetOut = p.BytesSent, peerName(p), p.NetOutMBps
+		}
+		if p.Finished && ref < 0 {
+			ref = i
+		}
+		if r.Summary != nil {
+			runPeers = max(runPeers, r.Summary.Peers)
+		}
+		name := peerName(p)
+		if !p.Finished {
+			b.Warnings = append(b.Warnings, fmt.Sprintf("peer %s (%s) has no summary line: it crashed or is still running; "+
+				"its figures are from its last round and eval lines (%d examples, %.1f s)", name, p.File, p.Examples, p.Seconds))
+		}
+		if p.Finished && p.ModelHash != "" {
+			if hashes[p.ModelHash] == nil {
+				hashOrder = append(hashOrder, p.ModelHash)
+			}
+			hashes[p.ModelHash] = append(hashes[p.ModelHash], name)
+		}
+		if p.PubsubDropped > 0 {
+			b.Warnings = append(b.Warnings, fmt.Sprintf("peer %s: gossipsub dropped %d messages (a full queue); "+
+				"lost updates were repaired or the run is wrong", name, p.PubsubDropped))
+		}
+		if p.Rejected > 0 {
+			b.Warnings = append(b.Warnings, fmt.Sprintf("peer %s rejected %d messages that failed validation", name, p.Rejected))
+		}
+	}
+	b.ModelHashesAgree = len(hashOrder) <= 1
+	if !b.ModelHashesAgree {
+		parts := make([]string, len(hashOrder))
+		for i, h := range hashOrder {
+			parts[i] = fmt.Sprintf("%s on %s", h, strings.Join(hashes[h], ", "))
+		}
+		b.Warnings = append(b.Warnings, "model hashes disagree: the peers ended with different models: "+strings.Join(parts, "; "))
+	}
+	if runPeers > len(c.Peers) {
+		b.Warnings = append(b.Warnings, fmt.Sprintf("%d reports, but the run had %d peers: the figures miss %d peers",
+			len(c.Peers), runPeers, runPeers-len(c.Peers)))
+	} else if runPeers > 0 && runPeers < len(c.Peers) {
+		b.Warnings = append(b.Warnings, fmt.Sprintf("%d reports, but the run had %d peers: were two runs of this configuration mixed?",
+			len(c.Peers), runPeers))
+	}
+	b.ExamplesPerSec = ratio(float64(b.Examples), b.Seconds)
+	b.RoundsPerSec = ratio(float64(b.Rounds), b.Seconds)
+	b.BytesPerExample = ratio(float64(b.BytesSent), float64(b.Examples))
+	if ref < 0 && len(c.Peers) > 0 {
+		ref = 0
+	}
+	b.Metrics = undefinedMetrics()
+	if ref >= 0 {
+		b.Metrics = b.Peers[ref].Metrics
+		b.Curve = curve(c.Peers[ref], b.Peers[ref], b.Examples)
+	}
+	return b
+}
+
+// benchPeer is a run's figures: its summary's, or for a run without one,
+// the last round and eval lines'.
+func benchPeer(r *Run) BenchPeer {
+	p := BenchPeer{PeerID: runPeerID(r), File: r.Path, Metrics: undefinedMetrics()}
+	if s := r.Summary; s != nil {
+		p.Finished = true
+		p.Examples, p.Seconds = s.Examples, s.Seconds
+		p.Rounds = s.Rounds
+		if p.Rounds == 0 {
+			p.Rounds = s.Steps
+		}
+		p.BytesSent, p.BytesRecv = s.BytesSent, s.BytesRecv
+		p.CPUPercent, p.PeakRSSBytes, p.DiskReadBytes = s.CPUPercent, s.PeakRSSBytes, s.DiskReadBytes
+		p.WaitSeconds, p.OwnedShards = s.WaitSeconds, s.Owned
+		p.PubsubDropped, p.Repaired, p.Rejected = s.PubsubDropped, s.Repaired, s.Rejected
+		p.ModelHash = s.ModelHash
+		p.Metrics = s.Metrics
+	} else {
+		p.CPUPercent = Num(math.NaN())
+		for _, rd := range r.Rounds {
+			p.WaitSeconds += rd.WaitSeconds
+			if rd.Examples >= p.Examples {
+				p.Examples, p.Seconds, p.Rounds = rd.Examples, rd.Seconds, rd.Clock
+				p.BytesSent, p.BytesRecv = rd.BytesSent, rd.BytesRecv
+			}
+			if rd.PeakRSSBytes > 0 || rd.CPUPercent != 0 {
+				p.CPUPercent, p.PeakRSSBytes, p.DiskReadBytes = rd.CPUPercent, rd.PeakRSSBytes, rd.DiskReadBytes
+			}
+		}
+		if n := len(r.Evals); n > 0 {
+			e := r.Evals[n-1]
+			p.Metrics = e.Metrics
+			if e.Examples > p.Examples {
+				p.Examples = e.Examples
+			}
+			p.Seconds = math.Max(p.Seconds, e.Seconds)
+		}
+	}
+	p.ExamplesPerSec = ratio(float64(p.Examples), p.Seconds)
+	p.NetOutMBps = ratio(float64(p.BytesSent)/1e6, p.Seconds)
+	p.NetInMBps = ratio(float64(p.BytesRecv)/1e6, p.Seconds)
+	p.DiskReadMBps = ratio(float64(p.DiskReadBytes)/1e6, p.Seconds)
+	return p
+}
+
+// curve is the reference peer's test curve with all peers' examples.
+func curve(r *Run, p BenchPeer, total int64) []CurvePoint {
+	scale := 1.0
+	if p.Examples > 0 && total > 0 {
+		scale = float64(total) / float64(p.Examples)
+	}
+	pts := make([]CurvePoint, 0, len(r.Evals)+1)
+	add := func(ex int64, sec float64, m Metrics) {
+		pts = append(pts, CurvePoint{Examples: int64(math.Round(float64(ex) * scale)), Seconds: sec, Metrics: m})
+	}
+	var last int64 = -1
+	for _, e := range r.Evals {
+		add(e.Examples, e.Seconds, e.Metrics)
+		last = e.Examples
+	}
+	if s := r.Summary; s != nil && s.TestExamples > 0 && s.Examples > last {
+		add(s.Examples, s.Seconds, s.Metrics)
+	}
+	return pts
+}
+
+func undefinedMetrics() Metrics {
+	nan := Num(math.NaN())
+	return Metrics{TestLogLoss: nan, TestError: nan, TestAUC: nan, TestAccuracy: nan}
+}
+
+// ratio is a/b, NaN when b is not positive.
+func ratio(a, b float64) Num {
+	if b <= 0 {
+		return Num(math.NaN())
+	}
+	return Num(a / b)
+}
+
+// peerName is a short name for a peer in tables: its peer ID shortened the
+// way libp2p's logs shorten it (first 2 and last 6 characters: every
+// Ed25519 ID starts "12D3KooW"), or its report file's name when the report
+// names no peer.
+func peerName(p BenchPeer) string {
+	id := p.PeerID
+	if id == "" {
+		return strings.TrimSuffix(filepath.Base(p.File), ".jsonl")
+	}
+	if len(id) > 16 {
+		return id[:2] + "*" + id[len(id)-6:]
+	}
+	return id
+}

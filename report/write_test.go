@@ -1,0 +1,216 @@
+package report
+
+import (
+	"bytes"
+	"encoding/json"
+	"encoding/xml"
+	"errors"
+	"image"
+	_ "image/png" // registers the PNG decoder for image.DecodeConfig
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// checkPNG fails unless path is a PNG image with a positive size.
+func checkPNG(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	cfg, format, err := image.DecodeConfig(f)
+	if err != nil || format != "png" || cfg.Width <= 0 || cfg.Height <= 0 {
+		t.Errorf("%s: format %q, %dx%d, error %v; want a PNG image", path, format, cfg.Width, cfg.Height, err)
+	}
+}
+
+// checkSVG fails unless path is well-formed XML whose root element is <svg>.
+func checkSVG(t *testing.T, path string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := xml.NewDecoder(bytes.NewReader(b))
+	root := ""
+	for {
+		tok, err := d.Token()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Errorf("%s: not well-formed XML: %v", path, err)
+			return
+		}
+		if se, ok := tok.(xml.StartElement); ok && root == "" {
+			root = se.Name.Local
+		}
+	}
+	if root != "svg" {
+		t.Errorf("%s: root element <%s>, want <svg>", path, root)
+	}
+}
+
+func TestWriteBenchWritesJSONMarkdownAndPlots(t *testing.T) {
+	tmp := t.TempDir()
+	cfgs, err := GroupRuns(writeFixture(t, tmp, benchFixture()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(tmp, "out")
+	if err := WriteBench(out, cfgs, WithCommand("gossiptrain bench --peers 4"), WithWarnings("one file skipped")); err != nil {
+		t.Fatal(err)
+	}
+
+	// bench.json: the names tools read, with the hand-computed figures.
+	b, err := os.ReadFile(filepath.Join(out, BenchJSONFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var js []map[string]any
+	if err := json.Unmarshal(b, &js); err != nil {
+		t.Fatalf("bench.json: %v", err)
+	}
+	if len(js) != 2 {
+		t.Fatalf("bench.json has %d configurations, want 2", len(js))
+	}
+	for i, want := range []struct {
+		topology string
+		eps      float64
+		logloss  float64
+	}{{"master", 200, 0.5}, {"ring", 500, 0.48}} {
+		c := js[i]
+		if c["topology"] != want.topology || c["mode"] != "sync" || c["batch"] != 100.0 ||
+			!near(c["examples_per_sec"].(float64), want.eps) || !near(c["test_logloss"].(float64), want.logloss) {
+			t.Errorf("bench.json[%d] = topology %v mode %v batch %v examples_per_sec %v test_logloss %v; want %+v",
+				i, c["topology"], c["mode"], c["batch"], c["examples_per_sec"], c["test_logloss"], want)
+		}
+		peers, _ := c["peers"].([]any)
+		if len(peers) != 4 {
+			t.Fatalf("bench.json[%d] has %d peers, want 4", i, len(peers))
+		}
+		p := peers[0].(map[string]any)
+		for _, k := range []string{"peer_id", "bytes_sent", "bytes_recv", "cpu_percent", "peak_rss_bytes"} {
+			if _, ok := p[k]; !ok {
+				t.Errorf("bench.json[%d].peers[0] lacks %q: %v", i, k, p)
+			}
+		}
+	}
+	if m := js[0]["peers"].([]any)[0].(map[string]any); m["peer_id"] != "m1" || m["bytes_sent"] != 8e6 || m["peak_rss_bytes"] != float64(256<<20) {
+		t.Errorf("master's first peer %v; want m1, 8e6 bytes sent, 256 MiB", m)
+	}
+
+	md, err := os.ReadFile(filepath.Join(out, ReportMDFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(md)
+	for _, want := range []string{
+		"# gossiptrain benchmark report",
+		"8 peer reports in 2 configurations",
+		"- command: `gossiptrain bench --peers 4`",
+		"- data: train `data/train-*.svm`, dim `1024`",
+		"ring throughput is 2.5x master's; the master's busiest peer sent 4.0x the bytes of ring's busiest peer",
+		"| configuration | peers | examples | seconds | examples/s | rounds/s | test log-loss | test error | test AUC | bytes/example |",
+		"| master/sync/b100 | 4 | 4000 | 20.00 | 200 | 0.5000 | 0.5000 | 0.2000 | 0.8000 | 2750 |",
+		"| ring/sync/b100 | 4 | 4000 | 8.00 | 500 | 1.25 | 0.4800 | 0.1800 | 0.8200 | 2000 |",
+		"- one file skipped",
+		"| peer | examples | CPU % | peak RSS MiB | net out MB/s | net in MB/s | disk read MB/s | wait s | owned shards |",
+		"| m1 | 1000 | 150 | 256 | 0.8000 | 0.2000 | 0.3000 | 1.50 | 256 |",
+		"| m4 | 1000 | 150 | 256 | 0.0500 | 0.1000 | 0.1500 | 1.50 | 0 |",
+		"| r4 | 1000 | 90.00 | 128 | 0.2500 | 0.2500 | 0.3750 | 0.5000 | 64 |",
+		"![Test error vs training examples](error_vs_examples.png)",
+		"[SVG](peer_net_out.svg)",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("report.md lacks %q", want)
+		}
+	}
+	if strings.Contains(text, "throughput_vs_batch") {
+		t.Error("report.md shows throughput vs batch with one batch size")
+	}
+
+	for _, name := range []string{PlotErrorVsExamples, PlotErrorVsSeconds, PlotThroughput, PlotPeerNetOut} {
+		checkPNG(t, filepath.Join(out, name+".png"))
+		checkSVG(t, filepath.Join(out, name+".svg"))
+	}
+	if _, err := os.Stat(filepath.Join(out, PlotThroughputVsBatch+".png")); !os.IsNotExist(err) {
+		t.Errorf("throughput vs batch drawn for one batch size (stat: %v)", err)
+	}
+}
+
+// Several batch sizes add the throughput-vs-batch plot, with a log axis.
+func TestThroughputVsBatchPlot(t *testing.T) {
+	var specs []peerSpec
+	for _, topo := range []string{"master", "ring"} {
+		for _, batch := range []int{1, 100, 10000} {
+			for p := 0; p < 2; p++ {
+				specs = append(specs, peerSpec{id: topo + string(rune('a'+p)), topology: topo, mode: "async", batch: batch,
+					examples: int64(1000 * batch), seconds: 10, rounds: 1000, sent: 1e6, evalErr: []float64{0.3, 0.25}})
+			}
+		}
+	}
+	tmp := t.TempDir()
+	cfgs, err := GroupRuns(writeFixture(t, tmp, specs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plots, err := Plot(tmp, Summarize(cfgs), DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, p := range plots {
+		names = append(names, p.Name)
+	}
+	want := []string{PlotErrorVsExamples, PlotErrorVsSeconds, PlotThroughput, PlotPeerNetOut, PlotThroughputVsBatch}
+	if !slices.Equal(names, want) {
+		t.Fatalf("plots %v, want %v", names, want)
+	}
+	checkPNG(t, filepath.Join(tmp, PlotThroughputVsBatch+".png"))
+	checkSVG(t, filepath.Join(tmp, PlotThroughputVsBatch+".svg"))
+}
+
+// Runs without any evaluation get no error curves, and report.md does not
+// link plots that were not drawn.
+func TestNoEvaluationsNoErrorPlots(t *testing.T) {
+	tmp := t.TempDir()
+	cfgs, err := GroupRuns(writeFixture(t, tmp, []peerSpec{{id: "a", topology: "ring", mode: "sync", batch: 5, examples: 10, seconds: 1, rounds: 2}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteBench(tmp, cfgs); err != nil {
+		t.Fatal(err)
+	}
+	md, _ := os.ReadFile(filepath.Join(tmp, ReportMDFile))
+	if strings.Contains(string(md), "error_vs") {
+		t.Errorf("report.md links error plots for runs without evaluations:\n%s", md)
+	}
+	if _, err := os.Stat(filepath.Join(tmp, PlotErrorVsExamples+".png")); !os.IsNotExist(err) {
+		t.Errorf("error_vs_examples.png drawn without evaluations (stat: %v)", err)
+	}
+	checkPNG(t, filepath.Join(tmp, PlotThroughput+".png"))
+}
+
+func TestOptionsValidate(t *testing.T) {
+	if err := DefaultOptions().Validate(); err != nil {
+		t.Fatalf("default options: %v", err)
+	}
+	o := DefaultOptions()
+	o.PlotWidth = 1
+	if err := o.Validate(); !errors.Is(err, ErrOptions) || !strings.Contains(err.Error(), "1x12 cm") {
+		t.Fatalf("1 cm wide plots: %v; want ErrOptions naming the size", err)
+	}
+	o.Plots = false
+	if err := o.Validate(); err != nil {
+		t.Fatalf("size is irrelevant without plots: %v", err)
+	}
+	if err := WriteBench(t.TempDir(), nil); !errors.Is(err, ErrConfig) {
+		t.Fatalf("no configurations: %v; want ErrConfig", err)
+	}
+}
