@@ -63,6 +63,7 @@ func NaN(kind wire.Kind, job, sender string, clock, seq uint64, idx uint32) []by
 	case wire.KindParamsAck:
 		b = binary.AppendUvarint(b, clock) // ack: through
 		b = binary.AppendUvarint(b, 0)     // no per-worker clocks
+		b = binary.AppendUvarint(b, 0)     // no training configuration
 	default:
 		panic("gossiptest.NaN: kind " + kind.String())
 	}

@@ -139,7 +139,50 @@ func (c *Codec) appendAck(dst []byte, a *Ack) ([]byte, error) {
 		dst = appendString(dst, wc.Worker)
 		dst = binary.AppendUvarint(dst, wc.Clock)
 	}
-	return dst, nil
+	return c.appendConfig(dst, &a.Config)
+}
+
+// appendConfig appends a TrainConfig: its ID, and when not 0 the rest.
+func (c *Codec) appendConfig(dst []byte, cf *TrainConfig) ([]byte, error) {
+	dst = binary.AppendUvarint(dst, cf.ID)
+	if cf.ID == 0 {
+		return dst, nil
+	}
+	dst = binary.AppendUvarint(dst, cf.Start)
+	dst = binary.AppendUvarint(dst, cf.Checkpoint)
+	for _, l := range [][]string{cf.Members, cf.Crashed} {
+		for i := 1; i < len(l); i++ {
+			if l[i] <= l[i-1] {
+				return dst, fmt.Errorf("%w: config list entry %d %q not after %q (want strictly ascending)", ErrMalformed, i, l[i], l[i-1])
+			}
+		}
+	}
+	var err error
+	if dst, err = c.appendList(dst, "config members", cf.Members); err != nil {
+		return dst, err
+	}
+	return c.appendList(dst, "config crashed", cf.Crashed)
+}
+
+// config reads a TrainConfig written by appendConfig.
+func (r *cursor) config(cf *TrainConfig) {
+	cf.ID = r.uvarint("config id")
+	if cf.ID == 0 || r.err != nil {
+		cf.Start, cf.Checkpoint = 0, 0
+		cf.Members, cf.Crashed = cf.Members[:0], cf.Crashed[:0]
+		return
+	}
+	cf.Start = r.uvarint("config start")
+	cf.Checkpoint = r.uvarint("config checkpoint")
+	cf.Members = r.list("config members", cf.Members)
+	cf.Crashed = r.list("config crashed", cf.Crashed)
+	for _, l := range [][]string{cf.Members, cf.Crashed} {
+		for i := 1; i < len(l) && r.err == nil; i++ {
+			if l[i] <= l[i-1] {
+				r.err = fmt.Errorf("%w: config list entry %d %q not after %q", ErrMalformed, i, l[i], l[i-1])
+			}
+		}
+	}
 }
 
 // AppendBeat appends a heartbeat message.
@@ -479,6 +522,10 @@ func (c *Codec) Decode(msg []byte, out *Message) error {
 		err = c.readFetch(body, &out.Fetch)
 	case KindFetchReply:
 		err = c.readFetchReply(body, &out.Reply)
+	case KindControl:
+		err = c.readControl(body, &out.Control)
+	case KindControlReply:
+		err = c.readControlReply(body, &out.ControlReply)
 	}
 	if err != nil {
 		return decodeError(h, err)
@@ -674,6 +721,10 @@ func (c *Codec) readAck(body []byte, a *Ack) (int, error) {
 			return 0, fmt.Errorf("%w: ack worker %d %q not after %q", ErrMalformed, i, w, a.Applied[i-1].Worker)
 		}
 		a.Applied = append(a.Applied, WorkerClock{Worker: w, Clock: clock})
+	}
+	r.config(&a.Config)
+	if r.err != nil {
+		return 0, r.err
 	}
 	return r.pos, nil
 }

@@ -23,7 +23,18 @@ var testAck = Ack{Through: 40, Applied: []WorkerClock{
 	{Worker: "12D3KooWA", Clock: 41},
 	{Worker: "12D3KooWB", Clock: 40},
 	{Worker: peerID, Clock: 1 << 35},
-}}
+}, Config: TrainConfig{ID: 7, Start: 41, Checkpoint: 40, Members: []string{"12D3KooWA", "12D3KooWB", peerID}, Crashed: []string{"12D3KooWC"}}}
+
+// A configuration with unsorted members is refused on encode.
+func TestAckConfigMustBeSorted(t *testing.T) {
+	c := NewCodec(F32, None, DefaultLimits())
+	a := testAck
+	a.Config.Members = []string{"b", "a"}
+	var s model.Sparse
+	if _, err := c.AppendParamsAck(nil, testHeader(), &a, 1, &s); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("encode with unsorted config members: %v, want ErrMalformed", err)
+	}
+}
 
 func testHeader() Header {
 	return Header{Job: "criteo-ctr", Sender: peerID, Clock: 41, Epoch: 3, Seq: 1 << 40}

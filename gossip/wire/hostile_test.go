@@ -60,6 +60,10 @@ func validMessages(t testing.TB) map[string][]byte {
 			add("fetch", msg, err)
 			msg, err = c.AppendFetchReply(nil, testHeader(), &FetchReply{Origin: peerID, Topic: "gossiptrain/criteo-ctr/params", From: 10, To: 19, Count: 7, Gone: []uint64{10, 12, 19}})
 			add("fetch-reply", msg, err)
+			msg, err = c.AppendControl(nil, testHeader(), &Control{Op: OpHandoff, Round: 41, Config: 7, Shards: []uint32{0, 5, 255}})
+			add("control", msg, err)
+			msg, err = c.AppendControlReply(nil, testHeader(), &ControlReply{Op: OpStatus, Status: StatusOK, Round: 41, Coordinator: peerID, Config: testAck.Config, Frames: 3})
+			add("control-reply", msg, err)
 		}
 	}
 	return out

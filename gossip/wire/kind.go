@@ -34,11 +34,17 @@ const (
 	// Every part of a split body carries the same Ack. The training exchange
 	// (package gossip) sends this kind on the params topic, not Params.
 	KindParamsAck Kind = 6
+	// KindControl: a control request on a direct stream (join, leave,
+	// status, model snapshot, shard handoff; Message.Control).
+	KindControl Kind = 7
+	// KindControlReply: the answer to a Control (Message.ControlReply); a
+	// bulk payload may follow as frames.
+	KindControlReply Kind = 8
 
-	// KindReservedFirst..KindReservedLast are set aside for shard handoff,
-	// checkpoint transfer and model copy. Decoders of this version reject
-	// them with ErrKind. (6 was taken from this range for KindParamsAck.)
-	KindReservedFirst Kind = 7
+	// KindReservedFirst..KindReservedLast are set aside for later kinds.
+	// Decoders of this version reject them with ErrKind. (6..8 were taken
+	// from this range.)
+	KindReservedFirst Kind = 9
 	KindReservedLast  Kind = 31
 )
 
@@ -59,6 +65,10 @@ func (k Kind) String() string {
 		return "fetch-reply"
 	case KindParamsAck:
 		return "params-ack"
+	case KindControl:
+		return "control"
+	case KindControlReply:
+		return "control-reply"
 	}
 	if k >= KindReservedFirst && k <= KindReservedLast {
 		return fmt.Sprintf("reserved-%d", uint8(k))
@@ -67,7 +77,7 @@ func (k Kind) String() string {
 }
 
 // known reports whether this version can decode kind k.
-func (k Kind) known() bool { return k >= KindGrad && k <= KindParamsAck }
+func (k Kind) known() bool { return k >= KindGrad && k <= KindControlReply }
 
 // Sparse reports whether messages of kind k carry a sparse body (rows and
 // values): Grad, Params and ParamsAck.

@@ -100,6 +100,20 @@ type Ack struct {
 	// ascending by Worker (byte order), at most Limits.MaxList entries. It
 	// may be empty (sync mode needs only Through).
 	Applied []WorkerClock
+	// Config is the newest training configuration the owner knows (ID 0:
+	// none). Every owner sends it with every params message, so the whole
+	// cluster learns a change from whichever owner it hears first.
+	Config TrainConfig
+}
+
+// TrainConfig is a training configuration: which peers train, from which round
+// (docs/protocol.md, "Membership changes"). The wire does not interpret it.
+type TrainConfig struct {
+	ID         uint64   // increasing; 0 means no configuration
+	Start      uint64   // first round its worker set applies to (sync)
+	Checkpoint uint64   // round after which every owner writes a checkpoint (0: none)
+	Members    []string // the workers, strictly ascending
+	Crashed    []string // members of the previous configuration removed as dead, strictly ascending
 }
 
 // Message is a decoded message: the header and the body of its kind. Decode
@@ -120,4 +134,7 @@ type Message struct {
 	Fetch Fetch
 	// FetchReply:
 	Reply FetchReply
+	// Control and ControlReply:
+	Control      Control
+	ControlReply ControlReply
 }
