@@ -148,6 +148,7 @@ type trainFlags struct {
 	r    runFlags
 	p    peerFlags
 	dist distFlags
+	mf   metricsFlags
 }
 
 func trainCmd() *command {
@@ -165,6 +166,7 @@ func newTrainCommand() (*command, *trainFlags) {
 	c.group("Distributed training", tf.dist.register)
 	tf.p.noShards = true
 	tf.p.register(c)
+	c.group("Monitoring", tf.mf.register)
 	c.group("Logging", func(fs *flag.FlagSet) {
 		r.log.register(fs)
 		tf.p.registerLog(fs)
@@ -194,15 +196,15 @@ an error naming the file, line and token, unless --skip-bad-lines is given.`
 		if err != nil {
 			return err
 		}
-		ctx, cancel := signalContext()
-		defer cancel()
 		job, err := prepareTraining(c, d, m, r, log)
 		if err != nil {
 			return err
 		}
 		if tf.distributed(c) {
-			return job.runDistributed(ctx, tf)
+			return job.runDistributed(tf) // it handles signals itself: the first one leaves gracefully
 		}
+		ctx, cancel := signalContext()
+		defer cancel()
 		_, err = job.runLocal(ctx)
 		return err
 	}

@@ -5,29 +5,39 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"os"
+	"os/signal"
 	"slices"
+	"syscall"
 	"time"
 
 	"github.com/gossiptrain/gossiptrain/data"
 	"github.com/gossiptrain/gossiptrain/gossip"
 	"github.com/gossiptrain/gossiptrain/gossip/p2p"
 	"github.com/gossiptrain/gossiptrain/gossip/wire"
+	"github.com/gossiptrain/gossiptrain/metrics"
 	"github.com/gossiptrain/gossiptrain/model"
 	"github.com/gossiptrain/gossiptrain/node"
+	"github.com/gossiptrain/gossiptrain/node/ring"
 	"github.com/gossiptrain/gossiptrain/report"
 	"github.com/gossiptrain/gossiptrain/sgd"
 )
 
-// distFlags say how a distributed run synchronises and what travels.
+// distFlags say how a distributed run synchronises, what travels, and how
+// it survives restarts.
 type distFlags struct {
-	mode         string
-	staleness    int
-	window       int
-	flush        time.Duration
-	stallAfter   time.Duration
-	compress     string
-	values       string
-	reportRounds int
+	mode            string
+	staleness       int
+	window          int
+	flush           time.Duration
+	stallAfter      time.Duration
+	compress        string
+	values          string
+	reportRounds    int
+	checkpointDir   string
+	checkpointEvery time.Duration
+	resume          bool
+	handoffTimeout  time.Duration
 }
 
 func (f *distFlags) register(fs *flag.FlagSet) {
@@ -40,6 +50,10 @@ func (f *distFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.compress, "compress", "none", "compressor for gradient and parameter messages: none, zstd or s2 (the encoding already packs\nindices and values; a compressor is used only when it makes a message smaller)")
 	fs.StringVar(&f.values, "values", "f32", "gradient value format: f32, f16 or i8 (lossy formats keep the rounding error on the sender\nand add it to the next gradient; parameters always travel as f32)")
 	fs.IntVar(&f.reportRounds, "report-rounds", 1, "write a round line to --report every `N` rounds")
+	fs.StringVar(&f.checkpointDir, "checkpoint-dir", "", "write checkpoints under `DIR`/<peer ID>/ (the full weights and this peer's shards' optimizer\nstate, written atomically; the previous checkpoint stays if a write fails)")
+	fs.DurationVar(&f.checkpointEvery, "checkpoint-every", 0, "checkpoint this often (the coordinator picks a round every peer writes at; 0: never)")
+	fs.BoolVar(&f.resume, "resume", false, "restart a whole job from the newest checkpoint every peer has in --checkpoint-dir (each peer\nreads its own files); training continues from that round and data position")
+	fs.DurationVar(&f.handoffTimeout, "handoff-timeout", def.HandoffTimeout, "longest wait for a shard's previous owner to hand it over; after it the shard starts\nfrom the read copy with fresh optimizer state")
 }
 
 // distributed reports whether train runs as a peer of a cluster.
@@ -47,9 +61,31 @@ func (tf *trainFlags) distributed(c *command) bool {
 	return c.set("job") || len(tf.p.peers) > 0 || tf.p.peersFile != "" || tf.p.mdns || tf.p.dht || tf.p.minPeers > 1
 }
 
+// ringFor returns the ring builder of the topology: consistent hashing
+// over the workers, or every shard on the master (the smallest worker if
+// the master is gone).
+func ringFor(ncfg node.Config, master string, shards int) func([]string) (*ring.Ring, error) {
+	rcfg := ring.DefaultConfig()
+	rcfg.VNodes, rcfg.Shards, rcfg.Replicas = ncfg.VNodes, shards, ncfg.Replicas
+	rcfg.MaxLoadPercent = ncfg.MaxLoadPercent
+	return func(members []string) (*ring.Ring, error) {
+		if ncfg.Topology == node.TopologyMaster {
+			m := master
+			if !slices.Contains(members, m) {
+				m = slices.Min(members)
+			}
+			return ring.Master(rcfg, m), nil
+		}
+		return ring.New(rcfg, members)
+	}
+}
+
 // runDistributed trains as one peer of a cluster: it joins, waits for
-// --min-peers and an agreed member set, and runs the distributed loop.
-func (j *trainJob) runDistributed(ctx context.Context, tf *trainFlags) error {
+// --min-peers and an agreed member set, and runs the distributed loop,
+// which forms the first configuration with the others or joins the run
+// under way. The first SIGINT/SIGTERM leaves gracefully (shards handed
+// over); a second one stops at once.
+func (j *trainJob) runDistributed(tf *trainFlags) error {
 	log := j.log
 	if tf.p.job == "" {
 		return usageErr("job", "required for a distributed run: peers join only peers of the same job")
@@ -69,11 +105,32 @@ func (j *trainJob) runDistributed(ctx context.Context, tf *trainFlags) error {
 	if tf.dist.reportRounds < 1 {
 		return usageErr("report-rounds", "want at least 1")
 	}
+	if (tf.dist.checkpointEvery > 0 || tf.dist.resume) && tf.dist.checkpointDir == "" {
+		return usageErr("checkpoint-dir", "required with --checkpoint-every and --resume")
+	}
+	if tf.dist.checkpointDir != "" {
+		if err := os.MkdirAll(tf.dist.checkpointDir, 0o755); err != nil {
+			return usageErr("checkpoint-dir", "%v", err)
+		}
+	}
 	ncfg, err := tf.p.config()
 	if err != nil {
 		return err
 	}
 	ncfg.Shards = j.model.Layout.Shards
+	mt, closeMetrics, err := tf.mf.start(log)
+	if err != nil {
+		return err
+	}
+	defer closeMetrics()
+
+	// Signals: the first leaves gracefully, the second cancels.
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+
 	n, err := node.New(ncfg, log)
 	if err != nil {
 		return flagError(err)
@@ -82,38 +139,27 @@ func (j *trainJob) runDistributed(ctx context.Context, tf *trainFlags) error {
 	self := n.Self().String()
 	log.Info().Str("peer_id", self).Strs("addrs", n.Addrs()).Msg("peer started")
 
-	// Wait for the cluster: --min-peers members and an agreed view.
 	log.Info().Int("min_peers", ncfg.MinPeers).Msg("waiting for the cluster to form")
-	if err := n.WaitMinPeers(ctx); err != nil {
+	startCtx, stopStart := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-sigs:
+			cancel(context.Canceled)
+		case <-startCtx.Done():
+		}
+	}()
+	if err := n.WaitMinPeers(startCtx); err != nil {
+		stopStart()
 		return fmt.Errorf("waiting for %d peers: %w", ncfg.MinPeers, err)
 	}
-	st, err := waitAgreed(ctx, n, ncfg.MinPeers)
+	st, err := waitAgreed(startCtx, n, ncfg.MinPeers)
+	stopStart()
 	if err != nil {
 		return err
 	}
-	workers := st.View.Members
-	log.Info().Uint64("epoch", st.View.Epoch).Int("members", len(workers)).Int("owned_shards", len(st.Ring.Owned(self))).
-		Str("topology", string(ncfg.Topology)).Msg("cluster agreed: training")
+	log.Info().Uint64("epoch", st.View.Epoch).Int("members", len(st.View.Members)).Str("topology", string(ncfg.Topology)).Msg("members agreed")
 
-	// Membership changes mid-run (joins, leaves, crashes) are issue 5's
-	// handoff protocol; until then a change ends the run with a clear error
-	// rather than a barrier that waits forever.
-	evs, cancelEvs := n.Subscribe()
-	defer cancelEvs()
-	runCtx, cancelRun := context.WithCancelCause(ctx)
-	defer cancelRun(nil)
-	go func() {
-		for ev := range evs {
-			for _, id := range append(append(ev.Died, ev.Left...), ev.Restarted...) {
-				if slices.Contains(workers, id) {
-					cancelRun(fmt.Errorf("peer %s left or died mid-run: training through membership changes is not implemented yet", id))
-					return
-				}
-			}
-		}
-	}()
-
-	tr, err := p2p.New(n.Host(), n.PubSub(), p2pConfig(n))
+	tr, err := p2p.New(n.Host(), n.PubSub(), p2pConfig(n, j.model))
 	if err != nil {
 		return err
 	}
@@ -122,7 +168,11 @@ func (j *trainJob) runDistributed(ctx context.Context, tf *trainFlags) error {
 	dcfg := sgd.DefaultDistConfig()
 	dcfg.Batch, dcfg.Epochs, dcfg.EvalEvery = j.r.batch, j.r.epochs, j.r.evalEvery
 	dcfg.Mode, dcfg.Staleness, dcfg.Window, dcfg.Flush, dcfg.StallAfter = mode, tf.dist.staleness, tf.dist.window, tf.dist.flush, tf.dist.stallAfter
-	dcfg.Self, dcfg.Workers, dcfg.Ring, dcfg.Epoch = self, workers, st.Ring, st.View.Epoch
+	dcfg.Self, dcfg.Peers = self, st.View.Members
+	dcfg.RingFor = ringFor(ncfg, n.Master(), j.model.Layout.Shards)
+	dcfg.Checkpoint = sgd.CheckpointConfig{Dir: tf.dist.checkpointDir, Every: tf.dist.checkpointEvery, Resume: tf.dist.resume}
+	dcfg.HandoffTimeout = tf.dist.handoffTimeout
+	dcfg.Log = log
 	if err := dcfg.Validate(); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
@@ -132,97 +182,147 @@ func (j *trainJob) runDistributed(ctx context.Context, tf *trainFlags) error {
 		return err
 	}
 	defer rep.Close()
+	mt.SetInfo(metrics.Info{PeerID: self, Job: ncfg.Job, Topology: string(ncfg.Topology), Mode: mode.String(), Version: version})
 	sampler := report.NewSampler()
 	var x *gossip.Exchange
 	var hooks sgd.DistHooks
 	prog := j.progressHook()
-	hooks.Progress = prog.fn
+	hooks.Progress = func(p sgd.Progress) {
+		prog.fn(p)
+		mt.Progress(p.Examples, p.Epoch)
+	}
 	hooks.Eval = func(e sgd.EvalPoint) {
 		logMetrics(log.Info(), e.Metrics).Str("examples", humanCount(float64(e.Examples))).Msg("evaluation")
 		rep.Write(report.Eval{Type: report.TypeEval, PeerID: self, Examples: e.Examples, Seconds: e.Seconds, Epoch: e.Epoch, Metrics: reportMetrics(e.Metrics)})
+		mt.Eval(metrics.EvalFigures{LogLoss: e.LogLoss, Error: e.Error, AUC: e.AUC})
 	}
 	hooks.Round = func(p sgd.RoundPoint) {
+		in, out := n.Bandwidth()
+		mt.Round(metrics.RoundFigures{Rounds: p.Clock + 1, Examples: p.Examples, WaitSeconds: p.WaitSeconds, Staleness: p.Staleness, BytesSent: out, BytesRecv: in})
 		if p.Clock%int64(tf.dist.reportRounds) != 0 || rep == nil {
 			return
 		}
-		in, out := n.Bandwidth()
 		rep.Write(report.Round{Type: report.TypeRound, PeerID: self, Clock: p.Clock, Examples: p.Examples, Seconds: p.Seconds,
-			BytesSent: out, BytesRecv: in, WaitSeconds: p.WaitSeconds, Workers: p.Applied,
-			Epoch: st.View.Epoch, Resources: sampler.Sample()})
+			BytesSent: out, BytesRecv: in, WaitSeconds: p.WaitSeconds, Workers: p.Applied, Live: p.Live,
+			Epoch: p.Config, Owned: p.Owned, Staleness: p.Staleness, Resources: sampler.Sample()})
 	}
-	d, err := sgd.NewDist(j.model, dcfg, hooks)
-	if err != nil {
-		return err
+	hooks.Change = func(c sgd.ChangePoint) {
+		log.Info().Uint64("config", c.Config).Uint64("start_round", c.Start).Int("workers", len(c.Members)).
+			Strs("joined", shortIDs(c.Joined)).Strs("left", shortIDs(c.Left)).Strs("crashed", shortIDs(c.Crashed)).
+			Int("owned_shards", c.Owned).Msg("training configuration")
+		mt.Ring(c.Config, c.Owned)
+		rep.Write(report.Change{Type: report.TypeChange, PeerID: self, Config: c.Config, Start: c.Start, Members: c.Members,
+			Joined: c.Joined, Left: c.Left, Crashed: c.Crashed, Owned: c.Owned})
 	}
+
 	gcfg := gossip.DefaultConfig()
 	gcfg.Job, gcfg.Width = ncfg.Job, j.model.Layout.Width
 	gcfg.Wire.Values, gcfg.Wire.Compress = values, compress
 	gcfg.Wire.Limits.Features = j.model.Layout.Features
 	gcfg.Wire.Limits.MaxMessage = min(gcfg.Wire.Limits.MaxMessage, n.MaxPayload())
 	gcfg.Log = log
-	epoch := st.View.Epoch
-	gcfg.CheckEpoch = func(_ wire.Kind, _ string, e uint64) error {
-		if e != epoch {
-			return fmt.Errorf("ring epoch %d, this run trains at epoch %d", e, epoch)
+
+	// Run, and join again if a partition's majority removed this peer.
+	var sum sgd.DistSummary
+	for attempt := 0; ; attempt++ {
+		d, err := sgd.NewDist(j.model, dcfg, hooks)
+		if err != nil {
+			return err
 		}
-		return nil
-	}
-	x, err = gossip.New(tr, gcfg, d.Handlers())
-	if err != nil {
-		return err
+		if x, err = gossip.New(tr, gcfg, d.Handlers()); err != nil {
+			return err
+		}
+		runDone := make(chan struct{})
+		go followMembers(n, d, runDone)
+		go func() {
+			select {
+			case <-sigs:
+				log.Info().Msg("leaving gracefully: handing shards over (interrupt again to stop at once)")
+				d.Leave()
+				select {
+				case <-sigs:
+					cancel(context.Canceled)
+				case <-runDone:
+				}
+			case <-runDone:
+			}
+		}()
+		go func() {
+			t := time.NewTicker(time.Second)
+			defer t.Stop()
+			for {
+				select {
+				case <-runDone:
+					return
+				case <-t.C:
+					xs := x.Stats()
+					mt.Totals(metrics.Totals{Repaired: xs.Repaired, PubsubDropped: n.PubSubCounters().Dropped(), Rejected: x.Rejected().Map()})
+				}
+			}
+		}()
+		open := func(epoch int) (data.Source, error) {
+			s, err := j.openTrain(epoch)
+			prog.track(s)
+			return s, err
+		}
+		sum, err = d.Run(ctx, x, tr, open, j.openTest())
+		close(runDone)
+		if errors.Is(err, sgd.ErrRemoved) && attempt < 3 {
+			x.Close()
+			log.Warn().Msg("this peer was removed while partitioned away: joining the run again")
+			continue
+		}
+		if errors.Is(err, sgd.ErrLeft) {
+			log.Info().Int64("examples", sum.Examples).Int64("rounds", sum.Rounds).Msg("left the job; the others train on")
+			err = nil
+		}
+		if err != nil {
+			x.Close()
+			if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+				return cause
+			}
+			return err
+		}
+		break
 	}
 	defer x.Close()
-	// Every owner must be subscribed to its gradient topic before the first
-	// round, or the first gradients reach nobody.
-	for _, o := range d.Owners() {
-		if err := x.WaitOwner(runCtx, o); err != nil {
-			return fmt.Errorf("waiting for owner %s to subscribe: %w", o, context.Cause(runCtx))
-		}
-	}
-	if err := x.WaitPeers(runCtx, workers); err != nil {
-		return fmt.Errorf("waiting for the peers to subscribe to parameters: %w", context.Cause(runCtx))
-	}
 
-	var bad int64
-	open := func(epoch int) (data.Source, error) {
-		s, err := j.openTrain(epoch)
-		prog.track(s)
-		return s, err
-	}
-	sum, err := d.Run(runCtx, x, open, j.openTest())
-	if cur := prog.cur; cur != nil {
-		bad = cur.Stats().BadLines
-	}
-	if err != nil {
-		if cause := context.Cause(runCtx); cause != nil && !errors.Is(cause, context.Canceled) {
-			return cause
-		}
-		return err
-	}
 	xs := x.Stats()
 	pc := n.PubSubCounters()
 	bwIn, bwOut := n.Bandwidth()
 	res := sampler.Sample()
+	var bad int64
+	if prog.cur != nil {
+		bad = prog.cur.Stats().BadLines
+	}
 	s := report.Summary{
 		Type: report.TypeSummary, PeerID: self, Examples: sum.Examples, Seconds: sum.Seconds,
 		ExamplesPerSec: report.Num(sum.ExamplesPerSec), Epochs: j.r.epochs, Steps: sum.Steps,
 		Metrics:       reportMetrics(sum.Final),
 		ModelNonzeros: j.model.NonZeros(), ModelHash: fmt.Sprintf("%016x", j.model.Hash()),
 		BadLines: bad, Resources: res,
-		Peers: len(workers), Topology: string(ncfg.Topology), Mode: mode.String(), Batch: j.r.batch,
+		Peers: sum.Members, Topology: string(ncfg.Topology), Mode: mode.String(), Batch: j.r.batch,
 		Rounds: sum.Rounds, WaitSeconds: sum.WaitSeconds, MaxStaleness: sum.MaxStaleness,
 		BytesSent: bwOut, BytesRecv: bwIn, PubsubDropped: int64(pc.Dropped()),
 		Repaired: int64(xs.Repaired), Rejected: int64(x.Rejected().Total()),
-		Owned: len(st.Ring.Owned(self)), Shards: j.model.Layout.Shards,
+		Owned: sum.Owned, Shards: j.model.Layout.Shards,
+		Configs: sum.Configs, RoundsDegraded: sum.RoundsDegraded, Covered: sum.Covered, Promoted: sum.Promoted,
+		JoinSeconds: sum.JoinSeconds, JoinBytes: sum.JoinBytes, HandoffBytes: sum.HandoffBytes,
+		Checkpoints: sum.Checkpoints, ResumedAt: sum.ResumedAt,
 	}
 	if err := rep.Write(s); err != nil {
 		return err
 	}
+	mt.Summary(metrics.SummaryFigures{Rounds: sum.Rounds, Examples: sum.Examples, BytesSent: bwOut, BytesRecv: bwIn,
+		Totals:  metrics.Totals{Repaired: xs.Repaired, PubsubDropped: pc.Dropped(), Rejected: x.Rejected().Map()},
+		Eval:    metrics.EvalFigures{LogLoss: sum.Final.LogLoss, Error: sum.Final.Error, AUC: sum.Final.AUC},
+		HasEval: sum.Final.Examples > 0})
 	logMetrics(log.Info(), sum.Final).Str("examples", humanCount(float64(sum.Examples))).Int64("rounds", sum.Rounds).
 		Float64("seconds", round4(sum.Seconds)).Str("examples_per_sec", humanCount(sum.ExamplesPerSec)).
 		Float64("wait_seconds", round4(sum.WaitSeconds)).Str("model_hash", s.ModelHash).
 		Str("sent", humanCount(float64(bwOut))+"B").Str("received", humanCount(float64(bwIn))+"B").
-		Uint64("repaired", xs.Repaired).Int64("rejected", s.Rejected).Str("resources", res.String()).Msg("done")
+		Uint64("repaired", xs.Repaired).Int64("rejected", s.Rejected).Int("shards_covered", sum.Covered).
+		Str("resources", res.String()).Msg("done")
 	if rej := x.Rejected(); rej.Total() > 0 {
 		log.Warn().Interface("rejected", rej.Map()).Msg("messages were rejected")
 	}
@@ -233,6 +333,23 @@ func (j *trainJob) runDistributed(ctx context.Context, tf *trainFlags) error {
 		log.Info().Str("file", j.r.save).Msg("model saved")
 	}
 	return nil
+}
+
+// followMembers feeds the membership's live set to the run until done.
+func followMembers(n *node.Node, d *sgd.Dist, done <-chan struct{}) {
+	evs, cancel := n.Subscribe()
+	defer cancel()
+	for {
+		select {
+		case <-done:
+			return
+		case ev, ok := <-evs:
+			if !ok {
+				return
+			}
+			d.SetAlive(ev.View.Members)
+		}
+	}
 }
 
 // waitAgreed waits until the membership view is agreed by every member and
@@ -253,11 +370,27 @@ func waitAgreed(ctx context.Context, n *node.Node, min int) (node.State, error) 
 	}
 }
 
-// p2pConfig is the libp2p transport's configuration for node n.
-func p2pConfig(n *node.Node) p2p.Config {
+// p2pConfig is the libp2p transport's configuration for node n: direct
+// streams large enough to carry a copy of m to a joining peer.
+func p2pConfig(n *node.Node, m *model.Model) p2p.Config {
 	cfg := p2p.DefaultConfig()
 	cfg.MaxPayload = n.MaxPayload()
 	cfg.Join = n.Join
 	cfg.Drops = func() uint64 { return n.PubSubCounters().Dropped() }
+	// A snapshot is the weights; a handoff adds optimizer state (up to two
+	// floats a weight with FTRL); frames and headers add little.
+	cfg.MaxResponse = max(cfg.MaxResponse, int64(len(m.W))*4*3+(16<<20))
+	cfg.StreamTimeout = max(cfg.StreamTimeout, 5*time.Minute)
 	return cfg
+}
+
+func shortIDs(ids []string) []string {
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		if len(id) > 12 {
+			id = "…" + id[len(id)-8:]
+		}
+		out[i] = id
+	}
+	return out
 }

@@ -23,7 +23,8 @@ var version = "dev"
 // commands lists the subcommands in the order "gossiptrain help" shows them.
 func commands() []*command {
 	return []*command{
-		demoCmd(),
+		clusterCmd(),
+		benchCmd(),
 		trainCmd(),
 		evalCmd(),
 		genCmd(),

@@ -322,6 +322,10 @@ func (x *Exchange) SendParams(ctx context.Context, clock, epoch uint64, ack *wir
 	defer x.paramsMu.Unlock()
 	x.ack.Through = ack.Through
 	x.ack.Applied = append(x.ack.Applied[:0], ack.Applied...)
+	x.ack.Force = ack.Force
+	x.ack.Config.ID, x.ack.Config.Start, x.ack.Config.Checkpoint = ack.Config.ID, ack.Config.Start, ack.Config.Checkpoint
+	x.ack.Config.Members = append(x.ack.Config.Members[:0], ack.Config.Members...)
+	x.ack.Config.Crashed = append(x.ack.Config.Crashed[:0], ack.Config.Crashed...)
 	slices.SortFunc(x.ack.Applied, func(a, b wire.WorkerClock) int { return strings.Compare(a.Worker, b.Worker) })
 	h := wire.Header{Job: x.cfg.Job, Sender: x.self, Clock: clock, Epoch: epoch, Seq: x.paramsOut.nextSeq()}
 	x.paramsFailed = append(x.paramsFailed[:0], make([]bool, len(x.paramsTopics))...)

@@ -346,6 +346,11 @@ func (x *Exchange) accept(st *inStream, m *wire.Message, src source, size int) {
 			p.From, p.Clock, p.Epoch, p.Seq, p.Parts = st.from, m.Clock, m.Epoch, m.Seq, int(m.Parts)
 			p.Ack.Through = m.Ack.Through
 			p.Ack.Applied = append(p.Ack.Applied[:0], m.Ack.Applied...)
+			p.Ack.Force = m.Ack.Force
+			c := &m.Ack.Config
+			p.Ack.Config.ID, p.Ack.Config.Start, p.Ack.Config.Checkpoint = c.ID, c.Start, c.Checkpoint
+			p.Ack.Config.Members = append(p.Ack.Config.Members[:0], c.Members...)
+			p.Ack.Config.Crashed = append(p.Ack.Config.Crashed[:0], c.Crashed...)
 			p.Rows.Idx = append(p.Rows.Idx[:0], m.Sparse.Idx...)
 			p.Rows.Val = append(p.Rows.Val[:0], m.Sparse.Val...)
 		}

@@ -269,20 +269,21 @@ func TestProcessesLoopback(t *testing.T) {
 	procs := churnScenario(t, deadAfter, start)
 
 	// A fifth peer with another swarm key cannot connect: wait until it has
-	// failed to dial twice, then check that nobody lists it.
+	// failed to dial (twice, or once on a loaded machine, where a refused
+	// handshake can take seconds), then check that nobody lists it.
 	stranger := startPeer(t, "stranger", "", append(slices.Clone(common), "--swarm-key", keyB, "--peer", first)...)
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	var ss *Status
 	for {
 		s, err := stranger.fetch()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ss = s; s.Network.DialFailures >= 2 {
+		if ss = s; s.Network.DialFailures >= 2 || (s.Network.DialFailures >= 1 && time.Now().After(deadline.Add(-20*time.Second))) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the stranger made %d failed dials in 10s, want 2", s.Network.DialFailures)
+			t.Fatalf("the stranger made %d failed dials in 30s, want at least 1", s.Network.DialFailures)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -14,6 +14,7 @@ type Run struct {
 	Start   *Start
 	Evals   []Eval
 	Rounds  []Round
+	Changes []Change
 	Summary *Summary // nil when the run did not finish
 }
 
@@ -64,6 +65,10 @@ func Read(r io.Reader, name string) (*Run, error) {
 			var e Round
 			err = json.Unmarshal(b, &e)
 			run.Rounds = append(run.Rounds, e)
+		case TypeChange:
+			var c Change
+			err = json.Unmarshal(b, &c)
+			run.Changes = append(run.Changes, c)
 		case TypeSummary:
 			run.Summary = new(Summary)
 			err = json.Unmarshal(b, run.Summary)

@@ -45,6 +45,7 @@ const (
 	TypeRound   = "round"
 	TypeSummary = "summary"
 	TypeStart   = "start"
+	TypeChange  = "change"
 )
 
 // Metrics are the test-set figures shared by eval and summary lines.
@@ -86,9 +87,26 @@ type Round struct {
 	BytesSent   int64   `json:"bytes_sent"`
 	BytesRecv   int64   `json:"bytes_recv"`
 	WaitSeconds float64 `json:"wait_seconds"`
-	Workers     int     `json:"workers,omitempty"` // contributions applied in this round
-	Epoch       uint64  `json:"ring_epoch,omitempty"`
+	Workers     int     `json:"workers"`      // contributions this peer applied as owner in its latest round
+	Live        int     `json:"live_workers"` // live workers of that round's configuration
+	Epoch       uint64  `json:"config"`       // training configuration the round was computed in
+	Owned       int     `json:"owned_shards"` // shards this peer is primary of
+	Staleness   int64   `json:"staleness"`    // rounds missing from the weights the gradient used
 	Resources
+}
+
+// Change is a training configuration taking effect at this peer: peers
+// joined, left or crashed, and shards moved.
+type Change struct {
+	Type    string   `json:"type"` // "change"
+	PeerID  string   `json:"peer_id,omitempty"`
+	Config  uint64   `json:"config"`
+	Start   uint64   `json:"start_round"`
+	Members []string `json:"members"`
+	Joined  []string `json:"joined,omitempty"`
+	Left    []string `json:"left,omitempty"`
+	Crashed []string `json:"crashed,omitempty"`
+	Owned   int      `json:"owned_shards"`
 }
 
 // Resources are a process's resource figures (see Sample).
@@ -127,6 +145,16 @@ type Summary struct {
 	Rejected      int64   `json:"rejected"`
 	Owned         int     `json:"owned_shards"` // shards this peer was primary of at the end
 	Shards        int     `json:"shards"`
+	// Churn: membership changes, handoffs, checkpoints.
+	Configs        uint64  `json:"configs"`         // the final training configuration's number
+	RoundsDegraded int64   `json:"rounds_degraded"` // owner rounds applied without some worker (crashed or finished)
+	Covered        int     `json:"shards_covered"`  // shards whose final values came from a live owner
+	Promoted       int     `json:"shards_promoted"` // shards taken over from the read copy after a crash
+	JoinSeconds    float64 `json:"join_seconds"`    // joined mid-run: from start to owning shards
+	JoinBytes      int64   `json:"join_bytes"`      // joined mid-run: model bytes copied
+	HandoffBytes   int64   `json:"handoff_bytes"`   // shard state received from previous owners
+	Checkpoints    int     `json:"checkpoints"`     // checkpoints written
+	ResumedAt      uint64  `json:"resumed_at"`      // the checkpoint round a --resume continued from
 }
 
 // Writer appends records to a report file, one JSON object per line, and

@@ -12,7 +12,7 @@ echo "== go test"
 go test -count=1 -timeout 20m ./...
 
 # Packages with goroutines: the race detector runs their tests again.
-race_pkgs=$(go list ./... | grep -E '/(sgd|report|gossip|node)(/|$)' || true)
+race_pkgs=$(go list ./... | grep -E '/(sgd|report|gossip|node|cluster|metrics)(/|$)' || true)
 if [ -n "$race_pkgs" ]; then
   echo "== go test -race"
   go test -count=1 -race -timeout 20m $race_pkgs

@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/gossiptrain/gossiptrain/data"
 	"github.com/gossiptrain/gossiptrain/gossip"
@@ -59,9 +63,18 @@ func (m Mode) String() string {
 	return fmt.Sprintf("mode(%d)", uint8(m))
 }
 
-// Done is the clock an owner announces as its through clock once every
-// worker has finished: every contribution there will ever be is applied.
+// Done is the count of complete rounds an owner announces once every worker
+// has finished: every contribution there will ever be is applied.
 const Done = math.MaxUint64
+
+// ErrLeft is returned by Run when this peer left the job gracefully
+// (Dist.Leave) before the end of training.
+var ErrLeft = errors.New("left the training job")
+
+// ErrRemoved is returned by Run when the configuration dropped this peer
+// while it was alive: the majority declared it dead during a partition.
+// Its copy is stale; join again with a new Dist.
+var ErrRemoved = errors.New("removed from the training configuration while alive: join again")
 
 // Net is what the distributed loop needs from the message layer; a
 // *gossip.Exchange provides it. Calls come from the loop's goroutine.
@@ -71,6 +84,17 @@ type Net interface {
 	Poke(ctx context.Context, peer string, kind gossip.Stream) (int, error)
 	SetParamsPeers(peers []string)
 }
+
+// Control is what the loop needs for direct request/response streams
+// (status, join, leave, model snapshots, shard handoff): a gossip.Transport
+// provides it.
+type Control interface {
+	Serve(proto string, h func(ctx context.Context, from string, req []byte, w io.Writer) error)
+	Request(ctx context.Context, peer string, proto string, req []byte) (io.ReadCloser, error)
+}
+
+// ControlProtocol is the direct-stream protocol of control requests.
+const ControlProtocol = "/gossiptrain/control/1"
 
 // DistConfig configures a distributed run. Start from DefaultDistConfig.
 type DistConfig struct {
@@ -91,14 +115,25 @@ type DistConfig struct {
 	// lost. The loop asks sooner, after four typical waits (at least 10ms),
 	// once it has seen some.
 	StallAfter time.Duration
-	// Self is this peer's ID; Workers are every worker of the run (this
-	// peer included); Ring gives the owners of every shard. The ring's
-	// members must be workers. Epoch is the ring's membership epoch, sent
-	// with every message.
-	Self    string
-	Workers []string
-	Ring    *ring.Ring
-	Epoch   uint64
+	// Self is this peer's ID; Peers is the agreed member set the run starts
+	// from (the membership view once --min-peers agree): its smallest ID
+	// coordinates the first configuration, or tells a newcomer how to join
+	// a run already under way.
+	Self  string
+	Peers []string
+	// RingFor builds the ring of owners for a set of workers: consistent
+	// hashing over them, or every shard on the master.
+	RingFor func(members []string) (*ring.Ring, error)
+	// Checkpoint writes and resumes checkpoints (zero: none).
+	Checkpoint CheckpointConfig
+	// StartTimeout bounds waiting for the coordinator at start and for a
+	// model snapshot when joining.
+	StartTimeout time.Duration
+	// HandoffTimeout bounds waiting for a shard's previous owner; after it
+	// the shard is promoted from the read copy with fresh optimizer state.
+	HandoffTimeout time.Duration
+	// Log receives membership changes, handoffs and checkpoints.
+	Log zerolog.Logger
 }
 
 // DefaultDistConfig returns the defaults, with the reason for each.
@@ -120,6 +155,12 @@ func DefaultDistConfig() DistConfig {
 		// A barrier that waits a second for one message is almost surely
 		// waiting for a lost one.
 		StallAfter: time.Second,
+		// Peers of one job start within seconds of each other; a model
+		// snapshot of a few hundred MiB crosses a LAN in seconds.
+		StartTimeout: 2 * time.Minute,
+		// A handoff is one round trip and the shard's bytes.
+		HandoffTimeout: 30 * time.Second,
+		Log:            zerolog.Nop(),
 	}
 }
 
@@ -139,19 +180,16 @@ func (c DistConfig) Validate() error {
 		return fmt.Errorf("%w: flush interval %v, want > 0", ErrConfig, c.Flush)
 	case c.StallAfter <= 0:
 		return fmt.Errorf("%w: stall timeout %v, want > 0", ErrConfig, c.StallAfter)
-	case c.Self == "" || !slices.Contains(c.Workers, c.Self):
-		return fmt.Errorf("%w: self %q is not among the workers %v", ErrConfig, c.Self, c.Workers)
-	case c.Ring == nil:
-		return fmt.Errorf("%w: no ring", ErrConfig)
+	case c.Self == "" || !slices.Contains(c.Peers, c.Self):
+		return fmt.Errorf("%w: self %q is not among the peers %v", ErrConfig, c.Self, c.Peers)
+	case c.RingFor == nil:
+		return fmt.Errorf("%w: no RingFor", ErrConfig)
 	case c.Config.MaxExamples > 0:
 		return fmt.Errorf("%w: a distributed run reads its data to the end (no example limit)", ErrConfig)
+	case c.StartTimeout <= 0 || c.HandoffTimeout <= 0:
+		return fmt.Errorf("%w: start timeout %v and handoff timeout %v, want > 0", ErrConfig, c.StartTimeout, c.HandoffTimeout)
 	}
-	for _, m := range c.Ring.Members() {
-		if !slices.Contains(c.Workers, m) {
-			return fmt.Errorf("%w: ring member %q is not a worker", ErrConfig, m)
-		}
-	}
-	return nil
+	return c.Checkpoint.Validate()
 }
 
 // RoundPoint is one round of a distributed run, passed to DistHooks.Round.
@@ -161,186 +199,150 @@ type RoundPoint struct {
 	Seconds     float64 // since the run started
 	WaitSeconds float64 // time this worker waited at the barrier before the round
 	Staleness   int64   // rounds of other workers' contributions missing from the copy used
-	Applied     int     // contributions this peer applied as owner for the round (sync), 0 otherwise
+	Applied     int     // contributions this peer applied as owner in its latest sync round
+	Live        int     // workers of that owner round's configuration, minus the crashed and finished
+	Config      uint64  // the configuration this worker computed the round in
+	Owned       int     // shards this peer is primary of
 }
 
 // DistHooks receive a distributed run's reports, on the loop's goroutine.
 type DistHooks struct {
 	Hooks
 	Round func(RoundPoint)
+	// Change is called when a configuration takes effect here (joins,
+	// leaves, crashes), with a line for the log.
+	Change func(ChangePoint)
+}
+
+// ChangePoint describes a configuration change.
+type ChangePoint struct {
+	Config  uint64
+	Start   uint64
+	Members []string
+	Crashed []string
+	Joined  []string
+	Left    []string
+	Owned   int // shards this peer is primary of in it
 }
 
 // DistSummary is what a distributed run did.
 type DistSummary struct {
 	Summary
-	Rounds       int64   // clocks this worker completed
-	WaitSeconds  float64 // total time waiting at barriers (and for the end)
-	MaxStaleness int64   // the largest staleness a gradient was computed at
-	Applied      int64   // gradient messages applied as owner
-	Published    int64   // params messages published as owner
-	Pokes        int64   // stalls that asked a peer to resend
-	StreamErrors int64   // stream failures the Exchange reported
-}
-
-// evKind is what an event carries.
-type evKind uint8
-
-const (
-	evGrad evKind = iota + 1
-	evParams
-	evError
-)
-
-// event is a message handed from the Exchange's delivery goroutine to the
-// loop, with its data copied (the Exchange reuses its buffers).
-type event struct {
-	kind     evKind
-	from     string
-	clock    uint64
-	epoch    uint64
-	examples int
-	through  uint64
-	applied  []wire.WorkerClock
-	rows     model.Sparse
-	err      error
-}
-
-// inbox is an unbounded queue from the delivery goroutine to the loop. It
-// must not block the delivery goroutine: the loop may be waiting in Poke,
-// which waits for the delivery goroutine.
-type inbox struct {
-	mu    sync.Mutex
-	q     []*event
-	free  []*event
-	wake  chan struct{}
-	width int
-}
-
-func newInbox(width int) *inbox { return &inbox{wake: make(chan struct{}, 1), width: width} }
-
-func (b *inbox) get() *event {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if n := len(b.free); n > 0 {
-		e := b.free[n-1]
-		b.free = b.free[:n-1]
-		return e
-	}
-	return new(event)
-}
-
-func (b *inbox) put(e *event) {
-	b.mu.Lock()
-	b.q = append(b.q, e)
-	b.mu.Unlock()
-	select {
-	case b.wake <- struct{}{}:
-	default:
-	}
-}
-
-// take moves the queued events to dst.
-func (b *inbox) take(dst []*event) []*event {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	dst = append(dst, b.q...)
-	clear(b.q)
-	b.q = b.q[:0]
-	return dst
-}
-
-func (b *inbox) recycle(e *event) {
-	e.rows.Reset()
-	e.applied = e.applied[:0]
-	e.err = nil
-	b.mu.Lock()
-	b.free = append(b.free, e)
-	b.mu.Unlock()
-}
-
-// Handlers returns the gossip handlers that feed this run's loop. Create
-// the Exchange with them, then call Run.
-func (d *Dist) Handlers() gossip.Handlers {
-	return gossip.Handlers{
-		Grad: func(g *gossip.Grad) {
-			e := d.in.get()
-			e.kind, e.from, e.clock, e.epoch, e.examples = evGrad, g.From, g.Clock, g.Epoch, g.Examples
-			e.rows.Idx = append(e.rows.Idx[:0], g.Rows.Idx...)
-			e.rows.Val = append(e.rows.Val[:0], g.Rows.Val...)
-			d.in.put(e)
-		},
-		Params: func(p *gossip.Params) {
-			e := d.in.get()
-			e.kind, e.from, e.clock, e.epoch, e.through = evParams, p.From, p.Clock, p.Epoch, p.Ack.Through
-			e.applied = append(e.applied[:0], p.Ack.Applied...)
-			e.rows.Idx = append(e.rows.Idx[:0], p.Rows.Idx...)
-			e.rows.Val = append(e.rows.Val[:0], p.Rows.Val...)
-			d.in.put(e)
-		},
-		Error: func(err error) {
-			e := d.in.get()
-			e.kind, e.err = evError, err
-			d.in.put(e)
-		},
-	}
+	Rounds         int64   // clocks this worker completed
+	WaitSeconds    float64 // total time waiting at barriers (and for the end)
+	MaxStaleness   int64   // the largest staleness a gradient was computed at
+	Applied        int64   // gradient messages applied as owner
+	Published      int64   // params messages published as owner
+	Pokes          int64   // stalls that asked a peer to resend
+	StreamErrors   int64   // stream failures the Exchange reported
+	RoundsDegraded int64   // owner rounds applied with fewer contributions than workers (a crashed or finished worker)
+	Configs        uint64  // the final configuration's ID
+	Members        int     // workers of the final configuration
+	Owned          int     // shards this peer is primary of at the end
+	Covered        int     // shards whose final values came from a live primary
+	JoinSeconds    float64 // joined mid-run: seconds from start to owning shards (0 otherwise)
+	JoinBytes      int64   // joined mid-run: bytes of model copied
+	HandoffBytes   int64   // shard state received in handoffs
+	Promoted       int     // shards promoted from the read copy after a crash
+	Checkpoints    int     // checkpoints written
+	ResumedAt      uint64  // the round a --resume continued from (0: not resumed)
 }
 
 // Dist is one peer's distributed training run: worker and owner in one
 // loop on one goroutine, which alone touches the model. The Exchange's
-// delivery goroutine only copies messages into the loop's inbox.
+// delivery goroutine and the control stream handlers only hand events to
+// the loop through its inbox.
 type Dist struct {
-	cfg DistConfig
-	m   *model.Model
-	net Net
-	h   DistHooks
-	in  *inbox
-	t   trainer // the local loop's machinery: batches, evaluation, progress
+	cfg   DistConfig
+	m     *model.Model
+	net   Net
+	ctl   Control
+	h     DistHooks
+	in    *inbox
+	t     trainer // the local loop's machinery: batches, evaluation, progress
+	log   zerolog.Logger
+	width int
+	mask  uint32
+	start time.Time
 
-	width      int
-	shardOwner [][]int  // per shard: indices into owners
-	owners     []string // every member owning a shard (primary or replica), sorted
-	primaries  []string // members that are primary of some shard: they publish params
-	primary    []bool   // per shard: this peer is its primary
-	workers    []string // sorted
+	cs    configs
+	alive map[string]bool // the membership's live set
+
+	// Coordinator state (whoever is coordinator now).
+	pendingJoin  map[string]bool
+	pendingLeave map[string]bool
+	nextCkptAt   time.Time
+	finalSent    bool // some owner announced Done: refuse joins
 
 	// Worker state.
-	clock   uint64            // next round to compute
-	through map[string]uint64 // per primary: clocks it has completed (a count; Done at the end)
-	acked   map[string]uint64 // per owner: clocks of ours it has applied (a count)
-	split   []model.Sparse    // per owner, reused
-	grad    model.Sparse
+	clock        uint64
+	firstClock   uint64            // the clock this worker started at (joined, resumed)
+	firstTo      map[string]uint64 // per owner: the first clock sent to it
+	joined       bool              // a worker of the current configuration (false after leaving)
+	leaving      bool              // Leave was called
+	leaveStart   uint64            // the round this peer stops at, once its leave is agreed
+	leftAt       time.Time
+	done         bool // read all its data and told the owners
+	finished     bool // has every shard's final values
+	doneClock    uint64
+	shardThrough []uint64          // per shard: rounds complete in the read copy (a count; Done at the end)
+	acked        map[string]uint64 // per owner: clocks of ours it has applied (a count)
+	split        []model.Sparse    // per owner of the round's configuration, reused
+	grad         model.Sparse
+	lastGradCfg  uint64
 
 	// Owner state.
-	rounds     map[uint64]*round // sync: contributions by clock
-	nextApply  uint64            // sync: next round to apply
-	doneAt     map[string]uint64 // worker -> clock of its done message
-	appliedW   map[string]uint64 // async/ssp: per worker, clocks applied (a count)
-	dirty      []uint32          // async/ssp: rows changed since the last flush
-	dirtyMark  []uint64          // bitset over features
-	lastFlush  time.Time
-	lastAck    uint64 // through announced in the last flush
-	ownerStep  int64
-	sum, tmp   model.Sparse
-	out        model.Sparse
-	ack        wire.Ack
-	waitingFor time.Time // when the current owner round started waiting (sync)
-
-	events []*event
-	ctx    context.Context
-	err    error // a fatal error from an event (a lost stream in sync mode)
-
-	dsum       DistSummary
-	roundWait  float64
-	roundStale int64
-	applied    int // contributions applied in the last sync round
-	pokeMu     sync.Mutex
-	poking     map[string]bool
-	avgWait    time.Duration // smoothed wait at barriers
+	ownCfg      uint64            // the configuration whose ownership is installed
+	rounds      map[uint64]*round // sync: contributions by clock
+	nextApply   uint64            // sync: next round to apply
+	doneAt      map[string]uint64 // worker -> clock from which it contributes nothing
+	pending     map[int]*handoff  // gained shards waiting for their state
+	forward     map[int][]string  // async: lost shards -> their new owners (forward late rows)
+	buffered    map[int][]*event  // async: rows for pending shards
+	shadow      *model.Model      // replica shards' weights and state (see dist_state.go)
+	primRows    model.Sparse      // a round's rows of primary shards
+	replRows    model.Sparse      // a round's rows of replica shards
+	appliedW    map[string]uint64 // async/ssp: per worker, clocks applied (a count)
+	dirty       []uint32          // rows to publish at the next flush
+	dirtyMark   []uint64          // bitset over features
+	lastFlush   time.Time         //
+	lastAck     uint64            //
+	ackDue      bool              // async: a gradient arrived since the last flush
+	ownerStep   int64             //
+	lastParams  map[string][]int  //
+	sum, tmp    model.Sparse      //
+	out         model.Sparse      //
+	ack         wire.Ack          //
+	servedLeave map[int]bool      // leaving: shards handed off
+	ctlWaiting  []*ctlReq         // snapshot and handoff requests waiting for their round
+	ckptRound   uint64            // newest checkpoint round announced
+	ckptDone    uint64            // newest checkpoint round written here
+	resumeMeta  *checkpointMeta   // the checkpoint a --resume loads
+	statusMu    sync.Mutex        // guards status
+	status      wire.ControlReply // what a status request is answered with
+	pokeMu      sync.Mutex        //
+	poking      map[string]bool   //
+	avgWait     time.Duration     // smoothed wait at barriers
+	events      []*event          //
+	ctx         context.Context   //
+	err         error             // a fatal error from an event
+	dsum        DistSummary       //
+	roundWait   float64           //
+	applied     int               // contributions applied in the last sync round
+	live        int               // workers expected in the last sync round
 }
 
 // round collects one sync round's contributions at an owner.
 type round struct {
 	grads map[string]*event
+}
+
+// handoff is a gained shard waiting for its state.
+type handoff struct {
+	from    string // previous owner asked; "" = promote from the read copy
+	round   uint64 // state as of the end of round-1
+	asked   bool
+	started time.Time
 }
 
 // NewDist prepares a distributed run of m. Call Handlers to build the
@@ -349,59 +351,37 @@ func NewDist(m *model.Model, cfg DistConfig, h DistHooks) (*Dist, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if cfg.Ring.Shards() != m.Layout.Shards {
-		return nil, fmt.Errorf("%w: ring of %d shards for a model of %d", ErrConfig, cfg.Ring.Shards(), m.Layout.Shards)
+	d := &Dist{cfg: cfg, m: m, h: h, in: newInbox(), width: m.Layout.Width, mask: uint32(m.Layout.Shards - 1), log: cfg.Log}
+	d.alive = map[string]bool{}
+	for _, p := range cfg.Peers {
+		d.alive[p] = true
 	}
-	d := &Dist{cfg: cfg, m: m, h: h, in: newInbox(m.Layout.Width), width: m.Layout.Width}
-	d.workers = slices.Sorted(slices.Values(cfg.Workers))
-	d.workers = slices.Compact(d.workers)
-	r := cfg.Ring
-	idx := map[string]int{}
-	for _, mem := range r.Members() {
-		if len(r.Replicated(mem)) > 0 {
-			idx[mem] = len(d.owners)
-			d.owners = append(d.owners, mem)
-		}
-		if len(r.Owned(mem)) > 0 {
-			d.primaries = append(d.primaries, mem)
-		}
-	}
-	d.shardOwner = make([][]int, m.Layout.Shards)
-	d.primary = make([]bool, m.Layout.Shards)
-	for s := range d.shardOwner {
-		for _, o := range r.Owners(s) {
-			d.shardOwner[s] = append(d.shardOwner[s], idx[o])
-		}
-		if r.Primary(s) == cfg.Self {
-			d.primary[s] = true
-		}
-	}
-	for _, s := range r.Replicated(cfg.Self) {
-		m.Own(s)
-	}
-	d.split = make([]model.Sparse, len(d.owners))
-	d.through = map[string]uint64{}
+	d.shardThrough = make([]uint64, m.Layout.Shards)
 	d.acked = map[string]uint64{}
+	d.firstTo = map[string]uint64{}
 	d.rounds = map[uint64]*round{}
 	d.doneAt = map[string]uint64{}
+	d.pending = map[int]*handoff{}
+	d.forward = map[int][]string{}
+	d.buffered = map[int][]*event{}
 	d.appliedW = map[string]uint64{}
+	d.pendingJoin = map[string]bool{}
+	d.pendingLeave = map[string]bool{}
+	d.servedLeave = map[int]bool{}
 	d.poking = map[string]bool{}
-	if cfg.Mode != Sync {
-		d.dirtyMark = make([]uint64, (m.Layout.Features+63)/64)
+	d.dirtyMark = make([]uint64, (m.Layout.Features+63)/64)
+	for s := range m.State {
+		m.Disown(s)
 	}
 	return d, nil
 }
 
-// Owners returns the members that own shards (primary or replica), sorted.
-func (d *Dist) Owners() []string { return d.owners }
-
 // Run trains until every worker has read its data cfg.Epochs times and
 // every owner has published the final values, so every peer ends with the
-// same model. open and test are as for Train.
-func (d *Dist) Run(ctx context.Context, net Net, open func(epoch int) (data.Source, error), test func() (data.Source, error)) (DistSummary, error) {
-	d.net = net
-	d.ctx = ctx
-	net.SetParamsPeers(d.workers)
+// same model; or, after Leave, until this peer has handed off its shards
+// (it then returns ErrLeft). open and test are as for Train.
+func (d *Dist) Run(ctx context.Context, net Net, ctl Control, open func(epoch int) (data.Source, error), test func() (data.Source, error)) (DistSummary, error) {
+	d.net, d.ctl, d.ctx = net, ctl, ctx
 	t := &d.t
 	*t = trainer{m: d.m, cfg: d.cfg.Config, openFn: open, test: test, h: d.h.Hooks, g: NewGrad(d.m), now: d.cfg.Now}
 	if t.now == nil {
@@ -409,35 +389,71 @@ func (d *Dist) Run(ctx context.Context, net Net, open func(epoch int) (data.Sour
 	}
 	t.stepFn = d.step
 	t.beforeFinalEval = d.finish
-	t.start = t.now()
+	d.start = t.now()
+	t.start = d.start
 	t.lastProgress = t.start
 	t.nextEval = d.cfg.EvalEvery
 	d.lastFlush = t.start
+	d.publishStatus()
+	ctl.Serve(ControlProtocol, d.serveControl)
+	if err := d.begin(); err != nil {
+		return d.summary(), err
+	}
 	err := t.run(ctx)
 	t.finish()
-	d.dsum.Summary = t.sum
-	d.dsum.Rounds = int64(d.clock)
-	return d.dsum, err
+	if errors.Is(err, errLeft) {
+		err = d.completeLeave()
+	}
+	return d.summary(), err
 }
+
+// summary fills the run's summary.
+func (d *Dist) summary() DistSummary {
+	d.dsum.Summary = d.t.sum
+	d.dsum.Rounds = int64(d.clock)
+	if cur := d.cs.cur(); cur != nil {
+		d.dsum.Configs = cur.id
+		d.dsum.Members = len(cur.members)
+		d.dsum.Owned = len(cur.ring.Owned(d.cfg.Self))
+		d.dsum.Covered = 0
+		for s := range d.shardThrough {
+			if d.shardThrough[s] == Done && !d.cs.crashed[cur.primaryOf[s]] {
+				d.dsum.Covered++
+			}
+		}
+	}
+	return d.dsum
+}
+
+// errLeft stops the trainer's epochs when this peer has left.
+var errLeft = errors.New("left")
 
 // step is one round of this worker on the n rows in the trainer's batch.
 func (d *Dist) step(n int) error {
 	t := &d.t
-	c := d.clock
-	waited, err := d.waitUntil(d.mayCompute)
+	waited, err := d.waitUntil(func() bool { return d.leftWorkers() || d.mayCompute() })
 	if err != nil {
 		return err
 	}
+	if d.leftWorkers() {
+		return errLeft
+	}
+	c := d.clock
 	d.roundWait = waited
 	d.dsum.WaitSeconds += waited
 	if st := d.staleness(); st > d.dsum.MaxStaleness {
 		d.dsum.MaxStaleness = st
 	}
-	loss := t.g.Add(d.m, &t.batch)
-	t.g.Collect(&d.grad)
-	if err := d.sendGrad(c, n, &d.grad); err != nil {
+	if err := d.maybeCheckpoint(n); err != nil {
 		return err
 	}
+	loss := t.g.Add(d.m, &t.batch)
+	t.g.Collect(&d.grad)
+	cfg := d.cs.at(c)
+	if err := d.sendGrad(cfg, c, n, &d.grad); err != nil {
+		return err
+	}
+	d.lastGradCfg = cfg.id
 	d.clock++
 	t.sum.Steps++
 	t.sum.Examples += int64(n)
@@ -449,26 +465,39 @@ func (d *Dist) step(n int) error {
 	}
 	if d.h.Round != nil {
 		d.h.Round(RoundPoint{Clock: int64(c), Examples: t.sum.Examples, Seconds: t.now().Sub(t.start).Seconds(),
-			WaitSeconds: waited, Staleness: d.staleness(), Applied: d.applied})
+			WaitSeconds: waited, Staleness: d.staleness(), Applied: d.applied, Live: d.live, Config: cfg.id,
+			Owned: len(d.cs.cur().ring.Owned(d.cfg.Self))})
 	}
 	return t.afterStep()
 }
 
-// sendGrad splits g by owner and sends every owner its rows, an empty
-// message when it has none: owners count every worker's examples.
-func (d *Dist) sendGrad(clock uint64, examples int, g *model.Sparse) error {
-	for i := range d.split {
+// leftWorkers reports whether this peer is no longer a worker: its leave
+// took effect at the current clock.
+func (d *Dist) leftWorkers() bool {
+	return d.leaving && d.leaveStart > 0 && d.clock >= d.leaveStart
+}
+
+// sendGrad splits g by the owners of configuration cfg and sends every
+// owner its rows, an empty message when it has none: owners count every
+// worker's examples.
+func (d *Dist) sendGrad(cfg *tconfig, clock uint64, examples int, g *model.Sparse) error {
+	if len(d.split) < len(cfg.owners) {
+		d.split = append(d.split, make([]model.Sparse, len(cfg.owners)-len(d.split))...)
+	}
+	for i := range cfg.owners {
 		d.split[i].Reset()
 	}
-	mask := uint32(d.m.Layout.Shards - 1)
 	w := d.width
 	for i, k := range g.Idx {
-		for _, o := range d.shardOwner[k&mask] {
+		for _, o := range cfg.shardOwner[k&d.mask] {
 			d.split[o].Append(k, g.Val[i*w:(i+1)*w])
 		}
 	}
-	for i, o := range d.owners {
-		if err := d.net.SendGrad(d.ctx, o, clock, d.cfg.Epoch, examples, &d.split[i]); err != nil {
+	for i, o := range cfg.owners {
+		if _, ok := d.firstTo[o]; !ok {
+			d.firstTo[o] = clock
+		}
+		if err := d.net.SendGrad(d.ctx, o, clock, cfg.id, examples, &d.split[i]); err != nil {
 			return fmt.Errorf("round %d: sending gradient to %s: %w", clock, short(o), err)
 		}
 	}
@@ -476,9 +505,12 @@ func (d *Dist) sendGrad(clock uint64, examples int, g *model.Sparse) error {
 }
 
 // mayCompute reports whether the copy is fresh enough for round d.clock:
-// every primary's through clock is at least clock-s-1, and (SSP, Async)
-// every owner has acknowledged our clocks up to clock-Window.
+// every shard is complete through clock-s-1, and (SSP, Async) every owner
+// has acknowledged our clocks up to clock-Window.
 func (d *Dist) mayCompute() bool {
+	if !d.joined {
+		return false
+	}
 	c := d.clock
 	var s uint64
 	switch d.cfg.Mode {
@@ -489,19 +521,24 @@ func (d *Dist) mayCompute() bool {
 	case Async:
 		s = math.MaxUint64 / 2
 	}
-	// through[o] counts complete clocks, so "through clock >= c-s-1" is
-	// "through[o] >= c-s" (and holds trivially when c <= s).
+	// shardThrough counts complete clocks, so "complete through c-s-1" is
+	// "shardThrough >= c-s" (and holds trivially when c <= s).
 	if c > s {
-		for _, o := range d.primaries {
-			if d.through[o] < c-s {
+		for _, t := range d.shardThrough {
+			if t < c-s {
 				return false
 			}
 		}
 	}
-	// Clocks 0..c-1 are sent; c-acked[o] of them are unacknowledged.
-	if d.cfg.Mode != Sync && c >= uint64(d.cfg.Window) {
-		for _, o := range d.owners {
-			if d.acked[o] < c-uint64(d.cfg.Window)+1 {
+	// Clocks firstTo[o]..c-1 were sent to owner o; those above its
+	// acknowledged count are in flight.
+	if d.cfg.Mode != Sync {
+		for _, o := range d.cs.at(c).owners {
+			first, ok := d.firstTo[o]
+			if !ok || d.cs.crashed[o] {
+				continue // nothing sent to it yet, or it is gone
+			}
+			if max(d.acked[o], first)+uint64(d.cfg.Window) <= c {
 				return false
 			}
 		}
@@ -510,12 +547,9 @@ func (d *Dist) mayCompute() bool {
 }
 
 // staleness is how many rounds before d.clock are not yet complete in the
-// copy: clock minus the smallest count of complete clocks of any primary.
+// copy: clock minus the smallest count of complete clocks of any shard.
 func (d *Dist) staleness() int64 {
-	lo := uint64(math.MaxUint64)
-	for _, o := range d.primaries {
-		lo = min(lo, d.through[o])
-	}
+	lo := slices.Min(d.shardThrough)
 	if lo >= d.clock {
 		return 0
 	}
@@ -533,15 +567,11 @@ func (d *Dist) waitUntil(cond func() bool) (float64, error) {
 	}
 	start := time.Now()
 	stalled := false
+	var lastReport time.Time
 	stall := time.NewTimer(d.stallTimeout())
 	defer stall.Stop()
-	var flush <-chan time.Time
-	var ft *time.Timer
-	if d.cfg.Mode != Sync {
-		ft = time.NewTimer(d.cfg.Flush)
-		defer ft.Stop()
-		flush = ft.C
-	}
+	tick := time.NewTicker(min(d.cfg.Flush, 50*time.Millisecond))
+	defer tick.Stop()
 	for !cond() {
 		select {
 		case <-d.ctx.Done():
@@ -551,8 +581,11 @@ func (d *Dist) waitUntil(cond func() bool) (float64, error) {
 			stalled = true
 			d.pokeLate()
 			stall.Reset(d.stallTimeout())
-		case <-flush:
-			ft.Reset(d.cfg.Flush)
+			if w := time.Since(start); w > 10*d.cfg.StallAfter && time.Since(lastReport) > 10*d.cfg.StallAfter {
+				lastReport = time.Now()
+				d.log.Warn().Dur("waiting", w.Round(time.Millisecond)).Str("state", d.DebugState()).Msg("stalled")
+			}
+		case <-tick.C: // flushes, handoff and join timeouts, checkpoints
 		}
 		if err := d.poll(); err != nil {
 			return time.Since(start).Seconds(), err
@@ -582,7 +615,8 @@ func (d *Dist) stallTimeout() time.Duration {
 // is a round trip on a direct stream, cheap but not free.
 const minStall = 10 * time.Millisecond
 
-// poll handles every queued event, and flushes an async owner when due.
+// poll handles every queued event, then the owner's and coordinator's
+// periodic work.
 func (d *Dist) poll() error {
 	d.events = d.in.take(d.events[:0])
 	for _, e := range d.events {
@@ -597,295 +631,139 @@ func (d *Dist) poll() error {
 			if d.cfg.Mode == Sync && errors.Is(e.err, gossip.ErrGone) {
 				d.err = fmt.Errorf("a lost message cannot be repaired, the run cannot stay consistent: %w", e.err)
 			}
+		case evAlive:
+			d.onAlive(e.members)
+		case evLeave:
+			d.onLeaveRequest()
+		case evControl:
+			d.onControl(e.ctl)
+		case evSnapshot, evHandoff:
+			d.onTransfer(e)
 		}
 		d.in.recycle(e)
 	}
 	if d.err != nil {
 		return d.err
 	}
-	if d.cfg.Mode == Sync {
-		return d.applyReady()
+	d.coordinate()
+	if err := d.ownerWork(); err != nil {
+		return err
 	}
-	if time.Since(d.lastFlush) >= d.cfg.Flush {
-		return d.flush()
-	}
-	return nil
-}
-
-// onParams applies an owner's new values to the read copy and records its
-// progress. Clocks in an Ack are counts: Through = n says clocks 0..n-1
-// are complete, Applied = n that the worker's clocks 0..n-1 are applied;
-// Done says everything is.
-func (d *Dist) onParams(e *event) {
-	if e.from != d.cfg.Self {
-		d.m.SetRows(&e.rows)
-	}
-	if e.through > d.through[e.from] {
-		d.through[e.from] = e.through
-	}
-	for _, a := range e.applied {
-		if a.Worker == d.cfg.Self && a.Clock > d.acked[e.from] {
-			d.acked[e.from] = a.Clock
-		}
-	}
-}
-
-// onGrad takes a worker's gradient for this owner's shards.
-func (d *Dist) onGrad(e *event) {
-	if d.cfg.Mode == Sync {
-		r := d.rounds[e.clock]
-		if r == nil {
-			r = &round{grads: map[string]*event{}}
-			d.rounds[e.clock] = r
-		}
-		if old := r.grads[e.from]; old != nil {
-			d.in.recycle(old) // cannot happen with a sequenced stream; keep the newest
-		}
-		r.grads[e.from] = e
-		if e.examples == 0 {
-			d.markDone(e.from, e.clock)
-		}
-		return
-	}
-	if e.examples > 0 && e.rows.Len() > 0 {
-		d.m.Apply(&e.rows, e.examples, d.ownerStep)
-		d.ownerStep++
-		d.dsum.Applied++
-		for _, k := range e.rows.Idx {
-			if d.primary[int(k)&(d.m.Layout.Shards-1)] {
-				if w, b := k/64, uint64(1)<<(k%64); d.dirtyMark[w]&b == 0 {
-					d.dirtyMark[w] |= b
-					d.dirty = append(d.dirty, k)
-				}
-			}
-		}
-	}
-	if e.examples == 0 {
-		d.markDone(e.from, e.clock)
-	}
-	if e.clock+1 > d.appliedW[e.from] {
-		d.appliedW[e.from] = e.clock + 1 // a count of clocks
-	}
-	d.in.recycle(e)
-}
-
-// markDone records that worker w has no more data from clock c on.
-func (d *Dist) markDone(w string, c uint64) {
-	if _, ok := d.doneAt[w]; !ok {
-		d.doneAt[w] = c
-	}
-}
-
-// applyReady applies, in clock order, every sync round whose contributions
-// are all in, and publishes each round's new values.
-func (d *Dist) applyReady() error {
-	if len(d.owners) == 0 || !slices.Contains(d.owners, d.cfg.Self) {
-		return nil
-	}
-	for {
-		c := d.nextApply
-		r := d.rounds[c]
-		complete := true
-		allDone := true
-		for _, w := range d.workers {
-			if dc, ok := d.doneAt[w]; ok && dc < c {
-				continue // finished before this round
-			}
-			allDone = false
-			if r == nil || r.grads[w] == nil {
-				complete = false
-				break
-			}
-		}
-		if allDone {
-			return d.publishFinal()
-		}
-		if !complete {
-			return nil
-		}
-		if err := d.applyRound(c, r); err != nil {
-			return err
-		}
-		delete(d.rounds, c)
-		d.nextApply++
-	}
-}
-
-// applyRound sums round c's contributions in worker order, applies them
-// and publishes the changed rows this peer is primary of.
-func (d *Dist) applyRound(c uint64, r *round) error {
-	d.sum.Reset()
-	n := 0
-	d.applied = 0
-	allDone := true
-	for _, w := range d.workers {
-		e := r.grads[w]
-		if e == nil {
-			continue
-		}
-		if e.examples > 0 {
-			allDone = false
-			n += e.examples
-			d.applied++
-			addSparse(&d.tmp, &d.sum, &e.rows, d.width)
-			d.sum, d.tmp = d.tmp, d.sum
-		}
-		d.in.recycle(e)
-	}
-	if n > 0 && d.sum.Len() > 0 {
-		d.m.Apply(&d.sum, n, int64(c))
-		d.dsum.Applied += int64(d.applied)
-	}
-	if allDone {
-		// Every worker that reached this round was done: the run is over.
-		return d.publishFinal()
-	}
-	d.out.Reset()
-	mask := uint32(d.m.Layout.Shards - 1)
-	for _, k := range d.sum.Idx {
-		if d.primary[k&mask] {
-			d.out.Append(k, d.m.Row(k))
-		}
-	}
-	if !d.isPrimary() {
-		return nil
-	}
-	d.ack.Through = c + 1 // a count: clocks 0..c are complete
-	d.ack.Applied = d.ack.Applied[:0]
-	return d.publish(c)
-}
-
-func (d *Dist) isPrimary() bool { return slices.Contains(d.primaries, d.cfg.Self) }
-
-// publish sends d.out with d.ack.
-func (d *Dist) publish(c uint64) error {
-	if err := d.net.SendParams(d.ctx, c, d.cfg.Epoch, &d.ack, &d.out); err != nil {
-		return fmt.Errorf("round %d: publishing parameters: %w", c, err)
-	}
-	d.dsum.Published++
-	return nil
-}
-
-// publishFinal announces that every contribution is applied (through =
-// Done), with any rows not yet published.
-func (d *Dist) publishFinal() error {
-	if d.lastAck == Done || !d.isPrimary() {
-		d.lastAck = Done
-		return nil
-	}
-	if d.cfg.Mode != Sync {
-		d.gatherDirty()
-	} else {
-		d.out.Reset()
-	}
-	d.ack.Through = Done
-	d.ack.Applied = d.ack.Applied[:0]
-	for _, w := range d.workers {
-		d.ack.Applied = append(d.ack.Applied, wire.WorkerClock{Worker: w, Clock: Done})
-	}
-	d.lastAck = Done
-	return d.publish(d.nextApply)
-}
-
-// flush publishes an async/SSP owner's changed rows and progress.
-func (d *Dist) flush() error {
-	d.lastFlush = time.Now()
-	if !slices.Contains(d.owners, d.cfg.Self) || d.lastAck == Done {
-		return nil
-	}
-	// through counts the clocks every live worker's contributions are in for.
-	through := uint64(math.MaxUint64)
-	allDone := true
-	for _, w := range d.workers {
-		if _, ok := d.doneAt[w]; ok {
-			continue
-		}
-		allDone = false
-		through = min(through, d.appliedW[w])
-	}
-	if allDone {
-		return d.publishFinal()
-	}
-	if !d.isPrimary() || (len(d.dirty) == 0 && through == d.lastAck) {
-		return nil
-	}
-	d.gatherDirty()
-	d.ack.Through = through
-	d.ack.Applied = d.ack.Applied[:0]
-	for _, w := range d.workers {
-		if _, ok := d.doneAt[w]; ok {
-			d.ack.Applied = append(d.ack.Applied, wire.WorkerClock{Worker: w, Clock: Done})
-		} else {
-			d.ack.Applied = append(d.ack.Applied, wire.WorkerClock{Worker: w, Clock: d.appliedW[w]})
-		}
-	}
-	d.lastAck = through
-	return d.publish(d.clock)
-}
-
-// gatherDirty fills d.out with the current values of the dirty rows and
-// clears the dirty set.
-func (d *Dist) gatherDirty() {
-	slices.Sort(d.dirty)
-	d.out.Reset()
-	for _, k := range d.dirty {
-		d.out.Append(k, d.m.Row(k))
-		d.dirtyMark[k/64] &^= 1 << (k % 64)
-	}
-	d.dirty = d.dirty[:0]
+	d.serveWaiting()
+	d.publishStatus()
+	return d.err
 }
 
 // finish runs after the worker's last epoch: it tells every owner it is
-// done and waits until every primary has published its final values.
+// done and waits until every shard's final values are in.
 func (d *Dist) finish() error {
-	var none model.Sparse
-	for _, o := range d.owners {
-		if err := d.net.SendGrad(d.ctx, o, d.clock, d.cfg.Epoch, 0, &none); err != nil {
-			return fmt.Errorf("telling %s this worker is done: %w", short(o), err)
-		}
+	d.done, d.doneClock = true, d.clock
+	if err := d.sendDone(); err != nil {
+		return err
 	}
 	waited, err := d.waitUntil(func() bool {
-		for _, o := range d.primaries {
-			if d.through[o] != Done {
+		for _, t := range d.shardThrough {
+			if t != Done {
 				return false
 			}
 		}
 		return true
 	})
 	d.dsum.WaitSeconds += waited
-	return err
+	if err != nil {
+		return err
+	}
+	return d.linger()
+}
+
+// linger keeps this peer up after it finished until every other worker has
+// finished too (or is gone), bounded by StallAfter*30: an exiting peer
+// takes its retransmit buffers with it, and a peer that lost one of its
+// last messages could then never repair it.
+func (d *Dist) linger() error {
+	d.finished = true
+	d.publishStatus()
+	var others []string
+	for _, p := range d.cs.cur().members {
+		if p != d.cfg.Self {
+			others = append(others, p)
+		}
+	}
+	var all atomic.Bool
+	ctx, cancel := context.WithTimeout(d.ctx, 30*d.cfg.StallAfter)
+	defer cancel()
+	go func() {
+		defer all.Store(true)
+		for _, p := range others {
+			for ctx.Err() == nil {
+				qctx, qcancel := context.WithTimeout(ctx, time.Second)
+				rep, _, err := d.request(qctx, p, wire.Control{Op: wire.OpStatus}, 1<<20)
+				qcancel()
+				if err != nil || rep.Round == Done {
+					break // finished, or gone
+				}
+				sleepCtx(ctx, 20*time.Millisecond)
+			}
+		}
+		d.in.put(d.in.wakeEvent())
+	}()
+	_, err := d.waitUntil(func() bool { return all.Load() || ctx.Err() != nil })
+	if d.ctx.Err() != nil {
+		return err
+	}
+	return nil
+}
+
+// sendDone tells every owner of the current configuration that this worker
+// has no more data (an empty gradient with 0 examples).
+func (d *Dist) sendDone() error {
+	var none model.Sparse
+	cfg := d.cs.cur()
+	for _, o := range cfg.owners {
+		if err := d.net.SendGrad(d.ctx, o, d.doneClock, cfg.id, 0, &none); err != nil {
+			return fmt.Errorf("telling %s this worker is done: %w", short(o), err)
+		}
+	}
+	return nil
 }
 
 // pokeLate asks the peers the loop is waiting for to resend what may have
 // been lost, in the background (Poke waits for a round trip).
 func (d *Dist) pokeLate() {
-	var late []struct {
+	type late struct {
 		peer string
 		kind gossip.Stream
 	}
-	for _, o := range d.primaries {
-		if d.through[o] < d.clock && d.through[o] != Done {
-			late = append(late, struct {
-				peer string
-				kind gossip.Stream
-			}{o, gossip.StreamParams})
+	var ls []late
+	seen := map[string]bool{}
+	need := d.clock // a worker waits for rounds before its clock
+	if d.done {
+		need = Done // a finished worker waits for the final values
+	}
+	for s, t := range d.shardThrough {
+		if t >= need || t == Done {
+			continue
+		}
+		p := d.cs.primaryFor(t, s) // the publisher of round t
+		if d.done {
+			p = d.cs.cur().primaryOf[s] // the publisher of the final values
+		}
+		if !seen[p] {
+			seen[p] = true
+			ls = append(ls, late{p, gossip.StreamParams})
 		}
 	}
-	if d.cfg.Mode == Sync {
-		if r := d.rounds[d.nextApply]; slices.Contains(d.owners, d.cfg.Self) {
-			for _, w := range d.workers {
-				if _, done := d.doneAt[w]; !done && (r == nil || r.grads[w] == nil) {
-					late = append(late, struct {
-						peer string
-						kind gossip.Stream
-					}{w, gossip.StreamGrad})
-				}
+	if d.cfg.Mode == Sync && d.ownsAny() {
+		r := d.rounds[d.nextApply]
+		for _, w := range d.cs.at(d.nextApply).members {
+			if _, done := d.doneAt[w]; !done && (r == nil || r.grads[w] == nil) {
+				ls = append(ls, late{w, gossip.StreamGrad})
 			}
 		}
 	}
-	for _, l := range late {
-		if l.peer == d.cfg.Self {
-			continue // loopback never loses
+	for _, l := range ls {
+		if l.peer == d.cfg.Self || !d.alive[l.peer] {
+			continue // loopback never loses; the dead answer nothing
 		}
 		key := l.peer + "/" + l.kind.String()
 		d.pokeMu.Lock()
@@ -905,35 +783,34 @@ func (d *Dist) pokeLate() {
 	}
 }
 
-// addSparse sets dst = a + b (rows merged by index; values of common rows
-// added as a[i] + b[i], in that order, so the result depends only on the
-// order of the calls).
-func addSparse(dst, a, b *model.Sparse, w int) {
-	dst.Reset()
-	i, j := 0, 0
-	for i < len(a.Idx) || j < len(b.Idx) {
-		switch {
-		case j >= len(b.Idx) || (i < len(a.Idx) && a.Idx[i] < b.Idx[j]):
-			dst.Append(a.Idx[i], a.Val[i*w:(i+1)*w])
-			i++
-		case i >= len(a.Idx) || b.Idx[j] < a.Idx[i]:
-			dst.Append(b.Idx[j], b.Val[j*w:(j+1)*w])
-			j++
-		default:
-			dst.Idx = append(dst.Idx, a.Idx[i])
-			for c := 0; c < w; c++ {
-				dst.Val = append(dst.Val, a.Val[i*w+c]+b.Val[j*w+c])
-			}
-			i++
-			j++
-		}
-	}
-}
-
 // short abbreviates a peer ID for messages.
 func short(id string) string {
 	if len(id) > 12 {
 		return "…" + id[len(id)-8:]
 	}
 	return id
+}
+
+// DebugState describes the loop's state for diagnosing a stuck run. Call
+// it only after Run has returned.
+func (d *Dist) DebugState() string {
+	var b []byte
+	cur := d.cs.cur()
+	b = fmt.Appendf(b, "self %s clock %d nextApply %d joined %v done %v leaving %v leaveStart %d lastAck %d\n",
+		short(d.cfg.Self), d.clock, d.nextApply, d.joined, d.done, d.leaving, d.leaveStart, d.lastAck)
+	if cur != nil {
+		b = fmt.Appendf(b, "config %d start %d members %v coordinator %s\n", cur.id, cur.start, shorts(cur.members), short(d.coordinator()))
+	}
+	notDone := map[string][]int{}
+	for s, t := range d.shardThrough {
+		if t != Done && cur != nil {
+			p := cur.primaryOf[s]
+			notDone[p] = append(notDone[p], s)
+		}
+	}
+	for p, ss := range notDone {
+		b = fmt.Appendf(b, "shards not done of %s: %v (through %d)\n", short(p), ss, d.shardThrough[ss[0]])
+	}
+	b = fmt.Appendf(b, "doneAt %v pending %d buffered %d appliedW %v acked %v\n", d.doneAt, len(d.pending), len(d.buffered), d.appliedW, d.acked)
+	return string(b)
 }

@@ -1,10 +1,15 @@
 package sgd
 
 import (
+	"os"
+
+	"github.com/rs/zerolog"
+
 	"context"
 	"fmt"
 	"math"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -36,90 +41,188 @@ func genDistSet(t *testing.T) distSet {
 	return distSet{train: filepath.Join(dir, "train.svm"), test: meta.TestFile, features: cfg.Features, planted: meta.PlantedTestLogLoss}
 }
 
-// peerRun is the outcome of one peer of a simulated cluster.
+// peerRun is one peer of a simulated cluster.
 type peerRun struct {
-	id   string
-	m    *model.Model
-	sum  DistSummary
-	err  error
-	x    *gossip.Exchange
-	d    *Dist
-	rnds []RoundPoint
+	id     string
+	m      *model.Model
+	sum    DistSummary
+	err    error
+	x      *gossip.Exchange
+	d      *Dist
+	node   *memnet.Node
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu      sync.Mutex
+	rnds    []RoundPoint
+	changes []ChangePoint
+}
+
+// rounds returns the rounds reported so far.
+func (pr *peerRun) rounds() []RoundPoint {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	return slices.Clone(pr.rnds)
+}
+
+// harness runs simulated peers on one memnet network.
+type harness struct {
+	t        *testing.T
+	net      *memnet.Network
+	ds       distSet
+	mode     Mode
+	batch    int
+	topo     string
+	replicas int
+	opt      model.OptConfig
+	parts    int
+	shards   int
+	tweak    func(*DistConfig)
+	peers    map[string]*peerRun
+}
+
+func newHarness(t *testing.T, net *memnet.Network, ds distSet, mode Mode, batch int) *harness {
+	return &harness{t: t, net: net, ds: ds, mode: mode, batch: batch, topo: "ring", replicas: 1, opt: adagrad(), shards: 64, peers: map[string]*peerRun{}}
+}
+
+// ringFor is the RingFor of the harness's topology.
+func (h *harness) ringFor(first string) func([]string) (*ring.Ring, error) {
+	rcfg := ring.DefaultConfig()
+	rcfg.Shards, rcfg.Replicas = h.shards, h.replicas
+	return func(members []string) (*ring.Ring, error) {
+		if h.topo == "master" {
+			m := first
+			if !slices.Contains(members, m) {
+				m = members[0]
+			}
+			return ring.Master(rcfg, m), nil
+		}
+		return ring.New(rcfg, members)
+	}
+}
+
+// start starts peer id, which sees peers as the agreed member set and
+// reads part part/h.parts of the training data.
+func (h *harness) start(id string, peers []string, part int) *peerRun {
+	t := h.t
+	m, err := model.New(model.Logreg, h.ds.features, 2, h.shards, h.opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultDistConfig()
+	cfg.Batch, cfg.Epochs, cfg.Mode = h.batch, 1, h.mode
+	cfg.Self, cfg.Peers, cfg.RingFor = id, peers, h.ringFor("peer-a")
+	cfg.StallAfter = 200 * time.Millisecond
+	cfg.HandoffTimeout = 10 * time.Second
+	// memnet delivers in microseconds while owners flush every 5ms, so
+	// an async worker runs its whole window ahead between flushes; a
+	// small window keeps these tests about convergence, not scheduling
+	// (the multi-process tests run the default window). SSP keeps the
+	// default, so its staleness bound is what stops it.
+	if h.mode == Async {
+		cfg.Window = 4
+	}
+	if os.Getenv("GOSSIPTRAIN_TEST_LOG") != "" {
+		cfg.Log = zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr}).With().Str("peer", id).Timestamp().Logger()
+	}
+	if h.tweak != nil {
+		h.tweak(&cfg)
+	}
+	pr := &peerRun{id: id, m: m, done: make(chan struct{})}
+	hooks := DistHooks{
+		Round: func(p RoundPoint) {
+			pr.mu.Lock()
+			pr.rnds = append(pr.rnds, p)
+			pr.mu.Unlock()
+		},
+		Change: func(c ChangePoint) {
+			pr.mu.Lock()
+			pr.changes = append(pr.changes, c)
+			pr.mu.Unlock()
+		},
+	}
+	d, err := NewDist(m, cfg, hooks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gcfg := gossip.DefaultConfig()
+	gcfg.Job, gcfg.Width = "test", 1
+	gcfg.Wire.Limits.Features = m.Layout.Features
+	gcfg.RepairDelay = time.Millisecond
+	node := h.net.NewNode(id)
+	x, err := gossip.New(node, gcfg, d.Handlers())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr.x, pr.d, pr.node = x, d, node
+	t.Cleanup(func() { x.Close() })
+	h.peers[id] = pr
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	pr.cancel = cancel
+	go func() {
+		defer close(pr.done)
+		defer cancel()
+		opts := data.Options{Dim: h.ds.features, Part: part, Parts: h.parts}
+		open := func(int) (data.Source, error) { return data.Open([]string{h.ds.train}, opts) }
+		test := func() (data.Source, error) { return data.Open([]string{h.ds.test}, data.Options{Dim: h.ds.features}) }
+		pr.sum, pr.err = d.Run(ctx, x, node, open, test)
+	}()
+	return pr
+}
+
+// waitRound waits until peer pr has completed round r.
+func (h *harness) waitRound(pr *peerRun, r int64) {
+	h.t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		rs := pr.rounds()
+		if len(rs) > 0 && rs[len(rs)-1].Clock >= r {
+			return
+		}
+		select {
+		case <-pr.done:
+			h.t.Fatalf("%s ended (%v) before round %d", pr.id, pr.err, r)
+		default:
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("%s did not reach round %d", pr.id, r)
+		}
+		time.Sleep(time.Millisecond) // polling a counter the loop updates; no event to wait on
+	}
+}
+
+// wait waits for the given peers to finish and fails on errors other than
+// the allowed ones.
+func (h *harness) wait(ids ...string) {
+	h.t.Helper()
+	for _, id := range ids {
+		pr := h.peers[id]
+		<-pr.done
+		if pr.err != nil {
+			for _, p := range h.peers {
+				<-p.done
+				h.t.Logf("%s", p.d.DebugState())
+			}
+			h.t.Fatalf("%s: %v", id, pr.err)
+		}
+	}
 }
 
 // cluster trains on ds with n peers over net, each reading part i/n of the
 // training file, and returns every peer's outcome.
 func cluster(t *testing.T, net *memnet.Network, ds distSet, n int, mode Mode, batch int, topo string, opt model.OptConfig) []*peerRun {
 	t.Helper()
+	h := newHarness(t, net, ds, mode, batch)
+	h.topo, h.opt, h.parts = topo, opt, n
 	ids := make([]string, n)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("peer-%c", 'a'+i)
 	}
-	rcfg := ring.DefaultConfig()
-	rcfg.Shards = 64
-	var r *ring.Ring
-	if topo == "master" {
-		r = ring.Master(rcfg, ids[0])
-	} else {
-		var err error
-		if r, err = ring.New(rcfg, ids); err != nil {
-			t.Fatal(err)
-		}
-	}
 	runs := make([]*peerRun, n)
 	for i, id := range ids {
-		m, err := model.New(model.Logreg, ds.features, 2, 64, opt)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg := DefaultDistConfig()
-		cfg.Batch, cfg.Epochs, cfg.Mode = batch, 1, mode
-		cfg.Self, cfg.Workers, cfg.Ring, cfg.Epoch = id, ids, r, 1
-		cfg.StallAfter = 200 * time.Millisecond
-		// memnet delivers in microseconds while owners flush every 5ms, so
-		// an async worker runs its whole window ahead between flushes; a
-		// small window keeps these tests about convergence, not scheduling
-		// (the multi-process tests run the default window). SSP keeps the
-		// default, so its staleness bound is what stops it.
-		if mode == Async {
-			cfg.Window = 4
-		}
-		pr := &peerRun{id: id, m: m}
-		d, err := NewDist(m, cfg, DistHooks{Round: func(p RoundPoint) { pr.rnds = append(pr.rnds, p) }})
-		if err != nil {
-			t.Fatal(err)
-		}
-		gcfg := gossip.DefaultConfig()
-		gcfg.Job, gcfg.Width = "test", 1
-		gcfg.Wire.Limits.Features = m.Layout.Features
-		gcfg.RepairDelay = time.Millisecond
-		x, err := gossip.New(net.NewNode(id), gcfg, d.Handlers())
-		if err != nil {
-			t.Fatal(err)
-		}
-		pr.x, pr.d = x, d
-		t.Cleanup(func() { x.Close() })
-		runs[i] = pr
+		runs[i] = h.start(id, ids, i+1)
 	}
-	var wg sync.WaitGroup
-	for i, pr := range runs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			opts := data.Options{Dim: ds.features, Part: i + 1, Parts: n}
-			open := func(int) (data.Source, error) { return data.Open([]string{ds.train}, opts) }
-			test := func() (data.Source, error) { return data.Open([]string{ds.test}, data.Options{Dim: ds.features}) }
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			pr.sum, pr.err = pr.d.Run(ctx, pr.x, open, test)
-		}()
-	}
-	wg.Wait()
-	for _, pr := range runs {
-		if pr.err != nil {
-			t.Fatalf("%s: %v", pr.id, pr.err)
-		}
-	}
+	h.wait(ids...)
 	return runs
 }
 

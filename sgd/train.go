@@ -172,11 +172,16 @@ type trainer struct {
 	// final evaluation (nil: none).
 	stepFn          func(n int) error
 	beforeFinalEval func() error
+	// epochRows counts the rows of the current epoch trained on;
+	// skipRows rows at the start of the first epoch run are read and
+	// skipped (resuming from a checkpoint mid-epoch).
+	epochRows int64
+	skipRows  int64
 }
 
 func (t *trainer) run(ctx context.Context) error {
 	t.evaluatedAt = -1
-	for t.epoch = 0; t.epoch < t.cfg.Epochs; t.epoch++ {
+	for ; t.epoch < t.cfg.Epochs; t.epoch++ {
 		if t.cfg.MaxExamples > 0 && t.sum.Examples >= t.cfg.MaxExamples {
 			break
 		}
@@ -217,6 +222,20 @@ func (t *trainer) runEpoch(ctx context.Context) (whole bool, err error) {
 		}
 	}()
 	rowsThisEpoch := int64(0)
+	t.epochRows = 0
+	for t.skipRows > 0 {
+		n, err := src.Next(&t.batch, int(min(t.skipRows, int64(t.cfg.Batch))))
+		t.skipRows -= int64(n)
+		rowsThisEpoch += int64(n)
+		t.epochRows += int64(n)
+		if err == io.EOF {
+			t.skipRows = 0
+			break
+		}
+		if err != nil {
+			return false, fmt.Errorf("epoch %d: skipping to the checkpoint's position: %w", t.epoch+1, err)
+		}
+	}
 	for {
 		if err := ctx.Err(); err != nil {
 			return false, err
@@ -232,6 +251,7 @@ func (t *trainer) runEpoch(ctx context.Context) (whole bool, err error) {
 		n, err := src.Next(&t.batch, want)
 		if n > 0 {
 			rowsThisEpoch += int64(n)
+			t.epochRows += int64(n)
 			step := t.step
 			if t.stepFn != nil {
 				step = t.stepFn

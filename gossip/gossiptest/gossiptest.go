@@ -64,6 +64,7 @@ func NaN(kind wire.Kind, job, sender string, clock, seq uint64, idx uint32) []by
 		b = binary.AppendUvarint(b, clock) // ack: through
 		b = binary.AppendUvarint(b, 0)     // no per-worker clocks
 		b = binary.AppendUvarint(b, 0)     // no training configuration
+		b = append(b, 0)                   // ack flags
 	default:
 		panic("gossiptest.NaN: kind " + kind.String())
 	}

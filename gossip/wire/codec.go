@@ -139,8 +139,20 @@ func (c *Codec) appendAck(dst []byte, a *Ack) ([]byte, error) {
 		dst = appendString(dst, wc.Worker)
 		dst = binary.AppendUvarint(dst, wc.Clock)
 	}
-	return c.appendConfig(dst, &a.Config)
+	dst, err := c.appendConfig(dst, &a.Config)
+	if err != nil {
+		return dst, err
+	}
+	var flags byte
+	if a.Force {
+		flags |= ackForce
+	}
+	return append(dst, flags), nil
 }
+
+// ackForce is bit 0 of the Ack's flags byte: Ack.Force. The other bits are
+// reserved and must be 0.
+const ackForce = 1
 
 // appendConfig appends a TrainConfig: its ID, and when not 0 the rest.
 func (c *Codec) appendConfig(dst []byte, cf *TrainConfig) ([]byte, error) {
@@ -726,7 +738,15 @@ func (c *Codec) readAck(body []byte, a *Ack) (int, error) {
 	if r.err != nil {
 		return 0, r.err
 	}
-	return r.pos, nil
+	if r.pos >= len(body) {
+		return 0, fmt.Errorf("%w: ack without its flags byte", ErrMalformed)
+	}
+	flags := body[r.pos]
+	if flags&^ackForce != 0 {
+		return 0, fmt.Errorf("%w: ack flags %#x", ErrMalformed, flags)
+	}
+	a.Force = flags&ackForce != 0
+	return r.pos + 1, nil
 }
 
 // cursor reads the uvarints and strings of small bodies.

@@ -23,7 +23,7 @@ var testAck = Ack{Through: 40, Applied: []WorkerClock{
 	{Worker: "12D3KooWA", Clock: 41},
 	{Worker: "12D3KooWB", Clock: 40},
 	{Worker: peerID, Clock: 1 << 35},
-}, Config: TrainConfig{ID: 7, Start: 41, Checkpoint: 40, Members: []string{"12D3KooWA", "12D3KooWB", peerID}, Crashed: []string{"12D3KooWC"}}}
+}, Force: true, Config: TrainConfig{ID: 7, Start: 41, Checkpoint: 40, Members: []string{"12D3KooWA", "12D3KooWB", peerID}, Crashed: []string{"12D3KooWC"}}}
 
 // A configuration with unsorted members is refused on encode.
 func TestAckConfigMustBeSorted(t *testing.T) {

@@ -104,6 +104,11 @@ type Ack struct {
 	// none). Every owner sends it with every params message, so the whole
 	// cluster learns a change from whichever owner it hears first.
 	Config TrainConfig
+	// Force asks receivers to take the rows even if their copy already
+	// counts Through complete for the sender's shards: an owner that
+	// promoted shards of a crashed one republishes them so every copy
+	// agrees again.
+	Force bool
 }
 
 // TrainConfig is a training configuration: which peers train, from which round

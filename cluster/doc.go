@@ -1,0 +1,54 @@
+// Package cluster runs a training job of several local gossiptrain peers:
+// the processes behind "gossiptrain cluster" and "gossiptrain bench".
+//
+// It only orchestrates processes of the gossiptrain binary (os.Executable()
+// unless Config.Binary says otherwise); the peers do all the training and
+// find each other over libp2p exactly as peers on separate VMs do:
+//
+//	cfg := cluster.DefaultConfig()
+//	cfg.Peers, cfg.Dir = 4, "runs/ring"
+//	cfg.TrainArgs = []string{"--train", "data/train.svm", "--dim", "16777216", "--topology", "ring"}
+//	cfg.PeerArgs = func(i int) []string { return []string{"--part", fmt.Sprintf("%d/4", i+1)} }
+//	res, err := cluster.Run(ctx, cfg) // blocks until every peer has exited
+//	runs, err := res.Reports()        // every peer's report (report.Run)
+//
+// # What Run does
+//
+//  1. Peer 0 starts first, listening on port 0 of its address (127.0.0.1,
+//     or its namespace's address with Config.NetNS), with --identity
+//     Identities/peer-0.key (created on first use, so the peer IDs, and with
+//     them the order in which sync rounds sum contributions, stay the same
+//     across runs), --report Dir/peer-0.jsonl and --log-format json. Its
+//     standard error goes to Dir/peer-0.log.
+//  2. Run reads peer 0's dialable address from its JSON log ("listening;
+//     dial this peer at") and starts peers 1..N-1 with --peer pointing at
+//     it; the peers learn each other from there. No port is guessed.
+//  3. While they train, every Config.ProgressEvery it reports one combined
+//     line: each peer's state, round and examples/s (from the round lines
+//     of its report file and its log), to Config.OnProgress or the log.
+//  4. When every peer has exited, Run returns their report paths, exit
+//     statuses and durations. A peer that fails (exits non-zero) stops the
+//     others, and the error (a *PeerError, ErrPeerFailed) names the peer and
+//     shows the tail of its log. When ctx ends (Ctrl-C), every peer gets
+//     SIGTERM, which makes a gossiptrain peer leave the cluster gracefully,
+//     and SIGKILL after Config.Grace.
+//
+// Peers are started in their own process group (a Ctrl-C at the terminal
+// reaches Run's process only, which then stops them in order) and with
+// PR_SET_PDEATHSIG, so they die with the process that runs them even when
+// that process is killed with SIGKILL.
+//
+// # Emulated links
+//
+// With Config.NetNS (Linux, root) every peer runs in a network namespace
+// of its own, joined to a bridge by a veth pair, its link shaped with tc: a
+// token bucket (tbf) at NetNS.Rate in each direction, and netem delay and
+// loss on the packets it receives. One machine then behaves like N VMs with
+// real link limits: a master whose link saturates shows it. Every namespace,
+// link and queueing discipline is removed when Run returns, also on error,
+// cancellation or panic; CleanupStale removes what a run killed with
+// SIGKILL left behind.
+//
+// Names are unique per process and run ("gt<pid>-<run>-n0" in base 36), so
+// parallel runs never collide.
+package cluster

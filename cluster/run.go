@@ -1,0 +1,433 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/gossiptrain/gossiptrain/report"
+)
+
+// Result is what a run did.
+type Result struct {
+	Dir      string        // the run directory
+	NetNS    string        // the name prefix of the run's namespaces and links ("" without NetNS)
+	Duration time.Duration // from the first start to the last exit
+	Peers    []PeerResult  // by index
+}
+
+// PeerResult is one peer process of a run.
+type PeerResult struct {
+	Index       int
+	PeerID      string        // its libp2p peer ID, as it logged it ("" if it never did)
+	Pid         int           // its process ID (0 if it never started)
+	Report      string        // its report file (--report)
+	Log         string        // its standard error
+	Addr        string        // the address it listened on, with /p2p/ID
+	StatusAddr  string        // its status server (gossiptrain status ADDR), inside its namespace with NetNS
+	MetricsAddr string        // its metrics server, when --metrics-addr was given
+	Exit        string        // "exit status 0", "signal: terminated", …
+	ExitCode    int           // the exit status; -1 when a signal ended it
+	Duration    time.Duration // from its start to its exit
+}
+
+// Reports reads every peer's report file.
+func (r *Result) Reports() ([]*report.Run, error) {
+	runs := make([]*report.Run, 0, len(r.Peers))
+	for _, p := range r.Peers {
+		run, err := report.ReadFile(p.Report)
+		if err != nil {
+			return nil, fmt.Errorf("cluster: peer %d: %w", p.Index, err)
+		}
+		runs = append(runs, run)
+	}
+	return runs, nil
+}
+
+// Run starts cfg.Peers peers of "gossiptrain train", peer 0 first and the
+// others bootstrapped to it, and waits until every one has exited (see the
+// package documentation). It returns the result, which lists every peer
+// started, also with an error. The error is a *PeerError when a peer
+// failed, and wraps ctx's error when ctx ended first.
+func Run(ctx context.Context, cfg Config) (res *Result, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	bin := cfg.Binary
+	if bin == "" {
+		if bin, err = os.Executable(); err != nil {
+			return nil, fmt.Errorf("cluster: cannot find the gossiptrain binary: %w", err)
+		}
+	}
+	if bin, err = filepath.Abs(bin); err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	dir, err := filepath.Abs(cfg.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	ids := dir
+	if cfg.Identities != "" {
+		if ids, err = filepath.Abs(cfg.Identities); err != nil {
+			return nil, fmt.Errorf("cluster: %w", err)
+		}
+	}
+	for _, d := range []string{dir, ids} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, fmt.Errorf("cluster: %w", err)
+		}
+	}
+	r := &runner{cfg: cfg, bin: bin, dir: dir, ids: ids, exits: make(chan int, cfg.Peers)}
+	res = &Result{Dir: dir}
+	if cfg.NetNS != nil {
+		prefix := newPrefix()
+		r.nw, err = setupNetwork(ctx, prefix, cfg.Peers, *cfg.NetNS)
+		if err != nil {
+			return res, err
+		}
+		res.NetNS = prefix
+		cfg.Log.Info().Str("prefix", prefix).Int("peers", cfg.Peers).Str("links", cfg.NetNS.String()).
+			Msg("network namespaces ready")
+		defer func() {
+			if cerr := r.nw.close(); cerr != nil {
+				err = errors.Join(err, cerr)
+				cfg.Log.Error().Err(cerr).Str("prefix", prefix).Msg("removing the network namespaces")
+				return
+			}
+			cfg.Log.Debug().Str("prefix", prefix).Msg("network namespaces removed")
+		}()
+	}
+	// Whatever happens below (a panic included), no peer outlives Run.
+	defer r.killAll()
+	start := time.Now()
+	err = r.run(ctx)
+	res.Duration = time.Since(start)
+	res.Peers = r.results()
+	return res, err
+}
+
+// runner runs the peers of one Run.
+type runner struct {
+	cfg   Config
+	bin   string
+	dir   string
+	ids   string
+	nw    *network
+	procs []*proc
+	exits chan int // indexes of peers that exited
+}
+
+// run starts the peers and supervises them until all have exited.
+func (r *runner) run(ctx context.Context) error {
+	log := r.cfg.Log
+	p0, err := r.start(0, "")
+	if err != nil {
+		return err
+	}
+	running := 1
+	var startTimeout <-chan time.Time
+	if r.cfg.StartTimeout > 0 {
+		t := time.NewTimer(r.cfg.StartTimeout)
+		defer t.Stop()
+		startTimeout = t.C
+	}
+	select {
+	case <-p0.addrReady:
+	case <-r.exits:
+		return r.peerError(p0, "exited before it logged an address to dial")
+	case <-startTimeout:
+		r.stop(ctx, 1)
+		return fmt.Errorf("cluster: peer 0 logged no address to dial within %v (StartTimeout); its log is %s", r.cfg.StartTimeout, p0.logPath)
+	case <-ctx.Done():
+		r.stop(ctx, 1)
+		return fmt.Errorf("cluster: interrupted while peer 0 started: %w", ctx.Err())
+	}
+	p0.mu.Lock()
+	addr0 := p0.addr
+	p0.mu.Unlock()
+	log.Info().Str("addr", addr0).Msg("peer 0 is up; starting the others")
+	for i := 1; i < r.cfg.Peers; i++ {
+		if _, err := r.start(i, addr0); err != nil {
+			r.stop(ctx, running)
+			return err
+		}
+		running++
+	}
+
+	var tick <-chan time.Time
+	if r.cfg.ProgressEvery > 0 {
+		t := time.NewTicker(r.cfg.ProgressEvery)
+		defer t.Stop()
+		tick = t.C
+	}
+	var firstErr error
+	var kill <-chan time.Time
+	stopping := false
+	stopAll := func() {
+		if stopping {
+			return
+		}
+		stopping = true
+		for _, p := range r.procs {
+			p.signal(syscall.SIGTERM)
+		}
+		t := time.NewTimer(r.cfg.Grace)
+		kill = t.C
+	}
+	done := ctx.Done()
+	for running > 0 {
+		select {
+		case i := <-r.exits:
+			running--
+			p := r.procs[i]
+			if p.succeeded() {
+				log.Debug().Int("peer", i).Dur("took", p.dur).Msg("peer exited")
+				continue
+			}
+			if stopping {
+				log.Debug().Int("peer", i).Str("exit", exitString(p)).Msg("peer stopped")
+				continue
+			}
+			firstErr = r.peerError(p, "")
+			log.Error().Int("peer", i).Str("exit", exitString(p)).Msg("peer failed; stopping the others")
+			stopAll()
+		case <-tick:
+			r.reportProgress()
+		case <-done:
+			done = nil
+			if firstErr == nil {
+				firstErr = fmt.Errorf("cluster: interrupted: %w", ctx.Err())
+			}
+			log.Warn().Dur("grace", r.cfg.Grace).Msg("stopping the peers (SIGTERM, then SIGKILL after the grace period)")
+			stopAll()
+		case <-kill:
+			kill = nil
+			for _, p := range r.procs {
+				select {
+				case <-p.exited:
+				default:
+					log.Warn().Int("peer", p.i).Msg("peer still running after the grace period: SIGKILL")
+					p.signal(syscall.SIGKILL)
+				}
+			}
+		}
+	}
+	return firstErr
+}
+
+// stop stops the first n peers (SIGTERM, SIGKILL after Grace) and waits for
+// them.
+func (r *runner) stop(ctx context.Context, n int) {
+	for _, p := range r.procs[:n] {
+		p.signal(syscall.SIGTERM)
+	}
+	t := time.NewTimer(r.cfg.Grace)
+	defer t.Stop()
+	for _, p := range r.procs[:n] {
+		select {
+		case <-p.exited:
+		case <-t.C:
+			r.killAll()
+			return
+		}
+	}
+}
+
+// killAll sends SIGKILL to every peer still running and waits for them.
+func (r *runner) killAll() {
+	for _, p := range r.procs {
+		p.signal(syscall.SIGKILL)
+	}
+	for _, p := range r.procs {
+		<-p.exited
+	}
+}
+
+// args is peer i's command line.
+func (r *runner) args(i int, addr0 string, listen string) []string {
+	a := []string{"train"}
+	extra := r.cfg.TrainArgs
+	var own []string
+	if r.cfg.PeerArgs != nil {
+		own = r.cfg.PeerArgs(i)
+	}
+	if !hasFlag(extra, "min-peers") && !hasFlag(own, "min-peers") {
+		a = append(a, "--min-peers", strconv.Itoa(r.cfg.Peers))
+	}
+	a = append(a, extra...)
+	a = append(a, own...)
+	a = append(a,
+		"--job", r.cfg.Job,
+		"--identity", filepath.Join(r.ids, fmt.Sprintf("peer-%d.key", i)),
+		"--report", filepath.Join(r.dir, fmt.Sprintf("peer-%d.jsonl", i)),
+		"--log-format", "json",
+		"--listen", listen)
+	if addr0 != "" {
+		a = append(a, "--peer", addr0)
+	}
+	return a
+}
+
+// start starts peer i; addr0 is peer 0's address ("" for peer 0).
+func (r *runner) start(i int, addr0 string) (*proc, error) {
+	ip := "127.0.0.1"
+	if r.nw != nil {
+		ip = r.nw.addr[i]
+	}
+	p := &proc{
+		i:          i,
+		logPath:    filepath.Join(r.dir, fmt.Sprintf("peer-%d.log", i)),
+		reportPath: filepath.Join(r.dir, fmt.Sprintf("peer-%d.jsonl", i)),
+		addrPrefix: "/ip4/" + ip + "/tcp/",
+		exited:     make(chan struct{}),
+		addrReady:  make(chan struct{}),
+		phase:      StateStarting,
+		round:      -1,
+		tailMax:    r.cfg.TailLines,
+	}
+	args := r.args(i, addr0, "/ip4/"+ip+"/tcp/0")
+	name := r.bin
+	if r.nw != nil {
+		name, args = r.nw.command(i, r.bin, args)
+	}
+	logFile, err := os.Create(p.logPath)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: peer %d: %w", i, err)
+	}
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		logFile.Close()
+		return nil, fmt.Errorf("cluster: peer %d: %w", i, err)
+	}
+	cmd := exec.Command(name, args...)
+	cmd.Env = append(os.Environ(), r.cfg.Env...)
+	cmd.Stdout, cmd.Stderr = pw, pw
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Setpgid:   true,            // a Ctrl-C at the terminal reaches Run, which stops the peers in order
+		Pdeathsig: syscall.SIGKILL, // and they die with Run's process even when it is killed
+	}
+	p.cmd = cmd
+	p.started = time.Now()
+	if err := cmd.Start(); err != nil {
+		pr.Close()
+		pw.Close()
+		logFile.Close()
+		return nil, fmt.Errorf("cluster: start peer %d (%s): %w", i, name, err)
+	}
+	pw.Close() // the child holds the write end now
+	r.procs = append(r.procs, p)
+	logDone := make(chan struct{})
+	go func() {
+		defer close(logDone)
+		p.readLog(pr, logFile)
+	}()
+	go func() {
+		err := cmd.Wait()
+		// The pipe reaches EOF when the peer (and anything it started)
+		// has closed it; a grandchild keeping it open must not hang Run.
+		select {
+		case <-logDone:
+		case <-time.After(2 * time.Second):
+			pr.Close()
+			<-logDone
+		}
+		pr.Close()
+		logFile.Close()
+		p.waitErr, p.state, p.dur = err, cmd.ProcessState, time.Since(p.started)
+		close(p.exited)
+		r.exits <- i
+	}()
+	r.cfg.Log.Debug().Int("peer", i).Int("pid", cmd.Process.Pid).Str("cmd", name+" "+strings.Join(args, " ")).Msg("peer started")
+	return p, nil
+}
+
+// peerError builds the error of a failed peer.
+func (r *runner) peerError(p *proc, why string) error {
+	<-p.exited
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	exit := exitString(p)
+	if why != "" {
+		exit = why + " (" + exit + ")"
+	}
+	e := &PeerError{Index: p.i, PeerID: p.peerID, Exit: exit, Log: p.logPath}
+	for _, l := range p.tail {
+		e.Tail = append(e.Tail, readable(l))
+	}
+	return e
+}
+
+func exitString(p *proc) string {
+	if p.state != nil {
+		return p.state.String()
+	}
+	if p.waitErr != nil {
+		return p.waitErr.Error()
+	}
+	return "unknown"
+}
+
+// reportProgress sends one progress report to OnProgress or the log.
+func (r *runner) reportProgress() {
+	ps := make([]PeerProgress, len(r.procs))
+	for i, p := range r.procs {
+		ps[i] = p.progress()
+	}
+	if r.cfg.OnProgress != nil {
+		r.cfg.OnProgress(ps)
+		return
+	}
+	r.cfg.Log.Info().Msg(ProgressLine(ps))
+}
+
+// ProgressLine formats a progress report as one line:
+// "4 peers 283.1k ex/s | 0 r125 71.2k/s | 1 r125 70.9k/s | 2 waiting | …".
+func ProgressLine(ps []PeerProgress) string {
+	var total float64
+	var b strings.Builder
+	for _, p := range ps {
+		b.WriteString(" | ")
+		b.WriteString(strconv.Itoa(p.Index))
+		switch {
+		case p.State == StateTraining && p.Round >= 0:
+			fmt.Fprintf(&b, " r%d %s/s", p.Round, formatRate(p.ExamplesPerSec))
+			total += p.ExamplesPerSec
+		default:
+			b.WriteString(" " + p.State)
+			if p.Round >= 0 {
+				fmt.Fprintf(&b, " r%d", p.Round)
+			}
+		}
+	}
+	return fmt.Sprintf("%d peers %s ex/s%s", len(ps), formatRate(total), b.String())
+}
+
+// results lists every peer started.
+func (r *runner) results() []PeerResult {
+	out := make([]PeerResult, 0, len(r.procs))
+	for _, p := range r.procs {
+		<-p.exited
+		p.mu.Lock()
+		pr := PeerResult{
+			Index: p.i, PeerID: p.peerID, Report: p.reportPath, Log: p.logPath,
+			Addr: p.addr, StatusAddr: p.statusAddr, MetricsAddr: p.metricsAddr,
+			Exit: exitString(p), ExitCode: -1, Duration: p.dur,
+		}
+		if p.cmd.Process != nil {
+			pr.Pid = p.cmd.Process.Pid
+		}
+		if p.state != nil {
+			pr.ExitCode = p.state.ExitCode()
+		}
+		p.mu.Unlock()
+		out = append(out, pr)
+	}
+	return out
+}
