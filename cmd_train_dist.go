@@ -152,7 +152,15 @@ func (j *trainJob) runDistributed(tf *trainFlags) error {
 		stopStart()
 		return fmt.Errorf("waiting for %d peers: %w", ncfg.MinPeers, err)
 	}
-	st, err := waitAgreed(startCtx, n, ncfg.MinPeers)
+	// A peer told where the others are waits until it has met one of them,
+	// so a late starter joins the run under way instead of starting alone.
+	var boot []string
+	for _, a := range ncfg.Peers {
+		if ai, err := node.ParsePeerAddr(a); err == nil && ai.ID != n.Self() {
+			boot = append(boot, ai.ID.String())
+		}
+	}
+	st, err := waitAgreed(startCtx, n, ncfg.MinPeers, boot)
 	stopStart()
 	if err != nil {
 		return err
@@ -352,14 +360,19 @@ func followMembers(n *node.Node, d *sgd.Dist, done <-chan struct{}) {
 	}
 }
 
-// waitAgreed waits until the membership view is agreed by every member and
-// has at least min members.
-func waitAgreed(ctx context.Context, n *node.Node, min int) (node.State, error) {
+// waitAgreed waits until the membership view is agreed by every member,
+// has at least min members, and includes one of the bootstrap peers (when
+// any is given).
+func waitAgreed(ctx context.Context, n *node.Node, min int, boot []string) (node.State, error) {
 	evs, cancel := n.Subscribe()
 	defer cancel()
 	for {
 		st := n.State()
-		if st.Agreed && len(st.View.Members) >= min && st.Ring != nil {
+		met := len(boot) == 0
+		for _, b := range boot {
+			met = met || slices.Contains(st.View.Members, b)
+		}
+		if st.Agreed && len(st.View.Members) >= min && st.Ring != nil && met {
 			return st, nil
 		}
 		select {

@@ -128,7 +128,13 @@ func localCluster(t *testing.T, idents *identities, args func(i int) []string, c
 		wg.Add(1)
 		go func() { defer wg.Done(); r.err = cmd.Wait() }()
 	}
+	began := time.Now()
 	wg.Wait()
+	if took := time.Since(began); took > 30*time.Second {
+		for i, r := range res {
+			t.Logf("slow run (%v): log of peer %d:\n%s", took, i, tail(r.log.String(), 4000))
+		}
+	}
 	runs := make([]*report.Run, n)
 	for i, r := range res {
 		if r.err != nil {

@@ -235,6 +235,7 @@ type DistSummary struct {
 	Published      int64   // params messages published as owner
 	Pokes          int64   // stalls that asked a peer to resend
 	StreamErrors   int64   // stream failures the Exchange reported
+	Unpublished    int64   // messages the transport could not publish (left to repair)
 	RoundsDegraded int64   // owner rounds applied with fewer contributions than workers (a crashed or finished worker)
 	Configs        uint64  // the final configuration's ID
 	Members        int     // workers of the final configuration
@@ -324,6 +325,8 @@ type Dist struct {
 	poking      map[string]bool   //
 	avgWait     time.Duration     // smoothed wait at barriers
 	events      []*event          //
+	leavers     []string          // peers that left gracefully in the last change
+	toRepublish []int             // promoted shards to republish densely
 	ctx         context.Context   //
 	err         error             // a fatal error from an event
 	dsum        DistSummary       //
@@ -335,6 +338,14 @@ type Dist struct {
 // round collects one sync round's contributions at an owner.
 type round struct {
 	grads map[string]*event
+}
+
+// grad returns worker w's contribution (nil: none yet, or no round).
+func (r *round) grad(w string) *event {
+	if r == nil {
+		return nil
+	}
+	return r.grads[w]
 }
 
 // handoff is a gained shard waiting for its state.
@@ -497,11 +508,32 @@ func (d *Dist) sendGrad(cfg *tconfig, clock uint64, examples int, g *model.Spars
 		if _, ok := d.firstTo[o]; !ok {
 			d.firstTo[o] = clock
 		}
-		if err := d.net.SendGrad(d.ctx, o, clock, cfg.id, examples, &d.split[i]); err != nil {
+		if err := d.sendTo(o, clock, cfg.id, examples, &d.split[i]); err != nil {
 			return fmt.Errorf("round %d: sending gradient to %s: %w", clock, short(o), err)
 		}
 	}
 	return nil
+}
+
+// sendTo sends a gradient to owner o. A publish waits for the owner's
+// subscription at most StallAfter (20ms when the membership considers it
+// dead), not the transport's full timeout, which would stall the loop: the
+// message is sequenced and buffered either way (ErrUnpublished), and the
+// owner repairs it when it asks for what it missed. An unpublished
+// message is not an error of the run.
+func (d *Dist) sendTo(o string, clock, cfgID uint64, examples int, g *model.Sparse) error {
+	wait := d.cfg.StallAfter
+	if !d.alive[o] {
+		wait = 20 * time.Millisecond
+	}
+	ctx, cancel := context.WithTimeout(d.ctx, wait)
+	defer cancel()
+	err := d.net.SendGrad(ctx, o, clock, cfgID, examples, g)
+	if errors.Is(err, gossip.ErrUnpublished) {
+		d.dsum.Unpublished++
+		return nil
+	}
+	return err
 }
 
 // mayCompute reports whether the copy is fresh enough for round d.clock:
@@ -568,19 +600,32 @@ func (d *Dist) waitUntil(cond func() bool) (float64, error) {
 	start := time.Now()
 	stalled := false
 	var lastReport time.Time
-	stall := time.NewTimer(d.stallTimeout())
+	// The stall timer backs off like TCP's retransmission timer: each poke
+	// that did not end the wait doubles the next timeout, up to StallAfter,
+	// so a congested link is not loaded further with resends of messages
+	// that are merely queued. A message arriving also re-arms it: the wire
+	// is busy, not lossy.
+	timeout := d.stallTimeout()
+	stall := time.NewTimer(timeout)
 	defer stall.Stop()
 	tick := time.NewTicker(min(d.cfg.Flush, 50*time.Millisecond))
 	defer tick.Stop()
+	lastEvent := start
 	for !cond() {
 		select {
 		case <-d.ctx.Done():
 			return time.Since(start).Seconds(), d.ctx.Err()
 		case <-d.in.wake:
+			lastEvent = time.Now()
 		case <-stall.C:
+			if quiet := time.Since(lastEvent); quiet < timeout {
+				stall.Reset(timeout - quiet)
+				break
+			}
 			stalled = true
 			d.pokeLate()
-			stall.Reset(d.stallTimeout())
+			timeout = min(2*timeout, d.cfg.StallAfter)
+			stall.Reset(timeout)
 			if w := time.Since(start); w > 10*d.cfg.StallAfter && time.Since(lastReport) > 10*d.cfg.StallAfter {
 				lastReport = time.Now()
 				d.log.Warn().Dur("waiting", w.Round(time.Millisecond)).Str("state", d.DebugState()).Msg("stalled")
@@ -720,7 +765,7 @@ func (d *Dist) sendDone() error {
 	var none model.Sparse
 	cfg := d.cs.cur()
 	for _, o := range cfg.owners {
-		if err := d.net.SendGrad(d.ctx, o, d.doneClock, cfg.id, 0, &none); err != nil {
+		if err := d.sendTo(o, d.doneClock, cfg.id, 0, &none); err != nil {
 			return fmt.Errorf("telling %s this worker is done: %w", short(o), err)
 		}
 	}

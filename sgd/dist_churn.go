@@ -40,6 +40,25 @@ func (d *Dist) coordinator() string {
 	return ""
 }
 
+// updateParamsPeers publishes params to the live workers of the current
+// configuration and the live peers that just left it gracefully. A peer
+// the membership considers dead is left out, so publishing never waits for
+// a subscriber that is gone; if it comes back (a partition heals), the
+// gap in its params streams is repaired from the retransmit buffers.
+func (d *Dist) updateParamsPeers() {
+	cur := d.cs.cur()
+	if cur == nil {
+		return
+	}
+	var peers []string
+	for _, p := range append(slices.Clone(cur.members), d.leavers...) {
+		if d.alive[p] || p == d.cfg.Self {
+			peers = append(peers, p)
+		}
+	}
+	d.net.SetParamsPeers(peers)
+}
+
 // onAlive takes the membership's live set.
 func (d *Dist) onAlive(members []string) {
 	clear(d.alive)
@@ -47,6 +66,7 @@ func (d *Dist) onAlive(members []string) {
 		d.alive[p] = true
 	}
 	d.alive[d.cfg.Self] = true
+	d.updateParamsPeers()
 	// A joiner or leaver that vanished is forgotten.
 	for p := range d.pendingJoin {
 		if !d.alive[p] {
@@ -59,8 +79,8 @@ func (d *Dist) onAlive(members []string) {
 // something changed; it also schedules checkpoints.
 func (d *Dist) coordinate() {
 	cur := d.cs.cur()
-	if cur == nil || d.coordinator() != d.cfg.Self || d.lastAck == Done {
-		return
+	if cur == nil || d.coordinator() != d.cfg.Self || d.lastAck == Done || d.finished {
+		return // (a finished job: peers exiting are not crashes)
 	}
 	if d.cfg.Checkpoint.Every > 0 && time.Now().After(d.nextCkptAt) {
 		d.nextCkptAt = time.Now().Add(d.cfg.Checkpoint.Every)
@@ -164,15 +184,20 @@ func (d *Dist) applyConfig(prev, t *tconfig) {
 	self := d.cfg.Self
 	// Params go to the new workers and, for one more round, to those who
 	// leave gracefully (so their last values are confirmed).
-	peers := slices.Clone(t.members)
+	d.leavers = d.leavers[:0]
+	for _, p := range t.members {
+		if prev == nil || !prev.isMember(p) {
+			d.alive[p] = true // the coordinator admitted it; the membership confirms later
+		}
+	}
 	if prev != nil {
 		for _, p := range prev.members {
 			if !t.isMember(p) && !slices.Contains(t.crashed, p) {
-				peers = append(peers, p)
+				d.leavers = append(d.leavers, p)
 			}
 		}
 	}
-	d.net.SetParamsPeers(peers)
+	d.updateParamsPeers()
 	for _, p := range t.crashed {
 		d.alive[p] = false
 		if d.cfg.Mode == Sync {
@@ -255,7 +280,7 @@ func (d *Dist) transfer(prev, t *tconfig) {
 				// primary's last values may not have reached everyone.
 				d.place(s, true)
 				d.log.Info().Int("shard", s).Msg("promoted a replica shard of a crashed owner")
-				d.republishDense(s)
+				d.toRepublish = append(d.toRepublish, s)
 			}
 			continue
 		}
@@ -278,6 +303,7 @@ func (d *Dist) transfer(prev, t *tconfig) {
 		d.pending[s] = &handoff{from: from, round: round}
 	}
 	d.requestHandoffs()
+	d.republishDense()
 }
 
 // promote makes this peer own shard s with fresh optimizer state and the
@@ -293,28 +319,36 @@ func (d *Dist) promote(s int, dense bool) {
 	}
 	delete(d.buffered, s)
 	if dense && d.cs.cur().primaryOf[s] == d.cfg.Self {
-		d.republishDense(s)
+		d.toRepublish = append(d.toRepublish, s)
 	}
 }
 
-// republishDense publishes every row of shard s, so every copy takes this
-// peer's values for a shard whose owner crashed without a replica.
-func (d *Dist) republishDense(s int) {
+// republishDense publishes every row of the shards promoted since the
+// last call (d.toRepublish), in one message (split by size), so every copy
+// takes this peer's values for shards whose owner crashed.
+func (d *Dist) republishDense() {
+	if len(d.toRepublish) == 0 {
+		return
+	}
+	slices.Sort(d.toRepublish)
 	d.out.Reset()
 	l := &d.m.Layout
+	// Rows in ascending feature order: slot-major across the shards.
 	for slot := 0; slot < l.PerShard; slot++ {
-		k := l.Feature(s, slot)
-		if !l.Valid(k) {
-			break
+		for _, s := range d.toRepublish {
+			if k := l.Feature(s, slot); l.Valid(k) {
+				d.out.Append(k, d.m.Row(k))
+			}
 		}
-		d.out.Append(k, d.m.Row(k))
 	}
+	shards := len(d.toRepublish)
+	d.toRepublish = d.toRepublish[:0]
 	through := d.nextApply
 	if d.cfg.Mode != Sync {
 		through = d.lastAck
 	}
 	if err := d.publish(d.clock, through, true); err != nil {
-		d.log.Warn().Err(err).Int("shard", s).Msg("republishing a promoted shard")
+		d.log.Warn().Err(err).Int("shards", shards).Msg("republishing promoted shards")
 	}
 }
 

@@ -346,19 +346,23 @@ func (d *Dist) startIn(c wire.TrainConfig) error {
 func (d *Dist) join(ctx context.Context, coord string) error {
 	t0 := time.Now()
 	var cfg wire.TrainConfig
+	source := coord // a member to copy the model from: whoever answered
 	for {
-		if coord == "" {
+		if coord == "" || coord == d.cfg.Self {
 			return fmt.Errorf("joining: no coordinator known")
 		}
 		rep, _, err := d.request(ctx, coord, wire.Control{Op: wire.OpJoin}, 1<<20)
 		if err == nil {
+			source = coord
+			// Admitted: whatever the status, a configuration with this peer
+			// in it (this peer may even coordinate it: never ask itself).
+			if slices.Contains(rep.Config.Members, d.cfg.Self) {
+				cfg = rep.Config
+				break
+			}
 			switch rep.Status {
-			case wire.StatusOK:
-				if slices.Contains(rep.Config.Members, d.cfg.Self) {
-					cfg = rep.Config
-				}
 			case wire.StatusRefused:
-				if rep.Coordinator != "" && rep.Coordinator != coord {
+				if rep.Coordinator != "" && rep.Coordinator != coord && rep.Coordinator != d.cfg.Self {
 					coord = rep.Coordinator
 					continue
 				}
@@ -367,9 +371,6 @@ func (d *Dist) join(ctx context.Context, coord string) error {
 				}
 			}
 		}
-		if cfg.ID > 0 {
-			break
-		}
 		if err := sleepCtx(ctx, 50*time.Millisecond); err != nil {
 			return fmt.Errorf("joining through %s: %w", short(coord), err)
 		}
@@ -377,7 +378,7 @@ func (d *Dist) join(ctx context.Context, coord string) error {
 	d.log.Info().Uint64("config", cfg.ID).Uint64("start", cfg.Start).Msg("admitted: copying the model")
 	var tr *transfer
 	for {
-		rep, frames, err := d.request(ctx, coord, wire.Control{Op: wire.OpSnapshot, Round: cfg.Start, Config: cfg.ID}, frameSize)
+		rep, frames, err := d.request(ctx, source, wire.Control{Op: wire.OpSnapshot, Round: cfg.Start, Config: cfg.ID}, frameSize)
 		if err == nil && rep.Status == wire.StatusOK {
 			tr, err = d.parseSnapshot(rep, frames)
 			if err != nil {
@@ -387,7 +388,7 @@ func (d *Dist) join(ctx context.Context, coord string) error {
 			break
 		}
 		if err := sleepCtx(ctx, 100*time.Millisecond); err != nil {
-			return fmt.Errorf("copying the model from %s: %w", short(coord), err)
+			return fmt.Errorf("copying the model from %s: %w", short(source), err)
 		}
 	}
 	// Install the copy, then the configuration (so handoffs see the copy).

@@ -1,7 +1,11 @@
 package sgd
 
 import (
+	"context"
+	"errors"
 	"fmt"
+
+	"github.com/gossiptrain/gossiptrain/gossip"
 	"math"
 	"slices"
 	"time"
@@ -196,7 +200,7 @@ func (d *Dist) applyAsync(e *event) {
 	for o, rows := range fwd {
 		// Forwarded as this peer's own message: the examples count scales
 		// the rows exactly as the original message would have.
-		if err := d.net.SendGrad(d.ctx, o, d.clock, d.cs.cur().id, e.examples, rows); err != nil {
+		if err := d.sendTo(o, d.clock, d.cs.cur().id, e.examples, rows); err != nil {
 			d.log.Warn().Err(err).Str("to", o).Msg("forwarding gradient rows of a handed-off shard")
 		}
 	}
@@ -260,18 +264,24 @@ func (d *Dist) applyReady() error {
 		}
 		r := d.rounds[c]
 		complete, live := true, 0
+		entries := 0
 		for _, w := range cfg.members {
 			if dc, ok := d.doneAt[w]; ok && dc <= c {
-				if r == nil || r.grads[w] == nil || dc < c {
-					continue // finished (or crashed) before or at this round
+				if e := r.grad(w); e != nil && dc == c {
+					if e.examples > 0 {
+						live++ // crashed after sending its gradient of this round
+					} else {
+						entries++ // its "done" marker: no examples
+					}
 				}
+				continue // finished (or crashed) before or at this round
 			}
 			live++
 			if r == nil || r.grads[w] == nil {
 				complete = false
 			}
 		}
-		if live == 0 || d.allDone(cfg, c) {
+		if live+entries == 0 || d.allDone(cfg, c) {
 			return d.publishFinal()
 		}
 		if !complete {
@@ -371,8 +381,15 @@ func (d *Dist) publish(clock, through uint64, force bool) error {
 	if d.cfg.Mode == Sync {
 		d.ack.Applied = d.ack.Applied[:0]
 	}
-	if err := d.net.SendParams(d.ctx, clock, d.cs.cur().id, &d.ack, &d.out); err != nil {
-		return fmt.Errorf("round %d: publishing parameters: %w", clock, err)
+	// A receiver that has gone (or not yet subscribed) gets its copy by
+	// repair; the loop does not wait for it longer than StallAfter.
+	ctx, cancel := context.WithTimeout(d.ctx, d.cfg.StallAfter)
+	defer cancel()
+	if err := d.net.SendParams(ctx, clock, d.cs.cur().id, &d.ack, &d.out); err != nil {
+		if !errors.Is(err, gossip.ErrUnpublished) {
+			return fmt.Errorf("round %d: publishing parameters: %w", clock, err)
+		}
+		d.dsum.Unpublished++ // sequenced and buffered: the receivers repair it
 	}
 	d.dsum.Published++
 	return nil

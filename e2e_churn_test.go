@@ -1,0 +1,331 @@
+package main
+
+// Multi-process churn tests (issue 5): real gossiptrain peers on loopback
+// that join, leave on SIGTERM, die on SIGKILL, and restart from
+// checkpoints while a job runs. -short skips them.
+
+import (
+	"bufio"
+	"bytes"
+
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gossiptrain/gossiptrain/report"
+)
+
+// churnRun is one job of peer processes started one by one.
+type churnRun struct {
+	t      *testing.T
+	bin    string
+	dir    string
+	ids    *identities
+	port   int
+	common []string
+	procs  map[int]*churnProc
+}
+
+type churnProc struct {
+	cmd    *exec.Cmd
+	log    bytes.Buffer
+	report string
+	done   chan struct{}
+	err    error
+	mu     sync.Mutex
+}
+
+func newChurnRun(t *testing.T, n int, common ...string) *churnRun {
+	return &churnRun{t: t, bin: binary(t), dir: t.TempDir(), ids: newIdentities(t, n), port: freePort(t), common: common, procs: map[int]*churnProc{}}
+}
+
+// start starts peer i (peer 0 is the bootstrap peer of the others) with
+// extra flags, writing its report to a file of its own.
+func (r *churnRun) start(i int, extra ...string) *churnProc {
+	r.t.Helper()
+	p := &churnProc{report: filepath.Join(r.dir, fmt.Sprintf("peer%d-%d.jsonl", i, time.Now().UnixNano())), done: make(chan struct{})}
+	a := []string{"train", "--job", "churn", "--log-format", "json", "--identity", filepath.Join(r.ids.dir, fmt.Sprintf("id%d", i)),
+		"--report", p.report, "--stall-after", "300ms", "--heartbeat", "250ms", "--dead-after", "2s"}
+	if i == 0 {
+		a = append(a, "--listen", fmt.Sprintf("/ip4/127.0.0.1/tcp/%d", r.port))
+	} else {
+		a = append(a, "--listen", "/ip4/127.0.0.1/tcp/0", "--peer", fmt.Sprintf("/ip4/127.0.0.1/tcp/%d/p2p/%s", r.port, r.ids.ids[0]))
+	}
+	a = append(append(a, r.common...), extra...)
+	p.cmd = exec.Command(r.bin, a...)
+	p.cmd.Stdout, p.cmd.Stderr = &lockedWriter{w: &p.log, mu: &p.mu}, &lockedWriter{w: &p.log, mu: &p.mu}
+	if err := p.cmd.Start(); err != nil {
+		r.t.Fatal(err)
+	}
+	r.procs[i] = p
+	go func() { p.err = p.cmd.Wait(); close(p.done) }()
+	r.t.Cleanup(func() {
+		p.cmd.Process.Kill()
+		<-p.done
+	})
+	return p
+}
+
+type lockedWriter struct {
+	w  *bytes.Buffer
+	mu *sync.Mutex
+}
+
+func (l *lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
+}
+
+func (p *churnProc) logTail() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return tail(p.log.String(), 3000)
+}
+
+// waitRound waits until p's report has a round line at or past round.
+func (r *churnRun) waitRound(p *churnProc, round int64) {
+	r.t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for time.Now().Before(deadline) {
+		if last := lastRound(p.report); last >= round {
+			return
+		}
+		select {
+		case <-p.done:
+			r.t.Fatalf("peer ended (%v) before round %d:\n%s", p.err, round, p.logTail())
+		case <-time.After(20 * time.Millisecond): // the report file grows; there is no event to wait on
+		}
+	}
+	r.t.Fatalf("no round %d within 2 minutes:\n%s", round, p.logTail())
+}
+
+// lastRound is the clock of the last round line of a report file (-1: none).
+func lastRound(path string) int64 {
+	f, err := os.Open(path)
+	if err != nil {
+		return -1
+	}
+	defer f.Close()
+	last := int64(-1)
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<16), 1<<20)
+	for sc.Scan() {
+		var l struct {
+			Type  string `json:"type"`
+			Clock int64  `json:"clock"`
+		}
+		if json.Unmarshal(sc.Bytes(), &l) == nil && l.Type == report.TypeRound {
+			last = l.Clock
+		}
+	}
+	return last
+}
+
+// finish waits for p to exit successfully and returns its report.
+func (r *churnRun) finish(p *churnProc) *report.Run {
+	r.t.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(3 * time.Minute):
+		r.t.Fatalf("peer still running after 3 minutes:\n%s", p.logTail())
+	}
+	if p.err != nil {
+		for i, o := range r.procs {
+			if o != p {
+				r.t.Logf("log of peer %d:\n%s", i, o.logTail())
+			}
+		}
+		r.t.Fatalf("peer failed: %v\n%s", p.err, p.logTail())
+	}
+	run, err := report.ReadFile(p.report)
+	if err != nil || run.Summary == nil {
+		r.t.Fatalf("report %s: %v (summary %v)\n%s", p.report, err, run, p.logTail())
+	}
+	return run
+}
+
+// churnData is a generated training file and test file.
+func churnData(t *testing.T) []string {
+	train, test, dim := e2eData(t)
+	return []string{"--train", train, "--test", test, "--dim", fmt.Sprint(dim), "--model", "logreg", "--epochs", "1", "--l2", "1e-6", "--batch", "50", "--shards", "64"}
+}
+
+// checkSame asserts every run ends with one model, every shard finalised
+// by a live owner, and every round applying the contributions of all its
+// live workers.
+func checkSame(t *testing.T, runs ...*report.Run) {
+	t.Helper()
+	h := runs[0].Summary.ModelHash
+	for _, r := range runs {
+		s := r.Summary
+		if s.ModelHash != h {
+			t.Errorf("%s ends with model_hash %s, %s with %s", short(s.PeerID), s.ModelHash, short(runs[0].Summary.PeerID), h)
+		}
+		if s.Covered != s.Shards {
+			t.Errorf("%s: %d of %d shards finalised by a live owner", short(s.PeerID), s.Covered, s.Shards)
+		}
+		for _, rd := range r.Rounds {
+			if rd.Live > 0 && rd.Workers != rd.Live {
+				t.Errorf("%s round %d: applied %d contributions for %d live workers", short(s.PeerID), rd.Clock, rd.Workers, rd.Live)
+				break
+			}
+		}
+	}
+}
+
+func short(id string) string {
+	if len(id) > 8 {
+		return "…" + id[len(id)-8:]
+	}
+	return id
+}
+
+// Issue 5: a fourth peer started mid-run copies the model, owns about a
+// quarter of the shards within a few rounds, and all four end alike; the
+// joiner's report says how long joining took and how many bytes it copied.
+func TestE2EJoin(t *testing.T) {
+	flags := churnData(t)
+	r := newChurnRun(t, 4, flags...)
+	var ps []*churnProc
+	for i := 0; i < 3; i++ {
+		ps = append(ps, r.start(i, "--min-peers", "3", "--part", fmt.Sprintf("%d/4", i+1)))
+	}
+	r.waitRound(ps[0], 40)
+	ps = append(ps, r.start(3, "--min-peers", "1", "--part", "4/4"))
+	var runs []*report.Run
+	for _, p := range ps {
+		runs = append(runs, r.finish(p))
+	}
+	checkSame(t, runs...)
+	j := runs[3].Summary
+	t.Logf("joiner: joined in %.2fs copying %d model bytes, owns %d of %d shards, trained %d examples; configuration %d",
+		j.JoinSeconds, j.JoinBytes, j.Owned, j.Shards, j.Examples, j.Configs)
+	if j.JoinBytes == 0 || j.Owned < j.Shards/8 || j.Owned > j.Shards/2 || j.Examples == 0 || j.Configs < 2 {
+		t.Errorf("joiner summary %+v: want a model copy, about a quarter of the shards, examples, a second configuration", j)
+	}
+	if len(runs[0].Changes) < 2 {
+		t.Errorf("peer 0 logged %d configuration changes, want the join", len(runs[0].Changes))
+	}
+}
+
+// Issue 5: SIGTERM to one of 4 peers mid-run: it hands its shards over and
+// exits; the other 3 end alike, no round stalls longer than --dead-after,
+// and the test log-loss is within 1% of a 3-peer run on the remaining data.
+func TestE2EGracefulLeave(t *testing.T) {
+	flags := churnData(t)
+	r := newChurnRun(t, 4, flags...)
+	var ps []*churnProc
+	for i := 0; i < 4; i++ {
+		ps = append(ps, r.start(i, "--min-peers", "4", "--part", fmt.Sprintf("%d/4", i+1)))
+	}
+	r.waitRound(ps[2], 40)
+	ps[2].cmd.Process.Signal(syscall.SIGTERM)
+	left := r.finish(ps[2])
+	var runs []*report.Run
+	for _, i := range []int{0, 1, 3} {
+		runs = append(runs, r.finish(ps[i]))
+	}
+	checkSame(t, runs...)
+	var maxWait float64
+	for _, run := range runs {
+		for _, rd := range run.Rounds {
+			maxWait = math.Max(maxWait, rd.WaitSeconds)
+		}
+	}
+	if maxWait > 2 {
+		t.Errorf("a round waited %.2fs, longer than --dead-after 2s", maxWait)
+	}
+	three := localCluster(t, newIdentities(t, 3), func(i int) []string {
+		return []string{"--part", fmt.Sprintf("%d/4", []int{1, 2, 4}[i])}
+	}, append(flags, "--mode", "sync")...)
+	got, want := float64(runs[0].Summary.TestLogLoss), float64(three[0].Summary.TestLogLoss)
+	t.Logf("leaver trained %d examples before leaving; survivors' log-loss %.5f, 3-peer run on the remaining data %.5f; longest wait %.2fs",
+		left.Summary.Examples, got, want, maxWait)
+	if got > want*1.01 {
+		t.Errorf("log-loss %.5f is more than 1%% worse than a 3-peer run's %.5f", got, want)
+	}
+}
+
+// Issue 5: SIGKILL to one of 4 peers with --replicas 2: the survivors go on
+// within --dead-after + 2s, end alike, and every shard is owned at the end.
+func TestE2ECrashWithReplicas(t *testing.T) {
+	flags := churnData(t)
+	r := newChurnRun(t, 4, append(flags, "--replicas", "2")...)
+	var ps []*churnProc
+	for i := 0; i < 4; i++ {
+		ps = append(ps, r.start(i, "--min-peers", "4", "--part", fmt.Sprintf("%d/4", i+1)))
+	}
+	r.waitRound(ps[2], 40)
+	ps[2].cmd.Process.Kill()
+	<-ps[2].done
+	var runs []*report.Run
+	for _, i := range []int{0, 1, 3} {
+		runs = append(runs, r.finish(ps[i]))
+	}
+	checkSame(t, runs...)
+	var maxWait float64
+	var degraded int64
+	for _, run := range runs {
+		degraded += run.Summary.RoundsDegraded
+		for _, rd := range run.Rounds {
+			maxWait = math.Max(maxWait, rd.WaitSeconds)
+		}
+	}
+	t.Logf("longest wait %.2fs (dead-after 2s); rounds without the dead worker %d; shards covered %d of %d",
+		maxWait, degraded, runs[0].Summary.Covered, runs[0].Summary.Shards)
+	if maxWait > 4 {
+		t.Errorf("survivors waited %.2fs in a round, more than --dead-after + 2s", maxWait)
+	}
+	if degraded == 0 {
+		t.Errorf("no round ran without the dead worker")
+	}
+}
+
+// Issue 5: kill every peer, restart them with --resume: training continues
+// from the checkpoint round, not from zero.
+func TestE2ERestartFromCheckpoint(t *testing.T) {
+	flags := churnData(t)
+	ckpt := t.TempDir()
+	r := newChurnRun(t, 3, append(flags, "--checkpoint-dir", ckpt)...)
+	var ps []*churnProc
+	for i := 0; i < 3; i++ {
+		ps = append(ps, r.start(i, "--min-peers", "3", "--part", fmt.Sprintf("%d/3", i+1), "--checkpoint-every", "200ms"))
+	}
+	r.waitRound(ps[0], 150)
+	for _, p := range ps {
+		p.cmd.Process.Kill()
+	}
+	for _, p := range ps {
+		<-p.done
+	}
+	ps = ps[:0]
+	for i := 0; i < 3; i++ {
+		ps = append(ps, r.start(i, "--min-peers", "3", "--part", fmt.Sprintf("%d/3", i+1), "--resume"))
+	}
+	var runs []*report.Run
+	for _, p := range ps {
+		runs = append(runs, r.finish(p))
+	}
+	checkSame(t, runs...)
+	s := runs[0].Summary
+	firstRound := int64(-1)
+	if len(runs[0].Rounds) > 0 {
+		firstRound = runs[0].Rounds[0].Clock
+	}
+	t.Logf("resumed at round %d; first round computed %d; ended at round %d with %d examples", s.ResumedAt, firstRound, s.Rounds, s.Examples)
+	if s.ResumedAt == 0 || firstRound != int64(s.ResumedAt) {
+		t.Errorf("resumed at round %d, first round %d: want training to continue from a checkpoint round", s.ResumedAt, firstRound)
+	}
+	if !strings.Contains(runs[0].Start.Config["resume"], "true") {
+		t.Errorf("the report's start line does not show --resume")
+	}
+}
