@@ -65,6 +65,18 @@ func gradAt(c int) model.Sparse {
 	return model.Sparse{Idx: []uint32{uint32(c)}, Val: []float32{float32(c)}}
 }
 
+// waitUntil reports whether cond held within d.
+func waitUntil(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return true
+}
+
 // waitFor waits until cond holds: for counters that asynchronous
 // validators and routers update (no event to wait on).
 func waitFor(t *testing.T, what string, cond func() bool) {
@@ -89,13 +101,17 @@ func TestExchangeRejectsHostilePeerP2P(t *testing.T) {
 	wn, on, evil := nodes[0], nodes[1], nodes[2]
 	w, _ := newExchange(t, wn, exchangeConfig(), nil)
 	o, orx := newExchange(t, on, exchangeConfig(), nil)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	if err := w.WaitOwner(ctx, on.tr.Self()); err != nil {
 		t.Fatal(err)
 	}
 	cases := gossiptest.HostileCases(job, evil.tr.Self(), wn.tr.Self(), 1<<20, 1024)
 	var wantO, wantW gossip.Rejections
+	rejected := func() uint64 { return o.Rejected().Total() + w.Rejected().Total() }
+	// One case at a time, each waited for: gossipsub gives no delivery
+	// guarantee (a busy CI machine has lost one of a burst), so a case that
+	// never reached a validator within 10 s is published again, and logged.
 	for _, tc := range cases {
 		topic := gossip.GradTopic(job, on.tr.Self())
 		if tc.Params {
@@ -104,8 +120,19 @@ func TestExchangeRejectsHostilePeerP2P(t *testing.T) {
 		} else {
 			wantO[tc.Want]++
 		}
-		if err := evil.tr.Publish(ctx, topic, tc.Msg); err != nil {
-			t.Fatalf("%s: %v", tc.Name, err)
+		before := rejected()
+		for try := 1; ; try++ {
+			if err := evil.tr.Publish(ctx, topic, tc.Msg); err != nil {
+				t.Fatalf("%s: %v", tc.Name, err)
+			}
+			if waitUntil(10*time.Second, func() bool { return rejected() > before }) {
+				break
+			}
+			if try == 3 {
+				t.Fatalf("%s: not validated after %d publishes; owner rejected %v, worker %v; gossipsub drops: evil %d, owner %d, worker %d",
+					tc.Name, try, o.Rejected().Map(), w.Rejected().Map(), evil.tracer.Drops(), on.tracer.Drops(), wn.tracer.Drops())
+			}
+			t.Logf("%s: not validated within 10s, publishing again", tc.Name)
 		}
 	}
 	for c := range 3 {
@@ -124,9 +151,6 @@ func TestExchangeRejectsHostilePeerP2P(t *testing.T) {
 			t.Fatal("honest gradients not delivered")
 		}
 	}
-	waitFor(t, "every hostile message validated", func() bool {
-		return o.Rejected().Total() >= wantO.Total() && w.Rejected().Total() >= wantW.Total()
-	})
 	if got := o.Rejected(); got != wantO {
 		t.Errorf("owner rejected %v, want %v", got.Map(), wantO.Map())
 	}
