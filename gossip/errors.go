@@ -27,3 +27,18 @@ var (
 	// the logical message is dropped.
 	ErrProtocol = errors.New("gossip: stream protocol violation")
 )
+
+// GoneError is the error of a stream stalled on a hole its sender can no
+// longer fill: errors.Is(err, ErrGone), and errors.As gives the sender, so
+// the training layer can ask it why (a peer cut off in a partition's
+// minority finds out that it was removed from the run).
+type GoneError struct {
+	From   string // the sender
+	Stream Stream // which of its streams
+	msg    string
+}
+
+func (e *GoneError) Error() string { return e.msg }
+
+// Unwrap makes errors.Is(err, ErrGone) hold.
+func (e *GoneError) Unwrap() error { return ErrGone }

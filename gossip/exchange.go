@@ -77,6 +77,7 @@ type Exchange struct {
 	gradMu      sync.Mutex
 	gradCodec   *wire.Codec
 	gradLoopSeq uint64 // this node's stream of gradients to itself
+	gradLoopInc uint64 // and its incarnation
 	gs          sendState
 	gradEmit    func([]byte) error
 
@@ -88,6 +89,11 @@ type Exchange struct {
 	ack          wire.Ack
 	ps           sendState
 	paramsEmit   func([]byte) error
+	// startMu guards paramsStart: per receiver's params topic, the first
+	// sequence number of paramsOut published to it. A repair request for
+	// earlier numbers is told they were never its (FetchReply.First).
+	startMu     sync.Mutex
+	paramsStart map[string]uint64
 
 	outMu   sync.Mutex            // guards gradOut (the map, not the streams)
 	gradOut map[string]*outStream // by owner
@@ -161,6 +167,8 @@ func New(tr Transport, cfg Config, h Handlers) (*Exchange, error) {
 		gradCodec:   gradCodec,
 		paramsCodec: wire.NewCodec(wire.F32, cfg.Wire.Compress, lim),
 		gradOut:     make(map[string]*outStream),
+		paramsStart: make(map[string]uint64),
+		gradLoopInc: nextIncarnation(),
 		inbox:       make(chan item, cfg.Inbox),
 		localWake:   make(chan struct{}, 1),
 		streams:     make(map[streamKey]*inStream),
@@ -249,16 +257,56 @@ func (x *Exchange) WaitPeers(ctx context.Context, peers []string) error {
 
 // SetParamsPeers sets the peers SendParams publishes to (this node is left
 // out: it gets its own params by loopback with Config.LoopParams). Call it
-// when the member set changes; it applies from the next SendParams.
+// when the member set changes; it applies from the next SendParams. A
+// peer listed for the first time receives the params stream from the next
+// message on: a repair request for earlier ones is told they were never
+// its. A peer dropped and listed again (it was unreachable a while) keeps
+// its place and repairs what it missed; one that restarted needs
+// ResetPeer.
 func (x *Exchange) SetParamsPeers(peers []string) {
 	x.paramsMu.Lock()
 	defer x.paramsMu.Unlock()
 	x.paramsTopics = x.paramsTopics[:0]
+	next := x.paramsOut.nextSeq()
+	x.startMu.Lock()
+	defer x.startMu.Unlock()
 	for _, p := range peers {
 		if p != x.self {
-			x.paramsTopics = append(x.paramsTopics, ParamsTopic(x.cfg.Job, p))
+			t := ParamsTopic(x.cfg.Job, p)
+			x.paramsTopics = append(x.paramsTopics, t)
+			if _, ok := x.paramsStart[t]; !ok {
+				x.paramsStart[t] = next
+			}
 		}
 	}
+}
+
+// ResetPeer starts this node's streams to peer afresh: peer (re)joined the
+// run with a new Exchange, so it needs the params stream only from the
+// next message on, and gradients to it go on a new stream (a new
+// incarnation, from sequence number 0). Call it before sending to peer.
+func (x *Exchange) ResetPeer(peer string) {
+	x.paramsMu.Lock()
+	next := x.paramsOut.nextSeq()
+	x.startMu.Lock()
+	x.paramsStart[ParamsTopic(x.cfg.Job, peer)] = next
+	x.startMu.Unlock()
+	x.paramsMu.Unlock()
+	x.gradMu.Lock()
+	x.outMu.Lock()
+	delete(x.gradOut, peer)
+	x.outMu.Unlock()
+	x.gradMu.Unlock()
+}
+
+// paramsFirst is the first params sequence number peer was sent.
+func (x *Exchange) paramsFirst(peer string) uint64 {
+	x.startMu.Lock()
+	defer x.startMu.Unlock()
+	if f, ok := x.paramsStart[ParamsTopic(x.cfg.Job, peer)]; ok {
+		return f
+	}
+	return x.paramsOut.nextSeq() // never a receiver: nothing was its
 }
 
 // SendGrad sends g, a worker's summed gradient over examples examples for
@@ -284,11 +332,11 @@ func (x *Exchange) SendGrad(ctx context.Context, owner string, clock, epoch uint
 	h := wire.Header{Job: x.cfg.Job, Sender: x.self, Clock: clock, Epoch: epoch}
 	x.gs = sendState{ctx: ctx, kind: StreamGrad}
 	if owner == x.self {
-		h.Seq = x.gradLoopSeq
+		h.Seq, h.Incarnation = x.gradLoopSeq, x.gradLoopInc
 		x.gs.loop, x.gs.local = true, true
 	} else {
 		x.gs.out = x.gradStream(owner)
-		h.Seq = x.gs.out.nextSeq()
+		h.Seq, h.Incarnation = x.gs.out.nextSeq(), x.gs.out.inc
 	}
 	n, err := x.gradCodec.SplitGrad(h, examples, x.cfg.Width, g, x.gradEmit)
 	if owner == x.self {
@@ -327,7 +375,7 @@ func (x *Exchange) SendParams(ctx context.Context, clock, epoch uint64, ack *wir
 	x.ack.Config.Members = append(x.ack.Config.Members[:0], ack.Config.Members...)
 	x.ack.Config.Crashed = append(x.ack.Config.Crashed[:0], ack.Config.Crashed...)
 	slices.SortFunc(x.ack.Applied, func(a, b wire.WorkerClock) int { return strings.Compare(a.Worker, b.Worker) })
-	h := wire.Header{Job: x.cfg.Job, Sender: x.self, Clock: clock, Epoch: epoch, Seq: x.paramsOut.nextSeq()}
+	h := wire.Header{Job: x.cfg.Job, Sender: x.self, Clock: clock, Epoch: epoch, Seq: x.paramsOut.nextSeq(), Incarnation: x.paramsOut.inc}
 	x.paramsFailed = append(x.paramsFailed[:0], make([]bool, len(x.paramsTopics))...)
 	x.ps = sendState{ctx: ctx, kind: StreamParams, out: x.paramsOut, loop: x.cfg.LoopParams, topics: x.paramsTopics, failed: x.paramsFailed}
 	n, err := x.paramsCodec.SplitParamsAck(h, &x.ack, x.cfg.Width, p, x.paramsEmit)

@@ -1,6 +1,10 @@
 package gossip
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
 
 // outStream is one outgoing sequenced stream (a worker's gradients to one
 // owner, or this owner's params) and its retransmit buffer: the newest
@@ -11,6 +15,7 @@ import "sync"
 // send mutex); collect comes from repair handlers. mu guards the ring.
 type outStream struct {
 	topic    string
+	inc      uint64 // incarnation: names this sequence space (nextIncarnation)
 	maxMsgs  int
 	maxBytes int
 
@@ -28,7 +33,17 @@ type outEntry struct {
 }
 
 func (x *Exchange) newOutStream(topic string) *outStream {
-	return &outStream{topic: topic, maxMsgs: x.cfg.RetransmitMessages, maxBytes: x.cfg.RetransmitBytes}
+	return &outStream{topic: topic, inc: nextIncarnation(), maxMsgs: x.cfg.RetransmitMessages, maxBytes: x.cfg.RetransmitBytes}
+}
+
+// incarnations hands out stream incarnations: increasing within a process
+// and, seeded with the clock, larger than any the same peer used before a
+// restart (unless its clock went back by more than the restart took).
+var incarnations atomic.Uint64
+
+func nextIncarnation() uint64 {
+	incarnations.CompareAndSwap(0, uint64(time.Now().UnixNano()))
+	return incarnations.Add(1)
 }
 
 // nextSeq is the sequence number the next message will get.

@@ -32,8 +32,15 @@ type item struct {
 	st     *inStream     // markers and skips
 	err    error         // marker: the repair's transport error
 	gone   error         // marker: ErrGone
+	skip   skipTo        // marker: the stream starts later for this node
 	clear  bool          // marker: the stream's gap repair finished
 	done   chan struct{} // barrier: closed when reached
+}
+
+// skipTo says that stream incarnation inc was sent to this node from
+// sequence number first on (FetchReply.First).
+type skipTo struct {
+	inc, first uint64
 }
 
 type streamKey struct {
@@ -59,6 +66,7 @@ type inStream struct {
 	errMu sync.Mutex
 	err   error // the ErrGone that stalled the stream, until Skip
 
+	inc        uint64 // the sender's incarnation of the stream (0: none seen yet)
 	next       uint64
 	early      map[uint64]earlyMsg
 	earlyBytes int
@@ -245,6 +253,13 @@ func (x *Exchange) receive(it item) {
 		return
 	}
 	st := x.stream(it.kind, it.from)
+	if m.Incarnation != st.inc {
+		if m.Incarnation < st.inc {
+			x.stats.duplicates.Add(1) // from a stream the sender has since started again
+			return
+		}
+		x.restart(st, m.Incarnation)
+	}
 	seq := m.Seq
 	if st.floating && seq >= st.next {
 		st.floating = false
@@ -260,6 +275,24 @@ func (x *Exchange) receive(it item) {
 	}
 	x.accept(st, m, it.src, len(it.data))
 	x.drain(st)
+}
+
+// restart starts st again for the sender's new incarnation inc: the
+// sender restarted, or started a new stream to this node. Nothing of the
+// old one is wanted any more.
+func (x *Exchange) restart(st *inStream, inc uint64) {
+	if st.inc != 0 {
+		x.cfg.Log.Info().Str("from", st.from).Str("stream", st.kind.String()).Uint64("at_seq", st.next).Msg("the sender started its stream again")
+	}
+	st.inc = inc
+	st.next = 0
+	st.nextA.Store(0)
+	clear(st.early)
+	st.earlyBytes = 0
+	st.earlyMinA.Store(noEarly)
+	st.failures = 0
+	st.floating, st.resync, st.partial = false, false, false
+	st.setErr(nil)
 }
 
 // hold keeps a message that arrived ahead of a gap and schedules a repair.

@@ -59,7 +59,7 @@ func (x *Exchange) repairGap(st *inStream, delay time.Duration) {
 	from, lo := st.nextA.Load(), st.earlyMinA.Load()
 	if lo != noEarly && lo > from {
 		to := min(lo-1, from+uint64(x.cfg.Wire.Limits.MaxList)-1)
-		_, marker.gone, marker.err = x.fetch(x.ctx, st, from, to)
+		_, marker.skip, marker.gone, marker.err = x.fetch(x.ctx, st, from, to)
 	}
 	<-x.repairSem
 	x.enqueue(marker)
@@ -68,6 +68,25 @@ func (x *Exchange) repairGap(st *inStream, delay time.Duration) {
 // repairDone processes the marker that ends a repair. Delivery goroutine only.
 func (x *Exchange) repairDone(it item) {
 	st := it.st
+	if it.skip.inc == st.inc && it.skip.first > st.next {
+		// The sender started sending this stream to this node at
+		// skip.first (it joined later): nothing before is missing.
+		x.cfg.Log.Debug().Str("from", st.from).Str("stream", st.kind.String()).
+			Uint64("from_seq", st.next).Uint64("to_seq", it.skip.first).Msg("stream starts later: skipping")
+		st.next = it.skip.first
+		st.nextA.Store(st.next)
+		lo := uint64(noEarly)
+		for seq, e := range st.early {
+			if seq < st.next {
+				delete(st.early, seq)
+				st.earlyBytes -= len(e.data)
+			} else {
+				lo = min(lo, seq)
+			}
+		}
+		st.earlyMinA.Store(lo)
+		x.drain(st)
+	}
 	if it.gone != nil && st.Err() == nil {
 		st.setErr(it.gone)
 		x.cfg.Log.Error().Err(it.gone).Msg("stream stalled")
@@ -107,9 +126,9 @@ func (x *Exchange) Poke(ctx context.Context, peer string, kind Stream) (int, err
 	}
 	st := x.stream(kind, peer)
 	from := st.nextA.Load()
-	n, gone, err := x.fetch(ctx, st, from, from+uint64(x.cfg.Wire.Limits.MaxList)-1)
-	if gone != nil {
-		x.enqueue(item{src: srcMarker, st: st, gone: gone})
+	n, skip, gone, err := x.fetch(ctx, st, from, from+uint64(x.cfg.Wire.Limits.MaxList)-1)
+	if gone != nil || skip.first > 0 {
+		x.enqueue(item{src: srcMarker, st: st, gone: gone, skip: skip})
 	}
 	if serr := x.Sync(ctx); err == nil && serr != nil {
 		err = serr
@@ -126,7 +145,7 @@ func (x *Exchange) Poke(ctx context.Context, peer string, kind Stream) (int, err
 // fetch asks st's sender for sequence numbers from..to and queues the
 // messages it returns for delivery. gone wraps ErrGone when the sender
 // reported some as evicted; err wraps ErrRepair on any failure.
-func (x *Exchange) fetch(ctx context.Context, st *inStream, from, to uint64) (n int, gone, err error) {
+func (x *Exchange) fetch(ctx context.Context, st *inStream, from, to uint64) (n int, skip skipTo, gone, err error) {
 	x.stats.repairRequests.Add(1)
 	defer func() {
 		if err != nil {
@@ -138,38 +157,41 @@ func (x *Exchange) fetch(ctx context.Context, st *inStream, from, to uint64) (n 
 	defer x.putDecoder(d)
 	req, err := d.c.AppendFetch(nil, wire.Header{Job: x.cfg.Job, Sender: x.self}, &wire.Fetch{Origin: st.from, Topic: st.topic, From: from, To: to})
 	if err != nil {
-		return 0, nil, err
+		return 0, skip, nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, x.cfg.RepairTimeout)
 	defer cancel()
 	rc, err := x.tr.Request(ctx, st.from, RepairProtocol, req)
 	if err != nil {
-		return 0, nil, err
+		return 0, skip, nil, err
 	}
 	defer rc.Close()
 	br := bufio.NewReader(rc)
 	max := x.cfg.Wire.Limits.MaxMessage
 	head, err := wire.ReadFrame(br, nil, max)
 	if err != nil {
-		return 0, nil, fmt.Errorf("reply: %w", err)
+		return 0, skip, nil, fmt.Errorf("reply: %w", err)
 	}
 	m := &d.m
 	if err := d.c.Decode(head, m); err != nil {
-		return 0, nil, fmt.Errorf("reply: %w", err)
+		return 0, skip, nil, fmt.Errorf("reply: %w", err)
 	}
 	r := &m.Reply
 	switch {
 	case m.Kind != wire.KindFetchReply:
-		return 0, nil, fmt.Errorf("reply is a %s message", m.Kind)
+		return 0, skip, nil, fmt.Errorf("reply is a %s message", m.Kind)
 	case m.Job != x.cfg.Job || m.Sender != st.from:
-		return 0, nil, fmt.Errorf("reply from %q for job %q", m.Sender, m.Job)
+		return 0, skip, nil, fmt.Errorf("reply from %q for job %q", m.Sender, m.Job)
 	case r.Origin != st.from || r.Topic != st.topic || r.From != from || r.To != to:
-		return 0, nil, fmt.Errorf("reply for %s on %s %d..%d", r.Origin, r.Topic, r.From, r.To)
+		return 0, skip, nil, fmt.Errorf("reply for %s on %s %d..%d", r.Origin, r.Topic, r.From, r.To)
+	}
+	if r.First > from && r.Incarnation != 0 {
+		skip = skipTo{inc: r.Incarnation, first: r.First}
 	}
 	if len(r.Gone) > 0 {
 		x.stats.gone.Add(uint64(len(r.Gone)))
-		gone = fmt.Errorf("%w: %s stream of %s: %d of seq %d..%d evicted (first %d), %d messages still held",
-			ErrGone, st.kind, st.from, len(r.Gone), from, to, r.Gone[0], r.Count)
+		gone = &GoneError{From: st.from, Stream: st.kind, msg: fmt.Sprintf("%v: %s stream of %s: %d of seq %d..%d evicted (first %d), %d messages still held",
+			ErrGone, st.kind, st.from, len(r.Gone), from, to, r.Gone[0], r.Count)}
 	}
 	count := r.Count
 	for i := uint64(0); i < count; i++ {
@@ -178,14 +200,14 @@ func (x *Exchange) fetch(ctx context.Context, st *inStream, from, to uint64) (n 
 			if errors.Is(err, io.EOF) {
 				err = io.ErrUnexpectedEOF
 			}
-			return n, gone, fmt.Errorf("message %d of %d: %w", i+1, count, err)
+			return n, skip, gone, fmt.Errorf("message %d of %d: %w", i+1, count, err)
 		}
 		if !x.enqueue(item{kind: st.kind, from: st.from, data: msg, src: srcRepair}) {
-			return n, gone, ErrClosed
+			return n, skip, gone, ErrClosed
 		}
 		n++
 	}
-	return n, gone, nil
+	return n, skip, gone, nil
 }
 
 // serve answers a repair request: the requester's own grad stream from
@@ -207,9 +229,11 @@ func (x *Exchange) serve(_ context.Context, from string, req []byte, w io.Writer
 		return fmt.Errorf("gossip: repair request from %s for %s's messages: only their sender serves them", from, f.Origin)
 	}
 	var out *outStream
+	var first uint64 // grad streams start at 0 with their incarnation
 	switch f.Topic {
 	case ParamsTopic(x.cfg.Job, from):
 		out = x.paramsOut
+		first = x.paramsFirst(from)
 	case GradTopic(x.cfg.Job, from):
 		x.outMu.Lock()
 		out = x.gradOut[from]
@@ -221,11 +245,15 @@ func (x *Exchange) serve(_ context.Context, from string, req []byte, w io.Writer
 	var body []byte
 	var count uint64
 	var gone []uint64
+	var inc uint64
 	if out != nil {
-		body, count, gone = out.collect(nil, f.From, f.To, x.cfg.MaxReplyBytes, nil, wire.AppendFrame)
+		inc = out.inc
+		if lo := max(f.From, first); lo <= f.To {
+			body, count, gone = out.collect(nil, lo, f.To, x.cfg.MaxReplyBytes, nil, wire.AppendFrame)
+		}
 	}
 	x.stats.servedMsgs.Add(count)
-	reply := wire.FetchReply{Origin: f.Origin, Topic: f.Topic, From: f.From, To: f.To, Count: count, Gone: gone}
+	reply := wire.FetchReply{Origin: f.Origin, Topic: f.Topic, From: f.From, To: f.To, Count: count, Gone: gone, Incarnation: inc, First: first}
 	head, err := d.c.AppendFetchReply(nil, wire.Header{Job: x.cfg.Job, Sender: x.self}, &reply)
 	if err != nil {
 		return fmt.Errorf("gossip: repair reply to %s: %w", from, err)

@@ -83,7 +83,7 @@ func TestBeatCheck(t *testing.T) {
 		t.Fatal(err)
 	}
 	v2 := with(func(*membership.Beat) {})
-	v2[0] = 2
+	v2[0] = wire.Version + 1
 	tests := []struct {
 		name string
 		data []byte
@@ -93,7 +93,7 @@ func TestBeatCheck(t *testing.T) {
 		{"good leave", with(func(b *membership.Beat) { b.Kind = membership.Leave }), 0},
 		{"empty", nil, RejectMalformed},
 		{"text", []byte("hello there, general kenobi"), RejectVersion},
-		{"beat with reserved flag bits", []byte("\x01\x03\xf0junk"), RejectMalformed},
+		{"beat with reserved flag bits", append([]byte{wire.Version, 3, 0xf0}, "junk"...), RejectMalformed},
 		{"truncated", with(func(*membership.Beat) {})[:20], RejectMalformed},
 		{"other version", v2, RejectVersion},
 		{"a fetch", fetch, RejectKind},
@@ -188,7 +188,7 @@ func TestValidatorReplaysAndRefusals(t *testing.T) {
 		{"restarted: newer incarnation, seq 1", pubsubMsg(beat(8, 1), author, author), pubsub.ValidationAccept},
 		{"forwarded by a refused peer", pubsubMsg(beat(8, 2), author, refusedPeer), pubsub.ValidationReject},
 		{"our own message", pubsubMsg([]byte("not even decoded"), self, self), pubsub.ValidationAccept},
-		{"garbage", pubsubMsg([]byte{1, 3, 0}, author, author), pubsub.ValidationReject},
+		{"garbage", pubsubMsg([]byte{wire.Version, 3, 0}, author, author), pubsub.ValidationReject},
 	}
 	for _, s := range steps {
 		if got := v.validate(context.Background(), s.msg.ReceivedFrom, s.msg); got != s.want {

@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/gossiptrain/gossiptrain/gossip"
 )
 
 // Churn scenarios on the in-memory transport (issue 5): scripted joins,
@@ -53,6 +56,10 @@ func TestJoinMidRun(t *testing.T) {
 			ds := genDistSet(t)
 			h := newHarness(t, newNet(t), ds, mode, 50)
 			h.parts = 4
+			// Retransmit buffers far smaller than the run so far: the
+			// joiner must not ask for (long evicted) messages from before
+			// it joined.
+			h.gtweak = func(c *gossip.Config) { c.RetransmitMessages = 8 }
 			for i, id := range ids4[:3] {
 				h.start(id, ids4[:3], i+1)
 			}
@@ -256,5 +263,75 @@ func TestCheckpointFailureIsNotFatal(t *testing.T) {
 	}
 	if n := h.peers["peer-b"].sum.Checkpoints; n == 0 {
 		t.Errorf("peer-b wrote no checkpoint")
+	}
+}
+
+// A 3|1 partition: the majority declares the lone peer dead and trains on
+// without it; the lone peer cannot form a configuration and waits. When
+// the partition heals, it learns it was removed (ErrRemoved: its copy is
+// stale), and, restarted as the command restarts it, joins the run again
+// like a new peer; all four end alike.
+func TestPartitionMinorityRemovedAndRejoins(t *testing.T) {
+	ds := genDistSet(t)
+	h := newHarness(t, newNet(t), ds, Sync, 50)
+	h.parts = 4
+	h.tweak = func(c *DistConfig) { c.Epochs = 40 } // long enough to rejoin before the end
+	for i, id := range ids4 {
+		h.start(id, ids4, i+1)
+	}
+	a, d := h.peers["peer-a"], h.peers["peer-d"]
+	h.waitRound(a, 10)
+	major := []string{"peer-a", "peer-b", "peer-c"}
+	h.net.Partition(major, []string{"peer-d"})
+	for _, id := range major {
+		h.peers[id].d.SetAlive(major)
+	}
+	d.d.SetAlive([]string{"peer-d"})
+	// The majority moves on: a configuration without peer-d.
+	deadline := time.Now().Add(time.Minute)
+	removed := func() bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		for _, c := range a.changes {
+			if slices.Contains(c.Crashed, "peer-d") {
+				return true
+			}
+		}
+		return false
+	}
+	for !removed() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the majority did not remove peer-d")
+		}
+		time.Sleep(time.Millisecond) // polling the loop's state; no event to wait on
+	}
+	stuck := len(d.rounds())
+	time.Sleep(200 * time.Millisecond) // the partition lasts a while
+	if n := len(d.rounds()) - stuck; n > 2 {
+		t.Errorf("peer-d completed %d rounds alone in a minority; want it to wait", n)
+	}
+	h.net.Heal()
+	for _, id := range ids4 {
+		h.peers[id].d.SetAlive(ids4)
+	}
+	select {
+	case <-d.done:
+	case <-time.After(time.Minute):
+		t.Fatalf("peer-d still running a minute after the partition healed")
+	}
+	if !errors.Is(d.err, ErrRemoved) {
+		t.Fatalf("peer-d: %v, want ErrRemoved", d.err)
+	}
+	if rs := a.rounds(); len(rs) > 0 {
+		t.Logf("peer-d removed; peer-a at round %d", rs[len(rs)-1].Clock)
+	}
+	d2 := h.start("peer-d", ids4, 4)
+	h.wait(ids4...)
+	checkEnd(t, h, ids4...)
+	checkApplied(t, h, ids4...)
+	t.Logf("peer-d rejoined in %.3fs copying %d bytes; final configuration %d with %d members", d2.sum.JoinSeconds, d2.sum.JoinBytes, d2.sum.Configs, d2.sum.Members)
+	if d2.sum.JoinBytes == 0 || d2.sum.Members != 4 || d2.sum.Owned == 0 {
+		t.Errorf("rejoined peer-d copied %d bytes, ends with %d members, owns %d shards; want a copy, 4 and some",
+			d2.sum.JoinBytes, d2.sum.Members, d2.sum.Owned)
 	}
 }

@@ -131,6 +131,9 @@ func (cs *configs) add(c *tconfig) bool {
 	for _, p := range c.crashed {
 		cs.crashed[p] = true
 	}
+	for _, p := range c.members {
+		delete(cs.crashed, p) // removed as crashed once, back since (it rejoined)
+	}
 	// Rounds of configurations older than the one before the current are
 	// long finished; forget them.
 	if len(cs.list) > 8 {

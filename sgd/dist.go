@@ -83,6 +83,9 @@ type Net interface {
 	SendParams(ctx context.Context, clock, epoch uint64, ack *wire.Ack, p *model.Sparse) error
 	Poke(ctx context.Context, peer string, kind gossip.Stream) (int, error)
 	SetParamsPeers(peers []string)
+	// ResetPeer starts the streams to a peer that (re)joined the run
+	// afresh: it needs the params stream only from now on.
+	ResetPeer(peer string)
 }
 
 // Control is what the loop needs for direct request/response streams
@@ -254,17 +257,18 @@ type DistSummary struct {
 // delivery goroutine and the control stream handlers only hand events to
 // the loop through its inbox.
 type Dist struct {
-	cfg   DistConfig
-	m     *model.Model
-	net   Net
-	ctl   Control
-	h     DistHooks
-	in    *inbox
-	t     trainer // the local loop's machinery: batches, evaluation, progress
-	log   zerolog.Logger
-	width int
-	mask  uint32
-	start time.Time
+	goneAsked map[string]bool // senders asked about a stream hole (onGone)
+	cfg       DistConfig
+	m         *model.Model
+	net       Net
+	ctl       Control
+	h         DistHooks
+	in        *inbox
+	t         trainer // the local loop's machinery: batches, evaluation, progress
+	log       zerolog.Logger
+	width     int
+	mask      uint32
+	start     time.Time
 
 	cs    configs
 	alive map[string]bool // the membership's live set
@@ -674,8 +678,10 @@ func (d *Dist) poll() error {
 		case evError:
 			d.dsum.StreamErrors++
 			if d.cfg.Mode == Sync && errors.Is(e.err, gossip.ErrGone) {
-				d.err = fmt.Errorf("a lost message cannot be repaired, the run cannot stay consistent: %w", e.err)
+				d.onGone(e.err)
 			}
+		case evGone:
+			d.onGoneStatus(e)
 		case evAlive:
 			d.onAlive(e.members)
 		case evLeave:

@@ -1,9 +1,13 @@
 package sgd
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"slices"
 	"time"
 
+	"github.com/gossiptrain/gossiptrain/gossip"
 	"github.com/gossiptrain/gossiptrain/gossip/wire"
 )
 
@@ -222,6 +226,9 @@ func (d *Dist) applyConfig(prev, t *tconfig) {
 		for _, p := range t.members {
 			if !prev.isMember(p) {
 				joined = append(joined, p)
+				if p != self {
+					d.forgetPeer(p)
+				}
 			}
 		}
 		for _, p := range prev.members {
@@ -415,4 +422,72 @@ func shorts(ids []string) []string {
 		out[i] = short(id)
 	}
 	return out
+}
+
+// onGone handles a sync stream stalled on messages its sender no longer
+// has. Usually that is fatal: the run cannot stay consistent. But a peer
+// cut off in a partition's minority sees exactly this when the partition
+// heals (the majority trained on without it), before the messages that
+// would tell it so, which are held behind the hole. So it first asks the
+// sender for its configuration (once per sender, off the loop).
+func (d *Dist) onGone(err error) {
+	fatal := fmt.Errorf("a lost message cannot be repaired, the run cannot stay consistent: %w", err)
+	var ge *gossip.GoneError
+	if !errors.As(err, &ge) {
+		if d.err == nil {
+			d.err = fatal
+		}
+		return
+	}
+	if d.goneAsked[ge.From] {
+		return // asked already; the answer decides
+	}
+	if d.goneAsked == nil {
+		d.goneAsked = map[string]bool{}
+	}
+	d.goneAsked[ge.From] = true
+	go func() {
+		ctx, cancel := context.WithTimeout(d.ctx, 5*time.Second)
+		defer cancel()
+		rep, _, rerr := d.request(ctx, ge.From, wire.Control{Op: wire.OpStatus}, 1<<20)
+		e := d.in.get()
+		e.kind, e.from, e.err = evGone, ge.From, fatal
+		e.config = wire.TrainConfig{}
+		if rerr == nil {
+			e.config = rep.Config
+		}
+		d.in.put(e)
+	}()
+}
+
+// onGoneStatus decides on a stalled stream from its sender's status: a
+// newer configuration without this peer means it was removed (ErrRemoved:
+// the driver joins again); anything else is the fatal error.
+func (d *Dist) onGoneStatus(e *event) {
+	if d.err != nil {
+		return
+	}
+	cur := d.cs.cur()
+	if e.config.ID > 0 && (cur == nil || e.config.ID > cur.id) && !slices.Contains(e.config.Members, d.cfg.Self) {
+		d.log.Warn().Str("from", short(e.from)).Uint64("config", e.config.ID).
+			Msg("removed from the training configuration while cut off: joining again")
+		d.joined = false
+		d.err = ErrRemoved
+		return
+	}
+	d.err = e.err
+}
+
+// forgetPeer drops what this peer knew of p from before p (re)joined: a
+// peer removed while it was cut off comes back under the same ID as a new
+// worker and owner, with a new Exchange (its streams start again), from
+// the configuration's start round.
+func (d *Dist) forgetPeer(p string) {
+	d.net.ResetPeer(p)
+	delete(d.doneAt, p)
+	delete(d.appliedW, p)
+	delete(d.firstTo, p)
+	delete(d.acked, p)
+	delete(d.lastParams, p)
+	delete(d.goneAsked, p)
 }

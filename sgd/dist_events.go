@@ -22,6 +22,7 @@ const (
 	evControl                // a control request from another peer
 	evSnapshot               // a model snapshot arrived (joining)
 	evHandoff                // shard states arrived from their previous owner
+	evGone                   // the status of a sender whose stream has a hole it cannot fill
 )
 
 // event is a message handed to the loop, with its data copied (the

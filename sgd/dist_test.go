@@ -78,6 +78,7 @@ type harness struct {
 	parts    int
 	shards   int
 	tweak    func(*DistConfig)
+	gtweak   func(*gossip.Config)
 	peers    map[string]*peerRun
 }
 
@@ -149,7 +150,16 @@ func (h *harness) start(id string, peers []string, part int) *peerRun {
 	gcfg.Job, gcfg.Width = "test", 1
 	gcfg.Wire.Limits.Features = m.Layout.Features
 	gcfg.RepairDelay = time.Millisecond
-	node := h.net.NewNode(id)
+	if h.gtweak != nil {
+		h.gtweak(&gcfg)
+	}
+	var node *memnet.Node
+	if old := h.peers[id]; old != nil { // a restart: the same node, a new exchange
+		old.x.Close()
+		node = old.node
+	} else {
+		node = h.net.NewNode(id)
+	}
 	x, err := gossip.New(node, gcfg, d.Handlers())
 	if err != nil {
 		t.Fatal(err)

@@ -54,7 +54,7 @@ func NaN(kind wire.Kind, job, sender string, clock, seq uint64, idx uint32) []by
 	b := []byte{wire.Version, byte(kind), byte(wire.F32) | byte(wire.None)<<2}
 	b = appendString(b, job)
 	b = appendString(b, sender)
-	for _, v := range []uint64{clock, 0, seq, 0, 1} { // clock, epoch, seq, part, parts
+	for _, v := range []uint64{clock, 0, 1, seq, 0, 1} { // clock, epoch, incarnation, seq, part, parts
 		b = binary.AppendUvarint(b, v)
 	}
 	switch kind {

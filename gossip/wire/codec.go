@@ -267,6 +267,8 @@ func (c *Codec) AppendFetchReply(dst []byte, h Header, f *FetchReply) ([]byte, e
 	raw = binary.AppendUvarint(raw, f.From)
 	raw = binary.AppendUvarint(raw, f.To-f.From)
 	raw = binary.AppendUvarint(raw, f.Count)
+	raw = binary.AppendUvarint(raw, f.Incarnation)
+	raw = binary.AppendUvarint(raw, f.First)
 	raw = binary.AppendUvarint(raw, uint64(len(f.Gone)))
 	next := f.From
 	for i, s := range f.Gone {
@@ -451,6 +453,7 @@ func (c *Codec) appendHeader(dst []byte, h *Header, kind Kind, flags byte) ([]by
 	dst = appendString(dst, h.Sender)
 	dst = binary.AppendUvarint(dst, h.Clock)
 	dst = binary.AppendUvarint(dst, h.Epoch)
+	dst = binary.AppendUvarint(dst, h.Incarnation)
 	dst = binary.AppendUvarint(dst, h.Seq)
 	dst = binary.AppendUvarint(dst, uint64(part))
 	dst = binary.AppendUvarint(dst, uint64(parts))
@@ -579,7 +582,7 @@ func (c *Codec) readHeader(msg []byte, h *Header) (int, error) {
 	if h.Sender, pos, err = c.readString(msg, pos, "sender"); err != nil {
 		return 0, err
 	}
-	var v [5]uint64
+	var v [6]uint64
 	for i := range v {
 		x, k := binary.Uvarint(msg[pos:])
 		if k <= 0 {
@@ -588,11 +591,11 @@ func (c *Codec) readHeader(msg []byte, h *Header) (int, error) {
 		v[i] = x
 		pos += k
 	}
-	h.Clock, h.Epoch, h.Seq = v[0], v[1], v[2]
-	if v[4] == 0 || v[4] > 65535 || v[3] >= v[4] {
-		return 0, fmt.Errorf("%w: %s from %q seq %d: part %d of %d", ErrMalformed, h.Kind, h.Sender, h.Seq, v[3], v[4])
+	h.Clock, h.Epoch, h.Incarnation, h.Seq = v[0], v[1], v[2], v[3]
+	if v[5] == 0 || v[5] > 65535 || v[4] >= v[5] {
+		return 0, fmt.Errorf("%w: %s from %q seq %d: part %d of %d", ErrMalformed, h.Kind, h.Sender, h.Seq, v[4], v[5])
 	}
-	h.Part, h.Parts = uint16(v[3]), uint16(v[4])
+	h.Part, h.Parts = uint16(v[4]), uint16(v[5])
 	return pos, nil
 }
 
@@ -854,6 +857,8 @@ func (c *Codec) readFetchReply(body []byte, f *FetchReply) error {
 	f.From = r.uvarint("from")
 	span := r.uvarint("span")
 	f.Count = r.uvarint("count")
+	f.Incarnation = r.uvarint("incarnation")
+	f.First = r.uvarint("first")
 	n := r.uvarint("gone count")
 	f.Gone = f.Gone[:0]
 	if r.err != nil {

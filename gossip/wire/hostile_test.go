@@ -95,7 +95,7 @@ func header(kind Kind, flags byte) []byte {
 	b := []byte{Version, byte(kind), flags}
 	b = appendString(b, "job")
 	b = appendString(b, "peer")
-	for _, v := range []uint64{1, 2, 3, 0, 1} { // clock, epoch, seq, part, parts
+	for _, v := range []uint64{1, 2, 7, 3, 0, 1} { // clock, epoch, incarnation, seq, part, parts
 		b = binary.AppendUvarint(b, v)
 	}
 	return b
@@ -148,7 +148,7 @@ func TestHostileMessages(t *testing.T) {
 		want error
 	}{
 		{"empty", nil, ErrMalformed},
-		{"wrong version", append([]byte{2}, header(KindGrad, 0)[1:]...), ErrVersion},
+		{"wrong version", append([]byte{Version + 1}, header(KindGrad, 0)[1:]...), ErrVersion},
 		{"version 0", append([]byte{0}, header(KindGrad, 0)[1:]...), ErrVersion},
 		{"kind 0", header(KindInvalid, 0), ErrKind},
 		{"reserved kind", header(KindReservedFirst, 0), ErrKind},
@@ -160,9 +160,9 @@ func TestHostileMessages(t *testing.T) {
 		{"message over MaxMessage", big(lim.MaxMessage + 1), ErrTooLarge},
 		{"job length 2^40", uv([]byte{Version, byte(KindGrad), 0}, 1<<40), ErrTooLarge},
 		{"job longer than the rest", append(uv([]byte{Version, byte(KindGrad), 0}, 200), "abc"...), ErrMalformed},
-		{"parts 0", uv(appendString(appendString([]byte{Version, byte(KindGrad), 0}, "j"), "p"), 1, 2, 3, 0, 0), ErrMalformed},
-		{"part 5 of 5", uv(appendString(appendString([]byte{Version, byte(KindGrad), 0}, "j"), "p"), 1, 2, 3, 5, 5), ErrMalformed},
-		{"parts 70000", uv(appendString(appendString([]byte{Version, byte(KindGrad), 0}, "j"), "p"), 1, 2, 3, 0, 70000), ErrMalformed},
+		{"parts 0", uv(appendString(appendString([]byte{Version, byte(KindGrad), 0}, "j"), "p"), 1, 2, 7, 3, 0, 0), ErrMalformed},
+		{"part 5 of 5", uv(appendString(appendString([]byte{Version, byte(KindGrad), 0}, "j"), "p"), 1, 2, 7, 3, 5, 5), ErrMalformed},
+		{"parts 70000", uv(appendString(appendString([]byte{Version, byte(KindGrad), 0}, "j"), "p"), 1, 2, 7, 3, 0, 70000), ErrMalformed},
 		{"examples 2^60", uv(header(KindGrad, 0), 1<<60, 1, 0), ErrRange},
 		{"width 0", uv(header(KindGrad, 0), 1, 0, 0), ErrMalformed},
 		{"width 2^20", uv(header(KindGrad, 0), 1, 1<<20, 0), ErrTooLarge},
@@ -204,8 +204,8 @@ func TestHostileMessages(t *testing.T) {
 		{"beat state 3", append(uv(header(KindBeat, 0), 1, 1, 1), append(big(8), 3, 0, 0)...), ErrMalformed},
 		{"fetch span 2^40", uv(appendString(appendString(header(KindFetch, 0), "o"), "t"), 5, 1<<40), ErrTooLarge},
 		{"fetch overflow", uv(appendString(appendString(header(KindFetch, 0), "o"), "t"), math.MaxUint64, 3), ErrRange},
-		{"reply gone past To", uv(appendString(appendString(header(KindFetchReply, 0), "o"), "t"), 5, 4, 0, 2, 4, 1), ErrRange},
-		{"reply count past span", uv(appendString(appendString(header(KindFetchReply, 0), "o"), "t"), 5, 4, 6, 0), ErrRange},
+		{"reply gone past To", uv(appendString(appendString(header(KindFetchReply, 0), "o"), "t"), 5, 4, 0, 1, 0, 2, 4, 1), ErrRange},
+		{"reply count past span", uv(appendString(appendString(header(KindFetchReply, 0), "o"), "t"), 5, 4, 6, 1, 0, 0), ErrRange},
 		{"ack count 2^30", uv(header(KindParamsAck, 0), 5, 1<<30), ErrTooLarge},
 		{"ack count beyond the input", uv(header(KindParamsAck, 0), 5, 100, 0), ErrMalformed},
 		{"ack workers not ascending", uv(appendString(uv(appendString(uv(header(KindParamsAck, 0), 5, 2), "b"), 1), "a"), 1, 1, 0), ErrMalformed},

@@ -5,7 +5,7 @@ import "fmt"
 // Version is the wire format version, the first byte of every message. A
 // decoder rejects any other value with ErrVersion. Bump it on any change
 // that an older decoder would misread.
-const Version byte = 1
+const Version byte = 2
 
 // Kind says what a message carries: the second byte of every message.
 //

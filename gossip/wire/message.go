@@ -17,9 +17,14 @@ type Header struct {
 	Sender   string   // libp2p peer ID string of the sender
 	Clock    uint64   // the sender's clock (round) when it produced the message
 	Epoch    uint64   // the ring/membership epoch the sender computed owners with
-	Seq      uint64   // per-sender sequence number: a gap is a lost message to repair
-	Part     uint16   // index of this part, 0 <= Part < Parts
-	Parts    uint16   // number of parts the body was split into, >= 1
+	// Incarnation names the sender's sequence space: a stream the sender
+	// starts again (a restarted process, a receiver added anew) gets a
+	// larger one, and receivers start that stream again from its first
+	// message. 0 on messages that are not sequenced.
+	Incarnation uint64
+	Seq         uint64 // per-sender sequence number: a gap is a lost message to repair
+	Part        uint16 // index of this part, 0 <= Part < Parts
+	Parts       uint16 // number of parts the body was split into, >= 1
 }
 
 // BeatState is what a heartbeat announces.
@@ -74,12 +79,18 @@ type Fetch struct {
 // that the responder still has, in sequence order; Gone lists the numbers it
 // no longer has, so the requester can ask another peer or give up loudly.
 type FetchReply struct {
-	Origin string   // as in the Fetch
-	Topic  string   // as in the Fetch
-	From   uint64   // as in the Fetch
-	To     uint64   // as in the Fetch
-	Count  uint64   // messages that follow the reply on the stream
-	Gone   []uint64 // strictly ascending sequence numbers in From..To that are not available
+	Origin string // as in the Fetch
+	Topic  string // as in the Fetch
+	From   uint64 // as in the Fetch
+	To     uint64 // as in the Fetch
+	Count  uint64 // messages that follow the reply on the stream
+	// Incarnation is the stream's (as in its messages' headers); First is
+	// the first sequence number of it the requester was sent: numbers
+	// below it went out before the requester was a receiver (a peer that
+	// joined later) and are neither sent nor Gone.
+	Incarnation uint64
+	First       uint64
+	Gone        []uint64 // strictly ascending sequence numbers in From..To that are not available
 }
 
 // WorkerClock is one entry of an Ack: the newest clock an owner has
