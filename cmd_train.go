@@ -157,7 +157,7 @@ func trainCmd() *command {
 }
 
 func newTrainCommand() (*command, *trainFlags) {
-	c := newCommand("train", "train a model on local data (one peer)", "--train FILES [--test FILE] [flags]")
+	c := newCommand("train", "train a model: alone, or with --job as one peer of a cluster", "--train FILES [--test FILE] [flags]")
 	tf := &trainFlags{}
 	d, m, r := &tf.d, &tf.m, &tf.r
 	c.group("Data", d.register)
@@ -181,13 +181,25 @@ Input formats: libsvm/svmlight text (labels 0/1, -1/+1 or integer classes;
 idx:value pairs), Criteo TSV (label, 13 integer and 26 categorical columns,
 hashed into --dim features), and IDX images (MNIST, Fashion-MNIST). Files ending
 in .gz or .zst are decompressed on the fly. A malformed line stops the run with
-an error naming the file, line and token, unless --skip-bad-lines is given.`
+an error naming the file, line and token, unless --skip-bad-lines is given.
+
+With --job, train runs as one peer of a cluster (no master): it finds the other
+peers of the job (--peer, --mdns, --dht), trains on its own --train data, owns
+the model shards the consistent-hash ring gives it, and exchanges gradients and
+parameters with the others over libp2p gossipsub, in --mode sync, ssp or async.
+Peers may join mid-run; SIGTERM (Ctrl-C) hands this peer's shards over and
+leaves; a crashed peer's shards are taken over after --dead-after.`
 	c.example = `  gossiptrain gen --out data --rows 1000000 --test-rows 100000
   gossiptrain train --train 'data/train*.svm' --test data/test.svm --dim 16777216 \
       --report run.jsonl --save model.gt
   gossiptrain train --model softmax --classes 10 --dim 784 \
       --train /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz \
-      --test /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz --epochs 5`
+      --test /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz --epochs 5
+  # one peer of a 4-peer job per VM (the first one logs the address to --peer)
+  gossiptrain train --job ctr1 --listen /ip4/0.0.0.0/tcp/4001 --min-peers 4 \
+      --peer /ip4/10.0.0.5/tcp/4001/p2p/12D3Koo... --identity ~/.gossiptrain/key \
+      --train data/part-2.svm --test data/test.svm --dim 16777216 \
+      --mode sync --checkpoint-dir ckpt --checkpoint-every 30s --report run.jsonl`
 	c.run = func(c *command, args []string) error {
 		if len(args) > 0 {
 			return fmt.Errorf("%w: unexpected argument %q (flags start with --)", errUsage, args[0])
