@@ -187,8 +187,11 @@ func New(tr Transport, cfg Config, h Handlers) (*Exchange, error) {
 	}{{x.gradTopic, StreamGrad}, {x.paramsTopic, StreamParams}} {
 		kind := s.kind
 		cancelSub, err := tr.Subscribe(s.topic,
-			func(from string, msg []byte) error { return x.validate(kind, from, msg) },
-			func(from string, msg []byte) { x.enqueue(item{kind: kind, from: from, data: msg, src: srcPubsub}) })
+			func(from string, msg []byte) (any, error) { return x.validate(kind, from, msg) },
+			func(from string, msg []byte, v any) {
+				dec, _ := v.(*decoder)
+				x.enqueue(item{kind: kind, from: from, data: msg, src: srcPubsub, dec: dec})
+			})
 		if err != nil {
 			x.Close()
 			return nil, fmt.Errorf("gossip: subscribe to %s: %w", s.topic, err)
@@ -453,16 +456,18 @@ func (x *Exchange) gradStream(owner string) *outStream {
 	return s
 }
 
-// validate is the transport validator of the topic of kind.
-func (x *Exchange) validate(kind Stream, from string, msg []byte) error {
+// validate is the transport validator of the topic of kind. An accepted
+// message's decoder goes with it to delivery, which then need not decode
+// it again (and returns the decoder).
+func (x *Exchange) validate(kind Stream, from string, msg []byte) (*decoder, error) {
 	d := x.getDecoder()
 	r, err := x.check(d.c, &d.m, kind, from, msg)
-	x.putDecoder(d)
 	if err != nil {
+		x.putDecoder(d)
 		x.stats.rejected[r].Add(1)
-		return fmt.Errorf("gossip: %s message from %s rejected (%s): %w", kind, from, r, err)
+		return nil, fmt.Errorf("gossip: %s message from %s rejected (%s): %w", kind, from, r, err)
 	}
-	return nil
+	return d, nil
 }
 
 // getDecoder takes a free decoder or makes one.

@@ -29,6 +29,7 @@ type item struct {
 	data   []byte
 	src    source
 	pooled *[]byte       // data's pooled buffer (loopback), returned after use
+	dec    *decoder      // data decoded and checked by the validator, returned after use
 	st     *inStream     // markers and skips
 	err    error         // marker: the repair's transport error
 	gone   error         // marker: ErrGone
@@ -242,12 +243,17 @@ func (x *Exchange) handle(it item) {
 	if it.pooled != nil {
 		x.bufs.Put(it.pooled)
 	}
+	if it.dec != nil {
+		x.putDecoder(it.dec)
+	}
 }
 
 // receive checks one message and sequences it.
 func (x *Exchange) receive(it item) {
 	m := &x.rxMsg
-	if r, err := x.check(x.rx, m, it.kind, it.from, it.data); err != nil {
+	if it.dec != nil {
+		m = &it.dec.m // the validator decoded and checked it
+	} else if r, err := x.check(x.rx, m, it.kind, it.from, it.data); err != nil {
 		x.stats.rejected[r].Add(1)
 		x.cfg.Log.Debug().Err(err).Str("from", it.from).Str("stream", it.kind.String()).Str("reason", r.String()).Msg("message rejected")
 		return

@@ -28,8 +28,11 @@ type Transport interface {
 	// not block long. from is the authenticated original sender (not a
 	// forwarding peer). deliver owns msg: the transport never reuses it.
 	// Messages this node publishes on the topic are never delivered to it.
-	// One subscription per topic; cancel ends it.
-	Subscribe(topic string, validate func(from string, msg []byte) error, deliver func(from string, msg []byte)) (cancel func(), err error)
+	// validate may return a value (the decoded message, so that delivery
+	// does not decode it again) that deliver receives with the message; a
+	// message validated but dropped before delivery drops it. One
+	// subscription per topic; cancel ends it.
+	Subscribe(topic string, validate func(from string, msg []byte) (any, error), deliver func(from string, msg []byte, v any)) (cancel func(), err error)
 	// Serve registers h for direct request/response streams of protocol
 	// proto. h reads the whole request in req, writes the response to w and
 	// returns; a non-nil error aborts the stream (the requester's reads

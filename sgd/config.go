@@ -25,6 +25,7 @@ type tconfig struct {
 	ownerIdx   map[string]int // index into owners
 	shardOwner [][]int        // per shard: indices into owners, primary first
 	primaryOf  []string       // per shard: its primary
+	prims      []string       // owners that are primary of some shard, sorted
 }
 
 // newTConfig builds the configuration c with ring r over shards shards.
@@ -52,6 +53,11 @@ func newTConfig(c wire.TrainConfig, r *ring.Ring, shards int) (*tconfig, error) 
 		}
 		t.primaryOf[s] = r.Primary(s)
 	}
+	for _, o := range t.owners {
+		if len(r.Owned(o)) > 0 {
+			t.prims = append(t.prims, o)
+		}
+	}
 	return t, nil
 }
 
@@ -72,16 +78,9 @@ func (t *tconfig) owns(p string, s int) bool {
 	return ok && slices.Contains(t.shardOwner[s], i)
 }
 
-// primaries returns the members that are primary of some shard, sorted.
-func (t *tconfig) primaries() []string {
-	var out []string
-	for _, o := range t.owners {
-		if len(t.ring.Owned(o)) > 0 {
-			out = append(out, o)
-		}
-	}
-	return out
-}
+// primaries returns the members that are primary of some shard, sorted
+// (computed once: the coordinator is asked for at every poll).
+func (t *tconfig) primaries() []string { return t.prims }
 
 // configs is the sequence of configurations a peer knows, in ID order.
 type configs struct {

@@ -149,8 +149,8 @@ type held struct {
 }
 
 type subscription struct {
-	validate func(from string, msg []byte) error
-	deliver  func(from string, msg []byte)
+	validate func(from string, msg []byte) (any, error)
+	deliver  func(from string, msg []byte, v any)
 }
 
 // NewNode adds a node with peer ID id (it panics if id is taken: a test
@@ -445,13 +445,14 @@ func (nd *Node) dispatch(q queued) {
 	case sub == nil:
 		return // unsubscribed since it was queued
 	}
-	if err := sub.validate(q.from, q.data); err != nil {
+	v, err := sub.validate(q.from, q.data)
+	if err != nil {
 		nd.rejected.Add(1)
 		return
 	}
 	nd.received.Add(1)
 	nd.receivedBytes.Add(uint64(len(q.data)))
-	sub.deliver(q.from, q.data)
+	sub.deliver(q.from, q.data, v)
 }
 
 // Step delivers one queued message (Manual mode): the next one of the
@@ -499,7 +500,7 @@ func (n *Network) Flush() int {
 
 // Subscribe implements gossip.Transport. Messages published after it
 // returns are queued for this node; the publisher never receives its own.
-func (nd *Node) Subscribe(topic string, validate func(from string, msg []byte) error, deliver func(from string, msg []byte)) (func(), error) {
+func (nd *Node) Subscribe(topic string, validate func(from string, msg []byte) (any, error), deliver func(from string, msg []byte, v any)) (func(), error) {
 	n := nd.net
 	n.mu.Lock()
 	defer n.mu.Unlock()

@@ -19,12 +19,17 @@ type recorder struct {
 
 func (r *recorder) sub(t *testing.T, nd *Node, topic string) func() {
 	t.Helper()
-	cancel, err := nd.Subscribe(topic, func(from string, msg []byte) error {
+	cancel, err := nd.Subscribe(topic, func(from string, msg []byte) (any, error) {
 		if r.reject != nil && r.reject(msg) {
-			return errors.New("refused")
+			return nil, errors.New("refused")
 		}
-		return nil
-	}, func(from string, msg []byte) { r.got = append(r.got, from+":"+string(msg)) })
+		return len(msg), nil
+	}, func(from string, msg []byte, v any) {
+		if v != len(msg) {
+			t.Errorf("delivered %q with the validator's value %v, want %d", msg, v, len(msg))
+		}
+		r.got = append(r.got, from+":"+string(msg))
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -329,7 +334,7 @@ func TestDelayAutomatic(t *testing.T) {
 	defer n.Close()
 	a, b := n.NewNode("a"), n.NewNode("b")
 	got := make(chan time.Time, 1)
-	if _, err := b.Subscribe("t", func(string, []byte) error { return nil }, func(string, []byte) { got <- time.Now() }); err != nil {
+	if _, err := b.Subscribe("t", func(string, []byte) (any, error) { return nil, nil }, func(string, []byte, any) { got <- time.Now() }); err != nil {
 		t.Fatal(err)
 	}
 	n.SetDelay(30 * time.Millisecond)

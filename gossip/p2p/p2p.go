@@ -348,7 +348,7 @@ func (t *Transport) Publish(ctx context.Context, topic string, msg []byte) error
 // signed author, not the neighbour that forwarded it. This node's own
 // messages are accepted by the validator unexamined (gossipsub validates
 // local publishes too) and skipped at delivery, so deliver never sees them.
-func (t *Transport) Subscribe(topic string, validate func(from string, msg []byte) error, deliver func(from string, msg []byte)) (func(), error) {
+func (t *Transport) Subscribe(topic string, validate func(from string, msg []byte) (any, error), deliver func(from string, msg []byte, v any)) (func(), error) {
 	ts, err := t.join(topic)
 	if err != nil {
 		return nil, err
@@ -365,10 +365,12 @@ func (t *Transport) Subscribe(topic string, validate func(from string, msg []byt
 		if author == t.self {
 			return pubsub.ValidationAccept
 		}
-		if err := validate(t.id(author), m.Data); err != nil {
+		v, err := validate(t.id(author), m.Data)
+		if err != nil {
 			t.rejected.Add(1)
 			return pubsub.ValidationReject
 		}
+		m.ValidatorData = v // handed to deliver with the message
 		return pubsub.ValidationAccept
 	}
 	unsubscribe := func() {
@@ -403,7 +405,7 @@ func (t *Transport) Subscribe(topic string, validate func(from string, msg []byt
 			}
 			t.received.Add(1)
 			t.receivedBytes.Add(uint64(len(m.Data)))
-			deliver(t.id(m.GetFrom()), m.Data)
+			deliver(t.id(m.GetFrom()), m.Data, m.ValidatorData)
 		}
 	}()
 	var once sync.Once

@@ -79,15 +79,20 @@ type delivery struct{ from, msg string }
 func subscribe(t *testing.T, n *testNode, topic, reject string, seen chan<- string) <-chan delivery {
 	t.Helper()
 	ch := make(chan delivery, 100)
-	_, err := n.tr.Subscribe(topic, func(from string, msg []byte) error {
+	_, err := n.tr.Subscribe(topic, func(from string, msg []byte) (any, error) {
 		if seen != nil {
 			seen <- string(msg)
 		}
 		if reject != "" && strings.HasPrefix(string(msg), reject) {
-			return errors.New("refused")
+			return nil, errors.New("refused")
 		}
-		return nil
-	}, func(from string, msg []byte) { ch <- delivery{from, string(msg)} })
+		return "validated " + string(msg), nil
+	}, func(from string, msg []byte, v any) {
+		if v != "validated "+string(msg) {
+			panic(fmt.Sprintf("delivered %q with the validator's value %v", msg, v))
+		}
+		ch <- delivery{from, string(msg)}
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -320,7 +325,7 @@ func TestJoinHook(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cancel, err := tr.Subscribe("hooked", func(string, []byte) error { return nil }, func(string, []byte) {})
+	cancel, err := tr.Subscribe("hooked", func(string, []byte) (any, error) { return nil, nil }, func(string, []byte, any) {})
 	if err != nil {
 		t.Fatal(err)
 	}
