@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -327,5 +328,75 @@ func TestE2ERestartFromCheckpoint(t *testing.T) {
 	}
 	if !strings.Contains(runs[0].Start.Config["resume"], "true") {
 		t.Errorf("the report's start line does not show --resume")
+	}
+}
+
+// waitCrashed waits until p's report has a configuration change that
+// removed peer id as crashed.
+func (r *churnRun) waitCrashed(p *churnProc, id string) {
+	r.t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		if crashedIn(p.report, id) {
+			return
+		}
+		select {
+		case <-p.done:
+			r.t.Fatalf("peer ended (%v) before removing %s:\n%s", p.err, short(id), p.logTail())
+		case <-time.After(20 * time.Millisecond): // the report file grows; there is no event to wait on
+		}
+	}
+	r.t.Fatalf("%s not removed as crashed within a minute:\n%s", short(id), p.logTail())
+}
+
+// crashedIn reports whether the report file at path has a change line
+// that removed id as crashed.
+func crashedIn(path, id string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<16), 1<<20)
+	for sc.Scan() {
+		var c report.Change
+		if json.Unmarshal(sc.Bytes(), &c) == nil && c.Type == report.TypeChange && slices.Contains(c.Crashed, id) {
+			return true
+		}
+	}
+	return false
+}
+
+// Issue 5 and 3: SIGKILL to one of 4 peers, then, once the others have
+// trained on without it, the same command again (the same --identity, so
+// the same peer ID): the others start its streams afresh (new
+// incarnations), it copies the model and takes shards back, and all four
+// end alike.
+func TestE2ECrashAndRestartSameIdentity(t *testing.T) {
+	flags := churnData(t)
+	r := newChurnRun(t, 4, append(flags, "--epochs", "2")...)
+	var ps []*churnProc
+	for i := 0; i < 4; i++ {
+		ps = append(ps, r.start(i, "--min-peers", "4", "--part", fmt.Sprintf("%d/4", i+1)))
+	}
+	r.waitRound(ps[2], 40)
+	ps[2].cmd.Process.Kill()
+	<-ps[2].done
+	r.waitCrashed(ps[0], r.ids.ids[2])
+	ps[2] = r.start(2, "--min-peers", "1", "--part", "3/4")
+	var runs []*report.Run
+	for _, p := range ps {
+		runs = append(runs, r.finish(p))
+	}
+	checkSame(t, runs...)
+	back := runs[2].Summary
+	t.Logf("restarted peer %s: joined in %.2fs copying %d model bytes, owns %d of %d shards, trained %d examples; configuration %d",
+		short(back.PeerID), back.JoinSeconds, back.JoinBytes, back.Owned, back.Shards, back.Examples, back.Configs)
+	if back.PeerID != r.ids.ids[2] {
+		t.Errorf("restarted peer has ID %s, want %s (the same --identity)", back.PeerID, r.ids.ids[2])
+	}
+	if back.JoinBytes == 0 || back.Owned == 0 || back.Examples == 0 || back.Configs < 3 {
+		t.Errorf("restarted peer's summary %+v: want a model copy, shards, examples and a third configuration", back)
 	}
 }
