@@ -180,6 +180,7 @@ func (j *trainJob) runDistributed(tf *trainFlags) error {
 	dcfg.RingFor = ringFor(ncfg, n.Master(), j.model.Layout.Shards)
 	dcfg.Checkpoint = sgd.CheckpointConfig{Dir: tf.dist.checkpointDir, Every: tf.dist.checkpointEvery, Resume: tf.dist.resume}
 	dcfg.HandoffTimeout = tf.dist.handoffTimeout
+	dcfg.LastHeard = n.LastHeard
 	dcfg.Log = log
 	if err := dcfg.Validate(); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
@@ -329,7 +330,8 @@ func (j *trainJob) runDistributed(tf *trainFlags) error {
 		Float64("seconds", round4(sum.Seconds)).Str("examples_per_sec", humanCount(sum.ExamplesPerSec)).
 		Float64("wait_seconds", round4(sum.WaitSeconds)).Str("model_hash", s.ModelHash).
 		Str("sent", humanCount(float64(bwOut))+"B").Str("received", humanCount(float64(bwIn))+"B").
-		Uint64("repaired", xs.Repaired).Int64("rejected", s.Rejected).Int("shards_covered", sum.Covered).
+		Uint64("repaired", xs.Repaired).Int64("resend_requests", sum.Pokes).Int64("resend_requests_deferred", sum.PokesDeferred).
+		Int64("rejected", s.Rejected).Int("shards_covered", sum.Covered).
 		Str("resources", res.String()).Msg("done")
 	if rej := x.Rejected(); rej.Total() > 0 {
 		log.Warn().Interface("rejected", rej.Map()).Msg("messages were rejected")

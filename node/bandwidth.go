@@ -18,6 +18,7 @@ import (
 // computed (the report derives them from totals and time).
 type bandwidth struct {
 	in, out atomic.Int64
+	heard   sync.Map // peer.ID -> *atomic.Int64: when bytes last came from it (unix ns)
 
 	mu    sync.Mutex
 	proto map[protocol.ID]*[2]atomic.Int64
@@ -31,7 +32,25 @@ func (b *bandwidth) LogSentMessage(n int64) { b.out.Add(n) }
 func (b *bandwidth) LogRecvMessage(n int64) { b.in.Add(n) }
 
 func (b *bandwidth) LogSentMessageStream(n int64, p protocol.ID, _ peer.ID) { b.counter(p)[1].Add(n) }
-func (b *bandwidth) LogRecvMessageStream(n int64, p protocol.ID, _ peer.ID) { b.counter(p)[0].Add(n) }
+func (b *bandwidth) LogRecvMessageStream(n int64, p protocol.ID, from peer.ID) {
+	b.counter(p)[0].Add(n)
+	now := time.Now().UnixNano()
+	if v, ok := b.heard.Load(from); ok {
+		v.(*atomic.Int64).Store(now)
+		return
+	}
+	v := new(atomic.Int64)
+	v.Store(now)
+	b.heard.Store(from, v)
+}
+
+// lastHeard is when bytes last arrived from p on any stream (zero: never).
+func (b *bandwidth) lastHeard(p peer.ID) time.Time {
+	if v, ok := b.heard.Load(p); ok {
+		return time.Unix(0, v.(*atomic.Int64).Load())
+	}
+	return time.Time{}
+}
 
 func (b *bandwidth) counter(p protocol.ID) *[2]atomic.Int64 {
 	b.mu.Lock()

@@ -408,6 +408,17 @@ func (n *Node) Bandwidth() (in, out int64) {
 	return s.TotalIn, s.TotalOut
 }
 
+// LastHeard is when bytes last arrived from peer id on any stream, as
+// libp2p read them (zero: never, or not a peer ID). A barrier that waits
+// for a peer still sending to it is waiting on a busy link, not a loss.
+func (n *Node) LastHeard(id string) time.Time {
+	p, err := peer.Decode(id)
+	if err != nil {
+		return time.Time{}
+	}
+	return n.bw.lastHeard(p)
+}
+
 // PubSubCounters returns what the gossipsub tracer counted (drops,
 // rejections) over all topics.
 func (n *Node) PubSubCounters() PubSubCounters { return n.tr.counters() }

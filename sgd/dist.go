@@ -118,6 +118,12 @@ type DistConfig struct {
 	// lost. The loop asks sooner, after four typical waits (at least 10ms),
 	// once it has seen some.
 	StallAfter time.Duration
+	// LastHeard, when set, says when bytes last arrived from a peer (any
+	// stream). A stalled barrier does not ask a peer that sent something
+	// within the stall timeout to resend: its link is busy (a congested
+	// master's params are queued, not lost), and a resend would only
+	// congest it further. Nil: every late peer is asked.
+	LastHeard func(peer string) time.Time
 	// Self is this peer's ID; Peers is the agreed member set the run starts
 	// from (the membership view once --min-peers agree): its smallest ID
 	// coordinates the first configuration, or tells a newcomer how to join
@@ -237,6 +243,7 @@ type DistSummary struct {
 	Applied        int64   // gradient messages applied as owner
 	Published      int64   // params messages published as owner
 	Pokes          int64   // stalls that asked a peer to resend
+	PokesDeferred  int64   // stalls that did not, because the peer was still sending
 	StreamErrors   int64   // stream failures the Exchange reported
 	Unpublished    int64   // messages the transport could not publish (left to repair)
 	RoundsDegraded int64   // owner rounds applied with fewer contributions than workers (a crashed or finished worker)
@@ -627,7 +634,10 @@ func (d *Dist) waitUntil(cond func() bool) (float64, error) {
 				break
 			}
 			stalled = true
-			d.pokeLate()
+			// Once the timeout has backed off to StallAfter, ask even a
+			// peer that is still sending (heartbeats keep arriving from a
+			// peer whose message was lost).
+			d.pokeLate(timeout, timeout >= d.cfg.StallAfter)
 			timeout = min(2*timeout, d.cfg.StallAfter)
 			stall.Reset(timeout)
 			if w := time.Since(start); w > 10*d.cfg.StallAfter && time.Since(lastReport) > 10*d.cfg.StallAfter {
@@ -780,7 +790,7 @@ func (d *Dist) sendDone() error {
 
 // pokeLate asks the peers the loop is waiting for to resend what may have
 // been lost, in the background (Poke waits for a round trip).
-func (d *Dist) pokeLate() {
+func (d *Dist) pokeLate(quiet time.Duration, force bool) {
 	type late struct {
 		peer string
 		kind gossip.Stream
@@ -815,6 +825,10 @@ func (d *Dist) pokeLate() {
 	for _, l := range ls {
 		if l.peer == d.cfg.Self || !d.alive[l.peer] {
 			continue // loopback never loses; the dead answer nothing
+		}
+		if !force && d.cfg.LastHeard != nil && time.Since(d.cfg.LastHeard(l.peer)) < quiet {
+			d.dsum.PokesDeferred++ // still sending to us: busy, not lossy
+			continue
 		}
 		key := l.peer + "/" + l.kind.String()
 		d.pokeMu.Lock()

@@ -412,3 +412,37 @@ func TestHostilePeerChangesNothing(t *testing.T) {
 		t.Errorf("no hostile message was rejected")
 	}
 }
+
+// A peer that is still sending to a waiting worker (LastHeard: just now)
+// is not asked to resend while the stall timeout backs off: its link is
+// busy. Once the timeout reaches StallAfter it is asked anyway, so a
+// message that really was lost is still repaired and the run ends with
+// the loss-free model.
+func TestBusyLinkDefersResendsButRepairs(t *testing.T) {
+	ds := genDistSet(t)
+	clean := cluster(t, newNet(t), ds, 3, Sync, 50, "ring", adagrad())
+	net := newNet(t)
+	h := newHarness(t, net, ds, Sync, 50)
+	h.parts = 3
+	h.tweak = func(c *DistConfig) { c.LastHeard = func(string) time.Time { return time.Now() } }
+	ids := []string{"peer-a", "peer-b", "peer-c"}
+	for i, id := range ids {
+		h.start(id, ids, i+1)
+	}
+	h.waitRound(h.peers["peer-a"], 20)
+	net.DropNext(2)
+	h.wait(ids...)
+	var pokes, deferred int64
+	for i, id := range ids {
+		pr := h.peers[id]
+		pokes += pr.sum.Pokes
+		deferred += pr.sum.PokesDeferred
+		if pr.m.Hash() != clean[i].m.Hash() {
+			t.Errorf("%s: model hash %x after loss, %x without", id, pr.m.Hash(), clean[i].m.Hash())
+		}
+	}
+	t.Logf("resend requests %d, deferred %d", pokes, deferred)
+	if deferred == 0 || pokes == 0 {
+		t.Errorf("resend requests %d, deferred %d: want requests deferred while the peer was sending, then made", pokes, deferred)
+	}
+}
