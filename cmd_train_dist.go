@@ -32,6 +32,8 @@ type distFlags struct {
 	flush           time.Duration
 	stallAfter      time.Duration
 	compress        string
+	gradTransport   string
+	paramsTransport string
 	values          string
 	reportRounds    int
 	checkpointDir   string
@@ -48,6 +50,8 @@ func (f *distFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.flush, "flush", def.Flush, "ssp and async: how often an owner publishes the values it changed")
 	fs.DurationVar(&f.stallAfter, "stall-after", def.StallAfter, "longest wait at a barrier before asking late peers to resend (sooner once typical waits are known)")
 	fs.StringVar(&f.compress, "compress", "none", "compressor for gradient and parameter messages: none, zstd or s2 (the encoding already packs\nindices and values; a compressor is used only when it makes a message smaller)")
+	fs.StringVar(&f.gradTransport, "grad-transport", "pubsub", "how gradients reach their owner: pubsub (gossipsub, every message signed and verified) or\nstream (a direct libp2p stream per message, authenticated by the connection: no per-message\nsignature; sequenced and repaired the same way). Params always travel on gossipsub")
+	fs.StringVar(&f.paramsTransport, "params-transport", "pubsub", "how owners' new values reach every peer: pubsub (gossipsub, one signed message per receiver)\nor stream (a direct libp2p stream per receiver and message, no per-message signature)")
 	fs.StringVar(&f.values, "values", "f32", "gradient value format: f32, f16 or i8 (lossy formats keep the rounding error on the sender\nand add it to the next gradient; parameters always travel as f32)")
 	fs.IntVar(&f.reportRounds, "report-rounds", 1, "write a round line to --report every `N` rounds")
 	fs.StringVar(&f.checkpointDir, "checkpoint-dir", "", "write checkpoints under `DIR`/<peer ID>/ (the full weights and this peer's shards' optimizer\nstate, written atomically; the previous checkpoint stays if a write fails)")
@@ -97,6 +101,12 @@ func (j *trainJob) runDistributed(tf *trainFlags) error {
 	values, err := wire.ParseValues(tf.dist.values)
 	if err != nil {
 		return usageErr("values", "%v", err)
+	}
+	if tf.dist.gradTransport != "pubsub" && tf.dist.gradTransport != "stream" {
+		return usageErr("grad-transport", "%q: want pubsub or stream", tf.dist.gradTransport)
+	}
+	if tf.dist.paramsTransport != "pubsub" && tf.dist.paramsTransport != "stream" {
+		return usageErr("params-transport", "%q: want pubsub or stream", tf.dist.paramsTransport)
 	}
 	compress, err := wire.ParseCompress(tf.dist.compress)
 	if err != nil {
@@ -229,6 +239,8 @@ func (j *trainJob) runDistributed(tf *trainFlags) error {
 	gcfg.Wire.Values, gcfg.Wire.Compress = values, compress
 	gcfg.Wire.Limits.Features = j.model.Layout.Features
 	gcfg.Wire.Limits.MaxMessage = min(gcfg.Wire.Limits.MaxMessage, n.MaxPayload())
+	gcfg.GradStreams = tf.dist.gradTransport == "stream"
+	gcfg.ParamsStreams = tf.dist.paramsTransport == "stream"
 	gcfg.Log = log
 
 	// Run, and join again if a partition's majority removed this peer.
@@ -396,6 +408,8 @@ func p2pConfig(n *node.Node, m *model.Model) p2p.Config {
 	// floats a weight with FTRL); frames and headers add little.
 	cfg.MaxResponse = max(cfg.MaxResponse, int64(len(m.W))*4*3+(16<<20))
 	cfg.StreamTimeout = max(cfg.StreamTimeout, 5*time.Minute)
+	// A pushed gradient (--grad-transport stream) is one message a request.
+	cfg.MaxRequest = max(cfg.MaxRequest, n.MaxPayload()+4<<10)
 	return cfg
 }
 

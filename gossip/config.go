@@ -14,6 +14,13 @@ import (
 // for messages it missed (docs/protocol.md).
 const RepairProtocol = "/gossiptrain/repair/1"
 
+// PushProtocol is the direct-stream protocol of gradients sent with
+// Config.GradStreams: one message per request, an empty response.
+const PushProtocol = "/gossiptrain/grad-push/1"
+
+// ParamsPushProtocol is the same for params (Config.ParamsStreams).
+const ParamsPushProtocol = "/gossiptrain/params-push/1"
+
 // GradTopic is the pubsub topic carrying workers' gradients to owner: only
 // the owner subscribes, so gossipsub routes it to the owner alone.
 func GradTopic(job, owner string) string { return "gossiptrain/" + job + "/grad/" + owner }
@@ -60,6 +67,18 @@ type Config struct {
 	// Job is the training job: topic names derive from it and messages of
 	// other jobs are rejected. Required.
 	Job string
+	// GradStreams sends gradients to their owner over direct streams
+	// (PushProtocol) instead of gossipsub: the secure channel authenticates
+	// the sender, so no per-message signature is made or checked. The
+	// messages are sequenced and repaired exactly as on gossipsub; a push
+	// that fails or finds the sender's queue full is a loss the repair
+	// fills. Params stay on gossipsub. Every Exchange accepts pushes,
+	// whatever its own setting.
+	GradStreams bool
+	// ParamsStreams sends params to every receiver over direct streams
+	// (ParamsPushProtocol) in the same way: one message per receiver,
+	// where gossipsub signs and publishes one per receiver's topic.
+	ParamsStreams bool
 	// Width is the number of values per row of the model (1 for logistic
 	// regression, the classes for softmax). Messages of another width are
 	// rejected.

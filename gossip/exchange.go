@@ -3,6 +3,7 @@ package gossip
 import (
 	"context"
 	"fmt"
+	"io"
 	"runtime"
 	"slices"
 	"strings"
@@ -83,6 +84,7 @@ type Exchange struct {
 
 	paramsMu     sync.Mutex
 	paramsTopics []string // every receiver's params topic (SetParamsPeers)
+	paramsPeers  []string // and the receivers
 	paramsFailed []bool   // per receiver, during a SendParams: a part failed to publish
 	paramsCodec  *wire.Codec
 	paramsOut    *outStream
@@ -95,8 +97,10 @@ type Exchange struct {
 	startMu     sync.Mutex
 	paramsStart map[string]uint64
 
-	outMu   sync.Mutex            // guards gradOut (the map, not the streams)
-	gradOut map[string]*outStream // by owner
+	outMu   sync.Mutex             // guards gradOut (the map, not the streams)
+	gradOut map[string]*outStream  // by owner
+	pushMu  sync.Mutex             // guards pushers
+	pushers map[string]chan pushed // GradStreams, ParamsStreams: per peer, messages to push
 
 	// Receiving.
 	inbox     chan item
@@ -117,6 +121,7 @@ type Exchange struct {
 // sendState is the per-call state of a send, read by the emit callback.
 type sendState struct {
 	ctx    context.Context
+	owner  string     // a gradient's owner
 	out    *outStream // nil for a gradient to self
 	kind   Stream
 	loop   bool     // also (or only) deliver locally
@@ -199,6 +204,12 @@ func New(tr Transport, cfg Config, h Handlers) (*Exchange, error) {
 		x.subs = append(x.subs, cancelSub)
 	}
 	tr.Serve(RepairProtocol, x.serve)
+	tr.Serve(PushProtocol, func(ctx context.Context, from string, req []byte, w io.Writer) error {
+		return x.servePush(StreamGrad, from, req)
+	})
+	tr.Serve(ParamsPushProtocol, func(ctx context.Context, from string, req []byte, w io.Writer) error {
+		return x.servePush(StreamParams, from, req)
+	})
 	x.wg.Add(1)
 	go x.deliverLoop()
 	return x, nil
@@ -270,6 +281,7 @@ func (x *Exchange) SetParamsPeers(peers []string) {
 	x.paramsMu.Lock()
 	defer x.paramsMu.Unlock()
 	x.paramsTopics = x.paramsTopics[:0]
+	x.paramsPeers = x.paramsPeers[:0]
 	next := x.paramsOut.nextSeq()
 	x.startMu.Lock()
 	defer x.startMu.Unlock()
@@ -277,6 +289,7 @@ func (x *Exchange) SetParamsPeers(peers []string) {
 		if p != x.self {
 			t := ParamsTopic(x.cfg.Job, p)
 			x.paramsTopics = append(x.paramsTopics, t)
+			x.paramsPeers = append(x.paramsPeers, p)
 			if _, ok := x.paramsStart[t]; !ok {
 				x.paramsStart[t] = next
 			}
@@ -333,7 +346,7 @@ func (x *Exchange) SendGrad(ctx context.Context, owner string, clock, epoch uint
 	x.gradMu.Lock()
 	defer x.gradMu.Unlock()
 	h := wire.Header{Job: x.cfg.Job, Sender: x.self, Clock: clock, Epoch: epoch}
-	x.gs = sendState{ctx: ctx, kind: StreamGrad}
+	x.gs = sendState{ctx: ctx, kind: StreamGrad, owner: owner}
 	if owner == x.self {
 		h.Seq, h.Incarnation = x.gradLoopSeq, x.gradLoopInc
 		x.gs.loop, x.gs.local = true, true
@@ -412,8 +425,17 @@ func (x *Exchange) emit(s *sendState, msg []byte) error {
 	}
 	buf := s.out.add(msg, &x.stats)
 	if s.topics == nil {
-		if s.err == nil {
+		switch {
+		case s.kind == StreamGrad && x.cfg.GradStreams:
+			x.push(s.owner, PushProtocol, buf)
+		case s.err == nil:
 			s.err = x.publish(s.ctx, s.out.topic, buf)
+		}
+		return nil
+	}
+	if x.cfg.ParamsStreams {
+		for _, p := range x.paramsPeers {
+			x.push(p, ParamsPushProtocol, buf)
 		}
 		return nil
 	}

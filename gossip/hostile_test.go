@@ -2,6 +2,7 @@ package gossip_test
 
 import (
 	"context"
+	"io"
 	"testing"
 
 	"github.com/gossiptrain/gossiptrain/gossip"
@@ -119,5 +120,54 @@ func TestExchangeDropsBrokenParts(t *testing.T) {
 		if err := <-o.errs; err == nil {
 			t.Error("nil error")
 		}
+	}
+}
+
+// The same hostile messages pushed over direct streams (PushProtocol,
+// ParamsPushProtocol) are rejected with the same reasons: the push path
+// checks what the gossipsub validator checks, with the stream's
+// authenticated peer as the sender.
+func TestExchangeRejectsHostilePushes(t *testing.T) {
+	net := newNet(t, true)
+	w, o := newPeer(t, net, "w", testConfig()), newPeer(t, net, "o", testConfig())
+	evil := net.NewNode("evil")
+	ctx := context.Background()
+	cases := gossiptest.HostileCases(job, "evil", "w", 1<<20, 1024)
+	var wantO, wantW gossip.Rejections
+	for _, tc := range cases {
+		to, proto := "o", gossip.PushProtocol
+		if tc.Params {
+			to, proto = "w", gossip.ParamsPushProtocol
+			wantW[tc.Want]++
+		} else {
+			wantO[tc.Want]++
+		}
+		rc, err := evil.Request(ctx, to, proto, tc.Msg)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.Name, err)
+		}
+		if _, err := io.Copy(io.Discard, rc); err == nil {
+			t.Errorf("%s: pushed without an error; want the stream reset", tc.Name)
+		}
+		rc.Close()
+	}
+	if err := o.x.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.x.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := o.x.Rejected(); got != wantO {
+		t.Errorf("owner rejected %v, want %v", got.Map(), wantO.Map())
+	}
+	if got := w.x.Rejected(); got != wantW {
+		t.Errorf("worker rejected %v, want %v", got.Map(), wantW.Map())
+	}
+	select {
+	case g := <-o.grads:
+		t.Errorf("delivered %+v", g)
+	case p := <-w.params:
+		t.Errorf("delivered params %+v", p)
+	default:
 	}
 }

@@ -446,3 +446,31 @@ func TestBusyLinkDefersResendsButRepairs(t *testing.T) {
 		t.Errorf("resend requests %d, deferred %d: want requests deferred while the peer was sending, then made", pokes, deferred)
 	}
 }
+
+// Gradients and params over direct streams (GradStreams, ParamsStreams)
+// train the same model as over gossipsub, bit for bit, and nothing of the
+// training data path is published on gossipsub.
+func TestDirectStreamsSameModel(t *testing.T) {
+	ds := genDistSet(t)
+	clean := cluster(t, newNet(t), ds, 3, Sync, 50, "ring", adagrad())
+	h := newHarness(t, newNet(t), ds, Sync, 50)
+	h.parts = 3
+	h.gtweak = func(c *gossip.Config) { c.GradStreams, c.ParamsStreams = true, true }
+	ids := []string{"peer-a", "peer-b", "peer-c"}
+	for i, id := range ids {
+		h.start(id, ids, i+1)
+	}
+	h.wait(ids...)
+	for i, id := range ids {
+		pr := h.peers[id]
+		if pr.m.Hash() != clean[i].m.Hash() {
+			t.Errorf("%s: model hash %x over direct streams, %x over gossipsub", id, pr.m.Hash(), clean[i].m.Hash())
+		}
+		if n := pr.node.Stats().Published; n != 0 {
+			t.Errorf("%s published %d messages on pubsub; want none", id, n)
+		}
+		if pr.x.Stats().Sent == 0 {
+			t.Errorf("%s sent nothing", id)
+		}
+	}
+}
