@@ -198,6 +198,12 @@ func TestE2ESyncRingAndMasterMatchOnePeer(t *testing.T) {
 	if ringHash != masterHash {
 		t.Errorf("ring ends with model_hash %s, master with %s: the same sync rounds must give the same model", ringHash, masterHash)
 	}
+	// The optional direct-stream transport moves the same messages.
+	streams := localCluster(t, ids, part, append(flags, "--batch", "50", "--topology", "ring", "--mode", "sync",
+		"--grad-transport", "stream", "--params-transport", "stream")...)
+	if h := sameHash(t, "ring over direct streams", streams); h != ringHash {
+		t.Errorf("ring over direct streams ends with model_hash %s, over gossipsub %s", h, ringHash)
+	}
 
 	rep := filepath.Join(t.TempDir(), "one.jsonl")
 	code, _, stderr := gt(t, append(append([]string{"train"}, flags...), "--batch", "150", "--report", rep)...)
