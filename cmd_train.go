@@ -85,7 +85,7 @@ func (m *modelFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&m.lrDecay, "lr-decay", 0, "sgd: step size at step t is lr / (1 + decay*t)^power (default decay 1e-3)")
 	fs.Float64Var(&m.lrPower, "lr-power", 0, "sgd: the schedule's `power` (default 0.5)")
 	fs.Float64Var(&m.l1, "l1", 0, "L1 regularisation `strength` (ftrl only; makes weights exactly zero)")
-	fs.StringVar(&m.l2, "l2", "auto", "L2 regularisation `strength`: the penalty (l2/2)*||w||^2 is added to the mean log-loss\n(all optimizers; never on the bias). auto is 1/N for N training rows, which is what\nliblinear's default C=1 amounts to; it needs a count of the rows (a quick scan when --dim\nis given); give a number to skip it")
+	fs.StringVar(&m.l2, "l2", "auto", "L2 regularisation `strength`: the penalty (l2/2)*||w||^2 is added to the mean log-loss\n(all optimizers; never on the bias). auto is 1/N for N training rows, which is what\nliblinear's default C=1 amounts to; it needs a count of the rows (a quick scan when --dim\nis given); give a number to skip it. A peer of a cluster reading files of its own takes\nN = its rows x the peers at the start")
 	fs.Float64Var(&m.beta, "ftrl-beta", 1, "ftrl: the `beta` of the per-coordinate step size alpha/(beta+sqrt(n))")
 }
 
@@ -234,6 +234,7 @@ type trainJob struct {
 	model      *model.Model
 	trainFiles []string
 	trainBytes int64 // total size of the training files, for the ETA
+	l2Rows     int64 // --l2 auto from this peer's own files: their rows (0: --l2 given, or --part)
 }
 
 // prepareTraining checks the flags, infers what may be inferred from the data
@@ -375,6 +376,11 @@ func prepareTraining(c *command, d *dataFlags, m *modelFlags, r *runFlags, log z
 		}
 		if l2Auto {
 			oc.L2 = 1 / float64(sr.Rows)
+			if parts <= 1 {
+				// The scan counted this peer's own files; with --part it
+				// counted the whole shared input, the job's rows.
+				job.l2Rows = sr.Rows
+			}
 			log.Info().Float64("l2", oc.L2).Int64("rows", sr.Rows).Msg("--l2 auto: 1/rows, the strength of liblinear's C=1")
 		}
 	}

@@ -187,6 +187,14 @@ func (j *trainJob) runDistributed(tf *trainFlags) error {
 	dcfg.Batch, dcfg.Epochs, dcfg.EvalEvery = j.r.batch, j.r.epochs, j.r.evalEvery
 	dcfg.Mode, dcfg.Staleness, dcfg.Window, dcfg.Flush, dcfg.StallAfter = mode, tf.dist.staleness, tf.dist.window, tf.dist.flush, tf.dist.stallAfter
 	dcfg.Self, dcfg.Peers = self, st.View.Members
+	if j.l2Rows > 0 && len(st.View.Members) > 1 {
+		// --l2 auto is 1/N for the job's N rows; this peer counted its own
+		// files only. Assume the others hold as many; a user with uneven
+		// files gives --l2. (With --part the scan saw the whole input.)
+		j.model.Opt.L2 = 1 / float64(j.l2Rows*int64(len(st.View.Members)))
+		log.Info().Float64("l2", j.model.Opt.L2).Int64("rows_here", j.l2Rows).Int("peers", len(st.View.Members)).
+			Msg("--l2 auto: 1/(rows here x peers), assuming every peer has as many rows (give --l2 if not)")
+	}
 	dcfg.RingFor = ringFor(ncfg, n.Master(), j.model.Layout.Shards)
 	dcfg.Checkpoint = sgd.CheckpointConfig{Dir: tf.dist.checkpointDir, Every: tf.dist.checkpointEvery, Resume: tf.dist.resume}
 	dcfg.HandoffTimeout = tf.dist.handoffTimeout
