@@ -50,8 +50,8 @@ func (f *distFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.flush, "flush", def.Flush, "ssp and async: how often an owner publishes the values it changed")
 	fs.DurationVar(&f.stallAfter, "stall-after", def.StallAfter, "longest wait at a barrier before asking late peers to resend (sooner once typical waits are known)")
 	fs.StringVar(&f.compress, "compress", "none", "compressor for gradient and parameter messages: none, zstd or s2 (the encoding already packs\nindices and values; a compressor is used only when it makes a message smaller)")
-	fs.StringVar(&f.gradTransport, "grad-transport", "pubsub", "how gradients reach their owner: pubsub (gossipsub, every message signed and verified) or\nstream (a direct libp2p stream per message, authenticated by the connection: no per-message\nsignature; sequenced and repaired the same way). Params always travel on gossipsub")
-	fs.StringVar(&f.paramsTransport, "params-transport", "pubsub", "how owners' new values reach every peer: pubsub (gossipsub, one signed message per receiver)\nor stream (a direct libp2p stream per receiver and message, no per-message signature)")
+	fs.StringVar(&f.gradTransport, "grad-transport", "pubsub", "how gradients reach their owner: pubsub (gossipsub, routed straight to the owner) or\nstream (a direct libp2p stream per message; sequenced, authenticated and repaired the same\nway); --params-transport chooses for params")
+	fs.StringVar(&f.paramsTransport, "params-transport", "pubsub", "how owners' new values reach every peer: pubsub (gossipsub, one message per receiver's topic)\nor stream (a direct libp2p stream per receiver and message)")
 	fs.StringVar(&f.values, "values", "f32", "gradient value format: f32, f16 or i8 (lossy formats keep the rounding error on the sender\nand add it to the next gradient; parameters always travel as f32)")
 	fs.IntVar(&f.reportRounds, "report-rounds", 1, "write a round line to --report every `N` rounds")
 	fs.StringVar(&f.checkpointDir, "checkpoint-dir", "", "write checkpoints under `DIR`/<peer ID>/ (the full weights and this peer's shards' optimizer\nstate, written atomically; the previous checkpoint stays if a write fails)")
@@ -384,17 +384,25 @@ func followMembers(n *node.Node, d *sgd.Dist, done <-chan struct{}) {
 
 // waitAgreed waits until the membership view is agreed by every member,
 // has at least min members, and includes one of the bootstrap peers (when
-// any is given).
+// any is given). A peer that met them and was then left alone (they all
+// left or died first: the run ended) fails rather than train a model of
+// its own.
 func waitAgreed(ctx context.Context, n *node.Node, min int, boot []string) (node.State, error) {
 	evs, cancel := n.Subscribe()
 	defer cancel()
+	met := len(boot) == 0
 	for {
 		st := n.State()
-		met := len(boot) == 0
 		for _, b := range boot {
 			met = met || slices.Contains(st.View.Members, b)
 		}
 		if st.Agreed && len(st.View.Members) >= min && st.Ring != nil && met {
+			if len(boot) > 0 && len(st.View.Members) == 1 {
+				// Met the run, then everyone left or died before this
+				// peer joined: training alone would make a model of its
+				// own under the job's name.
+				return st, errors.New("every peer of the job this peer met (through --peer) left before it could join: the run has ended or stopped; start the job again, or train alone without --peer")
+			}
 			return st, nil
 		}
 		select {

@@ -194,7 +194,9 @@ func short(id string) string {
 // quarter of the shards within a few rounds, and all four end alike; the
 // joiner's report says how long joining took and how many bytes it copied.
 func TestE2EJoin(t *testing.T) {
-	flags := churnData(t)
+	// Three epochs: one (300 rounds) can end before a joiner started at
+	// round 40 has met the others, on a fast machine.
+	flags := append(churnData(t), "--epochs", "3")
 	r := newChurnRun(t, 4, flags...)
 	var ps []*churnProc
 	for i := 0; i < 3; i++ {

@@ -77,7 +77,7 @@ type Config struct {
 	GradStreams bool
 	// ParamsStreams sends params to every receiver over direct streams
 	// (ParamsPushProtocol) in the same way: one message per receiver,
-	// where gossipsub signs and publishes one per receiver's topic.
+	// where gossipsub publishes one per receiver's topic.
 	ParamsStreams bool
 	// Width is the number of values per row of the model (1 for logistic
 	// regression, the classes for softmax). Messages of another width are

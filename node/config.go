@@ -31,9 +31,9 @@ const (
 )
 
 // EnvelopeOverhead is the room Config.MaxMessageSize keeps for gossipsub's
-// own envelope around a payload: the author's peer ID (38 bytes for
-// Ed25519), a sequence number (8), the Ed25519 signature (64), the topic
-// name (at most MaxTopicLen) and protobuf framing. A payload of at most
+// own envelope around a payload: the topic name (at most MaxTopicLen) and
+// protobuf framing, with room to spare for an author, sequence number and
+// signature should gossipsub's signing ever be turned back on. A payload of at most
 // MaxMessageSize - EnvelopeOverhead bytes always fits (see Node.MaxPayload).
 const EnvelopeOverhead = 1024
 

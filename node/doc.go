@@ -53,12 +53,13 @@
 //
 // # Topics and protocols
 //
-//   - gossiptrain/<job>/members (MembersTopic): gossip/wire beats, signed
-//     (pubsub StrictSign). Its validator, run inline before gossipsub
-//     forwards anything, decodes the beat within the membership limits
-//     (4096 members, 16 addresses of at most 256 bytes, IDs of at most 128
-//     bytes, the payload limit), checks the job and that the header's sender
-//     is the peer that signed the message, and keeps each sender's newest
+//   - gossiptrain/<job>/members (MembersTopic): gossip/wire beats, each
+//     followed by its sender's Ed25519 signature (beatsig.go; gossipsub's
+//     own signing is off, see p2p.PubSubOptions). Its validator, run inline
+//     before gossipsub forwards anything, decodes the beat within the
+//     membership limits (4096 members, 16 addresses of at most 256 bytes,
+//     IDs of at most 128 bytes, the payload limit), checks the job and that
+//     the signature is the header sender's, and keeps each sender's newest
 //     (incarnation, seq): malformed, oversized, wrong-job or forged beats are
 //     rejected (ValidationReject, which lowers the forwarder's score),
 //     replays ignored. Every refusal is counted by reason (Status.RejectedBy).

@@ -285,8 +285,13 @@ func (n *Node) drive(m *membership.Membership) {
 				n.log.Error().Err(err).Msg("encode beat") // our own beat: a bug or absurd limits
 				continue
 			}
+			signed, err := signBeat(n.key, buf)
+			if err != nil {
+				n.log.Error().Err(err).Msg("sign beat") // Config.Validate checked the key type
+				continue
+			}
 			select {
-			case n.outbox <- slices.Clone(buf):
+			case n.outbox <- signed:
 			default:
 				n.localDrops.Add(1) // the publisher is stuck; a later beat replaces this one
 			}

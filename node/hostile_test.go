@@ -14,7 +14,7 @@ import (
 )
 
 // TestHostileBeatsRejectedAndCounted: a member that publishes malformed,
-// oversized, forged, other-job and replayed messages on the members topic
+// oversized, forged, badly signed, other-job and replayed messages on the members topic
 // gets every one refused and counted by the honest peers, is scored down and
 // disconnected, and the honest peers carry on without it.
 func TestHostileBeatsRejectedAndCounted(t *testing.T) {
@@ -33,8 +33,13 @@ func TestHostileBeatsRejectedAndCounted(t *testing.T) {
 			Members: []string{badID}, Kind: membership.Alive,
 		}
 		edit(&b)
-		return encode(t, b)
+		signed, err := signBeat(bad.key, encode(t, b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return signed
 	}
+	flip := func(b []byte, fromEnd int) []byte { b[len(b)-fromEnd] ^= 1; return b }
 	many := make([]string, 17)
 	for i := range many {
 		many[i] = fmt.Sprintf("/ip4/10.0.0.%d/tcp/4001", i)
@@ -52,11 +57,13 @@ func TestHostileBeatsRejectedAndCounted(t *testing.T) {
 	}{
 		{"replay of its first beat", beat(func(*membership.Beat) {}), "replay"},
 		{"other job", beat(func(b *membership.Beat) { b.Job, b.Seq = "other", 1<<40 }), "job"},
-		{"forged sender", beat(func(b *membership.Beat) { b.From, b.Seq = honest[0].Self().String(), 1<<40 }), "sender"},
+		{"forged sender", beat(func(b *membership.Beat) { b.From, b.Seq = honest[0].Self().String(), 1<<40 }), "signature"},
+		{"signature altered", flip(beat(func(b *membership.Beat) { b.Seq = 1 << 41 }), 1), "signature"},
 		{"17 addresses", beat(func(b *membership.Beat) { b.Addrs, b.Seq = many, 1<<40 }), "oversize"},
 		{"over the payload limit", beat(func(b *membership.Beat) { b.Addrs, b.Members, b.Seq = nil, huge, 1<<40 }), "oversize"},
 		{"garbage", bytes.Repeat([]byte{0xde, 0xad}, 50), "version"},
 		{"truncated beat", beat(func(*membership.Beat) {})[:12], "malformed"},
+		{"not a peer ID as sender", beat(func(b *membership.Beat) { b.From, b.Seq = "mallory", 1<<40 }), "sender"},
 	}
 	ctx := context.Background()
 	for _, m := range messages {

@@ -10,6 +10,8 @@ import (
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/gossiptrain/gossiptrain/gossip/p2p"
 )
 
 // Peer scoring (gossipsub v1.1). Only two components are on: P4, invalid
@@ -91,7 +93,6 @@ func newPubSub(ctx context.Context, h host.Host, cfg *Config, tr *tracer, log *s
 		pubsub.WithMaxMessageSize(cfg.MaxMessageSize),
 		pubsub.WithPeerOutboundQueueSize(cfg.OutboundQueueSize),
 		pubsub.WithValidateQueueSize(cfg.ValidateQueueSize),
-		pubsub.WithMessageSignaturePolicy(pubsub.StrictSign),
 		pubsub.WithRawTracer(tr),
 		pubsub.WithGossipSubParams(cfg.GossipSub),
 		pubsub.WithBlacklist(bl),
@@ -100,6 +101,9 @@ func newPubSub(ctx context.Context, h host.Host, cfg *Config, tr *tracer, log *s
 		pubsub.WithLogger(log),
 		pubsub.WithRPCLogger(log),
 	}
+	// No gossipsub signatures: see p2p.PubSubOptions, and beatsig.go for
+	// the members topic.
+	opts = append(opts, p2p.PubSubOptions()...)
 	ps, err := pubsub.NewGossipSub(ctx, h, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("node: start gossipsub: %w", err)

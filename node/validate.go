@@ -33,8 +33,8 @@ const (
 	RejectKind
 	// RejectJob: a beat of another job.
 	RejectJob
-	// RejectSender: the header's sender is not the peer that signed the
-	// pubsub message.
+	// RejectSender: the header's sender is not an Ed25519 peer ID, so no
+	// key to check the beat's signature with.
 	RejectSender
 	// RejectReplay: the sender's (incarnation, seq) is not newer than one
 	// already accepted. Such messages are ignored rather than rejected, so
@@ -48,10 +48,13 @@ const (
 	// yet. Ignored, not rejected: it is a race of a fresh connection, and
 	// the sender beats again within a heartbeat.
 	RejectUnverified
+	// RejectSignature: the beat's signature is not its header sender's
+	// (a forged sender, or a beat altered on the way).
+	RejectSignature
 	numRejectReasons
 )
 
-var rejectNames = [...]string{"", "malformed", "oversize", "version", "kind", "job", "sender", "replay", "refused", "unverified"}
+var rejectNames = [...]string{"", "malformed", "oversize", "version", "kind", "job", "sender", "replay", "refused", "unverified", "signature"}
 
 // String names the reason as Status.RejectedBy does.
 func (r RejectReason) String() string {
@@ -105,7 +108,8 @@ type beatValidator struct {
 	mu         sync.Mutex
 	codec      *wire.Codec
 	last       map[string]stamp     // by author ID string
-	authors    map[string]authorIDs // by raw author bytes
+	keys       map[string]senderKey // by author ID string
+	signed     []byte               // scratch: beatSigDomain + beat
 	maxTracked int
 
 	pool   sync.Pool
@@ -116,11 +120,11 @@ type beatValidator struct {
 }
 
 // newBeatValidator returns a validator for job's members topic; payloads
-// may be up to maxPayload bytes.
+// (signed beats) may be up to maxPayload bytes.
 func newBeatValidator(self peer.ID, job string, maxPayload int) *beatValidator {
 	lim := membershipLimits()
 	wl := wire.DefaultLimits()
-	wl.MaxMessage = maxPayload
+	wl.MaxMessage = maxPayload - beatSigSize
 	wl.MaxString = lim.maxAddrLen // IDs (<= maxIDLen) are checked below
 	wl.MaxList = lim.maxMembers
 	v := &beatValidator{
@@ -129,7 +133,7 @@ func newBeatValidator(self peer.ID, job string, maxPayload int) *beatValidator {
 		lim:        lim,
 		codec:      wire.NewCodec(wire.F32, wire.None, wl),
 		last:       map[string]stamp{},
-		authors:    map[string]authorIDs{},
+		keys:       map[string]senderKey{},
 		maxTracked: 2 * lim.maxMembers,
 	}
 	v.pool.New = func() any { return new(beatBuf) }
@@ -147,7 +151,8 @@ func (v *beatValidator) rejected() [numRejectReasons]uint64 {
 
 // validate is the pubsub.ValidatorEx of the members topic. Own messages
 // (published locally) are accepted without decoding: the driver drops
-// them.
+// them. from is the neighbour that forwarded the message; the beat's author
+// is its header's sender, proven by the beat's signature.
 func (v *beatValidator) validate(_ context.Context, from peer.ID, msg *pubsub.Message) pubsub.ValidationResult {
 	if from == v.self {
 		return pubsub.ValidationAccept
@@ -155,15 +160,19 @@ func (v *beatValidator) validate(_ context.Context, from peer.ID, msg *pubsub.Me
 	if v.verified != nil && !v.verified(from) {
 		return v.refuse(from, RejectUnverified, fmt.Errorf("forwarder %s has not completed the hello", from))
 	}
+	if v.refused != nil && v.refused(from) {
+		return v.refuse(from, RejectRefused, fmt.Errorf("forwarder %s is blocked", from))
+	}
+	beat, sig, ok := splitSigned(msg.GetData())
+	if !ok {
+		return v.refuse(from, RejectMalformed, fmt.Errorf("%d bytes from %s: shorter than a signature", len(msg.GetData()), from))
+	}
 	buf := v.pool.Get().(*beatBuf)
 	v.mu.Lock()
-	author := v.author(msg.Message.GetFrom())
-	if v.refused != nil && (v.refused(author.id) || v.refused(from)) {
-		v.mu.Unlock()
-		v.pool.Put(buf)
-		return v.refuse(from, RejectRefused, fmt.Errorf("author %s or forwarder %s is blocked", author.str, from))
+	reason, err := v.check(beat, buf)
+	if reason == 0 {
+		reason, err = v.verify(buf.msg.Header.Sender, beat, sig)
 	}
-	reason, err := v.check(msg.GetData(), author.str, buf)
 	if reason == 0 {
 		st := stamp{buf.beat.Incarnation, buf.beat.Seq}
 		last, seen := v.last[buf.beat.From]
@@ -201,26 +210,29 @@ func (v *beatValidator) refuse(from peer.ID, r RejectReason, err error) pubsub.V
 	return pubsub.ValidationReject
 }
 
-// authorIDs is a message author's peer ID in both forms.
-type authorIDs struct {
-	id  peer.ID
-	str string // id.String(), base58
-}
-
-// author returns the IDs of the raw author bytes of a pubsub message,
-// cached: converting and base58-encoding them for every message would
-// allocate. The caller holds v.mu.
-func (v *beatValidator) author(raw []byte) authorIDs {
-	if a, ok := v.authors[string(raw)]; ok {
-		return a
+// verify checks that sig is sender's signature of beat and that sender is
+// not blocked. Senders' keys are cached: decoding an ID and extracting its
+// key for every beat would allocate. The caller holds v.mu.
+func (v *beatValidator) verify(sender string, beat, sig []byte) (RejectReason, error) {
+	k, ok := v.keys[sender]
+	if !ok {
+		var err error
+		if k, err = parseSender(sender); err != nil {
+			return RejectSender, err
+		}
+		if len(v.keys) >= v.maxTracked {
+			clear(v.keys)
+		}
+		v.keys[sender] = k
 	}
-	if len(v.authors) >= v.maxTracked {
-		clear(v.authors)
+	if v.refused != nil && v.refused(k.id) {
+		return RejectRefused, fmt.Errorf("author %s is blocked", sender)
 	}
-	id := peer.ID(raw)
-	a := authorIDs{id: id, str: id.String()}
-	v.authors[string(id)] = a
-	return a
+	v.signed = append(append(v.signed[:0], beatSigDomain...), beat...)
+	if good, err := k.pub.Verify(v.signed, sig); err != nil || !good {
+		return RejectSignature, fmt.Errorf("beat from %s: signature does not verify under its key", sender)
+	}
+	return 0, nil
 }
 
 // release returns a buffer handed out as ValidatorData.
@@ -229,11 +241,11 @@ func (v *beatValidator) release(b *beatBuf) {
 	v.pool.Put(b)
 }
 
-// check decodes data into buf and applies the static rules: a beat of our
-// job, sent by author, within the membership limits. It returns 0 and fills
-// buf.beat when the beat passes. The caller holds v.mu (the codec is not
-// safe for concurrent use).
-func (v *beatValidator) check(data []byte, author string, buf *beatBuf) (RejectReason, error) {
+// check decodes data (a beat without its signature) into buf and applies
+// the static rules: a beat of our job within the membership limits. It
+// returns 0 and fills buf.beat when the beat passes. The caller holds v.mu
+// (the codec is not safe for concurrent use).
+func (v *beatValidator) check(data []byte, buf *beatBuf) (RejectReason, error) {
 	if err := v.codec.Decode(data, &buf.msg); err != nil {
 		switch {
 		case errors.Is(err, wire.ErrTooLarge):
@@ -246,13 +258,14 @@ func (v *beatValidator) check(data []byte, author string, buf *beatBuf) (RejectR
 		return RejectMalformed, err
 	}
 	h, b := &buf.msg.Header, &buf.msg.Beat
+	author := h.Sender // proven by the signature, which the caller checks next
 	switch {
 	case h.Kind != wire.KindBeat:
 		return RejectKind, fmt.Errorf("a %s message from %.60q on the members topic", h.Kind, h.Sender)
 	case h.Job != v.job:
 		return RejectJob, fmt.Errorf("beat from %.60q for job %.60q, we run %q", h.Sender, h.Job, v.job)
-	case h.Sender != author:
-		return RejectSender, fmt.Errorf("beat claims sender %.60q but was signed by %s", h.Sender, author)
+	case h.Sender == "" || len(h.Sender) > v.lim.maxIDLen:
+		return RejectSender, fmt.Errorf("beat with a sender of %d bytes", len(h.Sender))
 	case b.Incarnation == 0 || b.Seq == 0:
 		return RejectMalformed, fmt.Errorf("beat from %s: incarnation %d seq %d: both must be > 0", author, b.Incarnation, b.Seq)
 	case b.Epoch == 0 || b.Epoch > maxEpoch:

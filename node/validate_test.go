@@ -2,14 +2,17 @@ package node
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
 	pb "github.com/libp2p/go-libp2p-pubsub/pb"
+	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/gossiptrain/gossiptrain/gossip/wire"
@@ -99,7 +102,8 @@ func TestBeatCheck(t *testing.T) {
 		{"a fetch", fetch, RejectKind},
 		{"a gradient", grad, RejectKind},
 		{"other job", with(func(b *membership.Beat) { b.Job = "mnist" }), RejectJob},
-		{"forged sender", with(func(b *membership.Beat) { b.From = selfID }), RejectSender},
+		{"no sender", with(func(b *membership.Beat) { b.From = "" }), RejectSender},
+		{"sender of 129 bytes", with(func(b *membership.Beat) { b.From = strings.Repeat("s", 129) }), RejectSender},
 		{"incarnation 0", with(func(b *membership.Beat) { b.Incarnation = 0 }), RejectMalformed},
 		{"seq 0", with(func(b *membership.Beat) { b.Seq = 0 }), RejectMalformed},
 		{"epoch 0", with(func(b *membership.Beat) { b.Epoch = 0 }), RejectMalformed},
@@ -121,7 +125,7 @@ func TestBeatCheck(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var buf beatBuf
-			got, err := v.check(tt.data, authorID, &buf)
+			got, err := v.check(tt.data, &buf)
 			if got != tt.want {
 				t.Fatalf("check = %v (%v), want %v", got, err, tt.want)
 			}
@@ -144,7 +148,7 @@ func TestBeatEncodingRoundTrip(t *testing.T) {
 		b.Members = []string{selfID, authorID}
 		b.Kind = kind
 		var buf beatBuf
-		if r, err := v.check(encode(t, b), authorID, &buf); r != 0 {
+		if r, err := v.check(encode(t, b), &buf); r != 0 {
 			t.Fatalf("%v beat rejected: %v %v", kind, r, err)
 		}
 		if !reflect.DeepEqual(buf.beat, b) {
@@ -153,42 +157,70 @@ func TestBeatEncodingRoundTrip(t *testing.T) {
 	}
 }
 
-func pubsubMsg(data []byte, author, from peer.ID) *pubsub.Message {
-	return &pubsub.Message{Message: &pb.Message{Data: data, From: []byte(author)}, ReceivedFrom: from}
+func pubsubMsg(data []byte, from peer.ID) *pubsub.Message {
+	return &pubsub.Message{Message: &pb.Message{Data: data}, ReceivedFrom: from}
 }
 
-func TestValidatorReplaysAndRefusals(t *testing.T) {
+// newKey returns a fresh Ed25519 identity and its peer ID.
+func newKey(t testing.TB) (crypto.PrivKey, peer.ID) {
+	t.Helper()
+	k, _, err := crypto.GenerateEd25519Key(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := peer.IDFromPrivateKey(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k, id
+}
+
+func TestValidatorSignaturesReplaysAndRefusals(t *testing.T) {
 	self := peer.ID("self")
-	author, err := peer.Decode(authorID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	refusedPeer, err := peer.Decode(selfID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	key, author := newKey(t)
+	otherKey, other := newKey(t)
+	refusedKey, refusedPeer := newKey(t)
 	v := newBeatValidator(self, "ctr1", 64<<10)
 	v.refused = func(p peer.ID) bool { return p == refusedPeer }
-	beat := func(inc, seq uint64) []byte {
+	beatBy := func(from peer.ID, k crypto.PrivKey, inc, seq uint64, edit func([]byte)) []byte {
 		b := goodBeat()
-		b.Members = []string{selfID, authorID}
+		b.From = from.String()
+		b.Members = []string{selfID, b.From}
+		slices.Sort(b.Members)
+		b.Addrs = []string{"/ip4/10.0.0.6/tcp/4001/p2p/" + b.From}
 		b.Incarnation, b.Seq = inc, seq
-		return encode(t, b)
+		enc := encode(t, b)
+		out, err := signBeat(k, enc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if edit != nil {
+			edit(out)
+		}
+		return out
 	}
+	beat := func(inc, seq uint64) []byte { return beatBy(author, key, inc, seq, nil) }
 	steps := []struct {
 		name string
 		msg  *pubsub.Message
 		want pubsub.ValidationResult
 	}{
-		{"first beat", pubsubMsg(beat(7, 3), author, author), pubsub.ValidationAccept},
-		{"same beat again (a replay)", pubsubMsg(beat(7, 3), author, author), pubsub.ValidationIgnore},
-		{"older seq", pubsubMsg(beat(7, 2), author, author), pubsub.ValidationIgnore},
-		{"next seq", pubsubMsg(beat(7, 4), author, author), pubsub.ValidationAccept},
-		{"older incarnation, higher seq", pubsubMsg(beat(6, 99), author, author), pubsub.ValidationIgnore},
-		{"restarted: newer incarnation, seq 1", pubsubMsg(beat(8, 1), author, author), pubsub.ValidationAccept},
-		{"forwarded by a refused peer", pubsubMsg(beat(8, 2), author, refusedPeer), pubsub.ValidationReject},
-		{"our own message", pubsubMsg([]byte("not even decoded"), self, self), pubsub.ValidationAccept},
-		{"garbage", pubsubMsg([]byte{wire.Version, 3, 0}, author, author), pubsub.ValidationReject},
+		{"first beat", pubsubMsg(beat(7, 3), author), pubsub.ValidationAccept},
+		{"same beat again (a replay)", pubsubMsg(beat(7, 3), author), pubsub.ValidationIgnore},
+		{"older seq", pubsubMsg(beat(7, 2), author), pubsub.ValidationIgnore},
+		{"next seq, relayed by another peer", pubsubMsg(beat(7, 4), other), pubsub.ValidationAccept},
+		{"older incarnation, higher seq", pubsubMsg(beat(6, 99), author), pubsub.ValidationIgnore},
+		{"restarted: newer incarnation, seq 1", pubsubMsg(beat(8, 1), author), pubsub.ValidationAccept},
+		{"forwarded by a refused peer", pubsubMsg(beat(8, 2), refusedPeer), pubsub.ValidationReject},
+		{"by a refused author", pubsubMsg(beatBy(refusedPeer, refusedKey, 1, 1, nil), author), pubsub.ValidationReject},
+		{"forged sender: signed by another peer's key", pubsubMsg(beatBy(author, otherKey, 8, 3, nil), other), pubsub.ValidationReject},
+		{"altered after signing", pubsubMsg(beatBy(author, key, 8, 3, func(b []byte) { b[len(b)-beatSigSize-1] ^= 1 }), other), pubsub.ValidationReject},
+		{"signature altered", pubsubMsg(beatBy(author, key, 8, 3, func(b []byte) { b[len(b)-1] ^= 1 }), other), pubsub.ValidationReject},
+		{"unsigned beat", pubsubMsg(encode(t, goodBeat()), author), pubsub.ValidationReject},
+		{"sender is not a peer ID", pubsubMsg(beatBy(peer.ID("not-a-key"), key, 8, 3, nil), author), pubsub.ValidationReject},
+		{"after all that, the next beat", pubsubMsg(beat(8, 3), author), pubsub.ValidationAccept},
+		{"our own message", pubsubMsg([]byte("not even decoded"), self), pubsub.ValidationAccept},
+		{"shorter than a signature", pubsubMsg([]byte{wire.Version, 3, 0}, author), pubsub.ValidationReject},
 	}
 	for _, s := range steps {
 		if got := v.validate(context.Background(), s.msg.ReceivedFrom, s.msg); got != s.want {
@@ -196,7 +228,7 @@ func TestValidatorReplaysAndRefusals(t *testing.T) {
 		}
 		if s.want == pubsub.ValidationAccept && s.msg.ReceivedFrom != self {
 			buf, ok := s.msg.ValidatorData.(*beatBuf)
-			if !ok || buf.beat.From != authorID {
+			if !ok || buf.beat.From != author.String() {
 				t.Errorf("%s: ValidatorData = %#v, want the decoded beat", s.name, s.msg.ValidatorData)
 			} else {
 				v.release(buf)
@@ -204,7 +236,9 @@ func TestValidatorReplaysAndRefusals(t *testing.T) {
 		}
 	}
 	got := v.rejected()
-	want := [numRejectReasons]uint64{RejectReplay: 3, RejectRefused: 1, RejectMalformed: 1}
+	// The unsigned beat loses its last 64 bytes to the signature, so what
+	// is left does not decode: malformed, like a too-short message.
+	want := [numRejectReasons]uint64{RejectReplay: 3, RejectRefused: 2, RejectSignature: 3, RejectMalformed: 2, RejectSender: 1}
 	if got != want {
 		t.Errorf("counts = %v, want %v", got, want)
 	}
@@ -227,7 +261,7 @@ func FuzzBeatValidator(f *testing.F) {
 	mc.Self, mc.Job = "observer", "ctr1"
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var buf beatBuf
-		r, err := v.check(data, authorID, &buf)
+		r, err := v.check(data, &buf)
 		if r != 0 {
 			if err == nil {
 				t.Fatalf("reason %v without an error", r)

@@ -32,11 +32,17 @@
 //     its mesh of a subscribed topic, which forms at the first heartbeat
 //     after peers subscribe. The first publish on a subscribed topic with
 //     known subscribers therefore waits for a mesh peer.
-//   - Gossipsub validates a node's own publishes too; the validator accepts
-//     them unexamined, and the subscription loop skips them, so a node never
-//     receives its own messages. The sender given to validators and
-//     deliveries is the message's signed author (StrictSign), not the peer
-//     that forwarded it; a forged header sender is caught by the Exchange.
+//   - Gossipsub validates a node's own publishes too (with StrictSign it
+//     verifies its own signatures: a third of what signing costs); the
+//     validator accepts them unexamined, and the subscription loop skips
+//     them, so a node never receives its own messages.
+//   - PubSubOptions turns gossipsub's signatures off. The sender given to
+//     validators and deliveries is then the neighbour a message came from,
+//     proven by the connection's handshake: on the training topics only the
+//     receiver subscribes, so gossipsub sends straight from author to
+//     receiver and nobody relays. A forged header sender, or a message
+//     relayed by a third peer, is caught by the Exchange (header sender and
+//     neighbour differ). With signing on, the sender is the signer.
 //
 // Direct streams carry one framed request (at most MaxRequest bytes) and a
 // response of at most MaxResponse bytes, under a deadline of StreamTimeout

@@ -342,10 +342,25 @@ func (t *Transport) Publish(ctx context.Context, topic string, msg []byte) error
 	return nil
 }
 
+// authorOf returns who sent m: its signer when it is signed (gossipsub has
+// verified the signature by the time a validator runs), else the neighbour
+// it came from, whose identity the connection's handshake proved. The
+// training topics are routed straight from author to receiver (only the
+// receiver subscribes), so unsigned messages arrive from their author, and
+// one relayed by anyone else is refused by the Exchange, whose header
+// sender then differs from the neighbour. This node's own publishes have
+// ReceivedFrom = itself.
+func authorOf(m *pubsub.Message) peer.ID {
+	if m.Signature != nil {
+		return peer.ID(m.From)
+	}
+	return m.ReceivedFrom
+}
+
 // Subscribe implements gossip.Transport. validate runs as the topic's
 // gossipsub validator (ValidationReject on error, which costs the sender
 // peer score when Config.TopicScore is set) with from = the message's
-// signed author, not the neighbour that forwarded it. This node's own
+// author (see authorOf), not a neighbour that relayed it. This node's own
 // messages are accepted by the validator unexamined (gossipsub validates
 // local publishes too) and skipped at delivery, so deliver never sees them.
 func (t *Transport) Subscribe(topic string, validate func(from string, msg []byte) (any, error), deliver func(from string, msg []byte, v any)) (func(), error) {
@@ -361,7 +376,7 @@ func (t *Transport) Subscribe(topic string, validate func(from string, msg []byt
 	ts.subscribed = true
 	t.mu.Unlock()
 	val := func(_ context.Context, _ peer.ID, m *pubsub.Message) pubsub.ValidationResult {
-		author := m.GetFrom()
+		author := authorOf(m)
 		if author == t.self {
 			return pubsub.ValidationAccept
 		}
@@ -400,12 +415,13 @@ func (t *Transport) Subscribe(topic string, validate func(from string, msg []byt
 			if err != nil {
 				return
 			}
-			if m.GetFrom() == t.self {
+			author := authorOf(m)
+			if author == t.self {
 				continue
 			}
 			t.received.Add(1)
 			t.receivedBytes.Add(uint64(len(m.Data)))
-			deliver(t.id(m.GetFrom()), m.Data, m.ValidatorData)
+			deliver(t.id(author), m.Data, m.ValidatorData)
 		}
 	}()
 	var once sync.Once

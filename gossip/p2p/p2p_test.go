@@ -42,7 +42,8 @@ func newNodes(t testing.TB, n int, cfg Config, opts ...pubsub.Option) []*testNod
 		}
 		t.Cleanup(func() { h.Close() })
 		tracer := NewTracer()
-		all := append([]pubsub.Option{pubsub.WithMaxMessageSize(testPayload + envelopeRoom), pubsub.WithRawTracer(tracer)}, opts...)
+		all := append([]pubsub.Option{pubsub.WithMaxMessageSize(testPayload + envelopeRoom), pubsub.WithRawTracer(tracer)}, PubSubOptions()...)
+		all = append(all, opts...)
 		ps, err := pubsub.NewGossipSub(ctx, h, all...)
 		if err != nil {
 			t.Fatal(err)
@@ -165,27 +166,51 @@ func TestValidatorRejects(t *testing.T) {
 	seen := make(chan string, 10)
 	bch := subscribe(t, b, "t", "bad", seen)
 	ready(t, a, "t", 1)
-	publish(t, a, "t", "bad one")
-	publish(t, a, "t", "good")
-	validated := map[string]bool{}
-	for len(validated) < 2 {
-		select {
-		case m := <-seen:
-			validated[m] = true
-		case <-time.After(20 * time.Second):
-			t.Fatalf("validated %v", validated)
+	// Gossipsub promises no delivery (a loaded CI machine has lost a
+	// message of a fresh connection), so a pair that is not validated
+	// within 10 s is published again, under new payloads: equal payloads
+	// are one message to gossipsub (MessageID).
+	var good string
+	for try := 1; ; try++ {
+		bad := fmt.Sprintf("bad one %d", try)
+		good = fmt.Sprintf("good %d", try)
+		publish(t, a, "t", bad)
+		publish(t, a, "t", good)
+		validated := map[string]bool{}
+		deadline := time.After(10 * time.Second)
+	wait:
+		for !validated[bad] || !validated[good] {
+			select {
+			case m := <-seen:
+				validated[m] = true
+			case <-deadline:
+				break wait
+			}
 		}
+		if validated[bad] && validated[good] {
+			break
+		}
+		if try == 3 {
+			t.Fatalf("after %d tries validated only %v", try, validated)
+		}
+		t.Logf("try %d: validated only %v within 10s; publishing again", try, validated)
 	}
-	if d := recv(t, bch); d.msg != "good" {
-		t.Fatalf("delivered %q", d.msg)
+	// The last good one is delivered; an earlier one may be too, if it
+	// was only late. No bad one ever is.
+	for d := recv(t, bch); d.msg != good; d = recv(t, bch) {
+		if !strings.HasPrefix(d.msg, "good ") {
+			t.Fatalf("delivered %q", d.msg)
+		}
 	}
 	select {
 	case d := <-bch:
-		t.Fatalf("delivered %q too", d.msg)
+		if !strings.HasPrefix(d.msg, "good ") {
+			t.Fatalf("delivered %q too", d.msg)
+		}
 	default:
 	}
-	if r := b.tr.Stats().Rejected; r != 1 {
-		t.Errorf("rejected %d, want 1", r)
+	if r := b.tr.Stats().Rejected; r < 1 {
+		t.Errorf("rejected %d, want at least 1", r)
 	}
 }
 

@@ -4,8 +4,11 @@ import "fmt"
 
 // Version is the wire format version, the first byte of every message. A
 // decoder rejects any other value with ErrVersion. Bump it on any change
-// that an older decoder would misread.
-const Version byte = 2
+// that an older decoder would misread, or that makes peers of two releases
+// unable to work together: peers compare it when they meet (node's hello).
+// 2 added stream incarnations; 3 is the same message format, sent over
+// unsigned gossipsub with beats signed in their payload (node/beatsig.go).
+const Version byte = 3
 
 // Kind says what a message carries: the second byte of every message.
 //

@@ -32,14 +32,15 @@ func (k BeatKind) String() string {
 }
 
 // Beat is what a peer publishes on the members topic. The wire codec
-// (gossip/wire) encodes these fields; the transport sets From from the
-// signed message, so it is authentic by the time Receive sees it.
+// (gossip/wire) encodes these fields; the node package signs each encoded
+// beat with From's key and checks that signature on arrival, so From is
+// authentic by the time Receive sees it.
 //
 // Beats a Membership emits stay valid after the call: their slices are
 // never modified afterwards.
 type Beat struct {
 	Job         string   // training job; must equal Config.Job
-	From        string   // sender peer ID, from the signed pubsub message
+	From        string   // sender peer ID; the beat is signed with its key
 	Incarnation uint64   // sender process's incarnation: grows across restarts
 	Seq         uint64   // 1, 2, 3, ... within an incarnation
 	Epoch       uint64   // sender's member-set epoch, >= 1

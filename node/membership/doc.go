@@ -118,8 +118,9 @@
 //
 // # Limits and trust
 //
-// Senders are authenticated by the transport (signed pubsub messages in a
-// private swarm), so epochs and sets announced by members are trusted; the
+// Senders are authenticated by the transport (the node package signs every
+// beat with the sender's identity key and checks the signature before a
+// beat reaches Receive), so epochs and sets announced by members are trusted; the
 // core still rejects malformed beats (empty or long IDs, too many members or
 // addresses, unsorted member lists, zero incarnation/seq/epoch, epochs above
 // 2^62). A dead or departed peer's last (incarnation, seq) is kept for

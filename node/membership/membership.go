@@ -211,7 +211,7 @@ func (m *Membership) Tick(now time.Time) Ready {
 }
 
 // Receive handles a beat that arrived on the members topic. The transport
-// must already have checked that b.From signed it.
+// must already have checked that b.From signed it (node/beatsig.go).
 func (m *Membership) Receive(b Beat, now time.Time) Ready {
 	m.begin(now)
 	m.stats.Received++
