@@ -92,15 +92,17 @@
 //
 //	transport  4 KiB                       64 KiB                  512 KiB                allocs/msg
 //	memnet     31-43k msg/s, 128-175 MB/s  2.9-3.2k, 188-211 MB/s  290-355, 150-186 MB/s  1
-//	p2p        3.5-6.6k msg/s, 14-27 MB/s  480-1180, 31-77 MB/s    66-170, 35-89 MB/s     96-165
+//	p2p        27-29k msg/s, 112-117 MB/s  3.3k, 217-219 MB/s      270-400, 140-210 MB/s  44-68
 //
 // memnet measures the Exchange itself (encode, buffer, validate and decode
 // twice, reassemble); its one allocation is memnet's copy of the message.
 // p2p is two libp2p hosts in one process on 127.0.0.1 (TCP, Noise, yamux,
-// signed gossipsub with queues of 1024): gossipsub's signing and routing
-// dominate, and up to 8% of messages are lost to its queues and repaired.
-// Across processes the issue measured less (15-34 MB/s at 64-512 KiB): batch
-// gradients into messages of tens to hundreds of KiB. Reproduce with
+// gossipsub with queues of 1024 and p2p.PubSubOptions: no signatures):
+// gossipsub's routing and protobuf dominate, and fewer than 1 message in
+// 1000 is lost to its queues and repaired. With gossipsub's signatures on,
+// the same benchmark ran 3.5-6.6k msg/s at 4 KiB and 31-89 MB/s at 64-512
+// KiB, losing up to 8% (the issue measured 15-34 MB/s across processes):
+// batch gradients into messages of tens to hundreds of KiB. Reproduce with
 //
 //	go test ./gossip -run XXX -bench ExchangeMemnet -benchtime 200ms
 //	go test ./gossip/p2p -run XXX -bench ExchangeP2P -benchtime 200ms
