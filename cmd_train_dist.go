@@ -250,6 +250,7 @@ func (j *trainJob) runDistributed(tf *trainFlags) error {
 	gcfg.GradStreams = tf.dist.gradTransport == "stream"
 	gcfg.ParamsStreams = tf.dist.paramsTransport == "stream"
 	gcfg.Log = log
+	gcfg.Penalize = n.Penalize // rejected stream pushes count against the sender, as gossipsub's score does
 
 	// Run, and join again if a partition's majority removed this peer.
 	var sum sgd.DistSummary

@@ -130,6 +130,13 @@ type Config struct {
 	CheckEpoch func(kind wire.Kind, sender string, epoch uint64) error
 	// Log receives repair failures, lost messages and protocol violations.
 	Log zerolog.Logger
+	// Penalize, when set, is told the sender of every direct-stream push
+	// (PushProtocol, ParamsPushProtocol) that validation rejected. Gossipsub
+	// scores the senders of rejected messages itself; streams have no score,
+	// so the node counts these the same way and disconnects a peer that
+	// keeps sending them (node.Node.Penalize). Called on the stream's
+	// goroutine: it must not block.
+	Penalize func(peer string)
 }
 
 // DefaultConfig returns the configuration gossiptrain runs with; Job and

@@ -3,6 +3,8 @@ package gossip_test
 import (
 	"context"
 	"io"
+	"maps"
+	"sync"
 	"testing"
 
 	"github.com/gossiptrain/gossiptrain/gossip"
@@ -129,7 +131,15 @@ func TestExchangeDropsBrokenParts(t *testing.T) {
 // authenticated peer as the sender.
 func TestExchangeRejectsHostilePushes(t *testing.T) {
 	net := newNet(t, true)
-	w, o := newPeer(t, net, "w", testConfig()), newPeer(t, net, "o", testConfig())
+	var mu sync.Mutex
+	penalized := map[string]int{}
+	cfg := testConfig()
+	cfg.Penalize = func(p string) {
+		mu.Lock()
+		penalized[p]++
+		mu.Unlock()
+	}
+	w, o := newPeer(t, net, "w", cfg), newPeer(t, net, "o", cfg)
 	evil := net.NewNode("evil")
 	ctx := context.Background()
 	cases := gossiptest.HostileCases(job, "evil", "w", 1<<20, 1024)
@@ -169,5 +179,12 @@ func TestExchangeRejectsHostilePushes(t *testing.T) {
 	case p := <-w.params:
 		t.Errorf("delivered params %+v", p)
 	default:
+	}
+	// Every rejected push counts against its sender (the node disconnects
+	// a peer that keeps sending them), and against nobody else.
+	mu.Lock()
+	defer mu.Unlock()
+	if want := map[string]int{"evil": len(cases)}; !maps.Equal(penalized, want) {
+		t.Errorf("penalized %v, want %v", penalized, want)
 	}
 }

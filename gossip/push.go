@@ -78,6 +78,9 @@ func (x *Exchange) pusher(owner string, ch chan pushed) {
 func (x *Exchange) servePush(kind Stream, from string, req []byte) error {
 	d, err := x.validate(kind, from, req)
 	if err != nil {
+		if x.cfg.Penalize != nil {
+			x.cfg.Penalize(from)
+		}
 		return err
 	}
 	if !x.enqueue(item{kind: kind, from: from, data: req, src: srcPubsub, dec: d}) {

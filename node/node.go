@@ -91,6 +91,7 @@ type Node struct {
 	statusAddr string
 
 	refused, scoreKicks, localDrops atomic.Uint64
+	penalties                       *penalties // rejected direct-stream pushes (Penalize)
 	closeOnce                       sync.Once
 	closeErr                        error
 	leaveOnce                       sync.Once
@@ -125,7 +126,7 @@ func New(cfg Config, log zerolog.Logger) (*Node, error) {
 		return nil, fmt.Errorf("%w: %v", ErrIdentity, err)
 	}
 	n := &Node{
-		cfg: cfg, log: log, key: key, self: self, start: time.Now(), boot: boot,
+		cfg: cfg, log: log, key: key, self: self, start: time.Now(), boot: boot, penalties: newPenalties(),
 		tr:         &tracer{},
 		gater:      newGater(),
 		topics:     map[string]*pubsub.Topic{},
