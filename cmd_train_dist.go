@@ -383,12 +383,19 @@ func followMembers(n *node.Node, d *sgd.Dist, done <-chan struct{}) {
 	}
 }
 
+// memberStates is what waitAgreed reads of a node (an interface, so a test
+// can script the states).
+type memberStates interface {
+	Subscribe() (<-chan node.Event, func())
+	State() node.State
+}
+
 // waitAgreed waits until the membership view is agreed by every member,
 // has at least min members, and includes one of the bootstrap peers (when
 // any is given). A peer that met them and was then left alone (they all
 // left or died first: the run ended) fails rather than train a model of
 // its own.
-func waitAgreed(ctx context.Context, n *node.Node, min int, boot []string) (node.State, error) {
+func waitAgreed(ctx context.Context, n memberStates, min int, boot []string) (node.State, error) {
 	evs, cancel := n.Subscribe()
 	defer cancel()
 	met := len(boot) == 0
