@@ -1,6 +1,7 @@
 package sgd
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -64,6 +65,9 @@ type checkpointMeta struct {
 	Steps     int64    `json:"steps"`        //
 	Time      string   `json:"time"`         // RFC 3339
 	Shards    []int    `json:"owned_shards"` // shards whose optimizer state the .gt holds
+	// Replicas are the shards this peer held as a replica (--replicas 2);
+	// their weights and optimizer state are in the .replicas file.
+	Replicas []int `json:"replica_shards,omitempty"`
 }
 
 // peerDir is this peer's checkpoint directory.
@@ -98,12 +102,27 @@ func (d *Dist) writeCheckpoint(r uint64, pending int64) error {
 		return fmt.Errorf("%w: %w", ErrCheckpoint, err)
 	}
 	base := filepath.Join(dir, fmt.Sprintf("round-%d", r))
+	var repl []int
+	if d.shadow != nil {
+		repl = d.shadow.Owned(nil)
+	}
+	if len(repl) > 0 && d.cfg.Mode == Sync && d.nextApply < r {
+		// A peer that is only a replica does not wait for its own applies
+		// before computing the next round; its replicas must be as of
+		// round r-1 like every primary's state.
+		return fmt.Errorf("%w: replica shards applied through round %d, not %d yet", ErrCheckpoint, d.nextApply, r)
+	}
 	if err := d.m.SaveFile(base+".gt", model.SaveOptions{State: true}); err != nil {
 		return fmt.Errorf("%w: %w", ErrCheckpoint, err)
 	}
+	if len(repl) > 0 {
+		if err := writeFileAtomic(base+".replicas", appendReplicas(nil, d.shadow, repl)); err != nil {
+			return fmt.Errorf("%w: %w", ErrCheckpoint, err)
+		}
+	}
 	meta := checkpointMeta{Round: r, Config: d.cs.cur().id, Members: d.cs.cur().members,
 		Epoch: d.t.epoch, EpochRows: d.t.epochRows - pending, Examples: d.t.sum.Examples, Steps: d.t.sum.Steps,
-		Time: time.Now().UTC().Format(time.RFC3339), Shards: d.m.Owned(nil)}
+		Time: time.Now().UTC().Format(time.RFC3339), Shards: d.m.Owned(nil), Replicas: repl}
 	b, err := json.MarshalIndent(meta, "", "  ")
 	if err != nil {
 		return err
@@ -170,6 +189,7 @@ func (d *Dist) pruneCheckpoints() {
 		base := filepath.Join(d.peerDir(), fmt.Sprintf("round-%d", r))
 		os.Remove(base + ".json")
 		os.Remove(base + ".gt")
+		os.Remove(base + ".replicas")
 	}
 }
 
@@ -233,10 +253,65 @@ func (d *Dist) loadCheckpoint(r uint64) error {
 		}
 	}
 	d.m.Steps = saved.Steps
+	if len(meta.Replicas) > 0 {
+		b, err := os.ReadFile(base + ".replicas")
+		if err != nil {
+			return fmt.Errorf("%w: %s.json lists replica shards: %w", ErrCheckpoint, base, err)
+		}
+		if err := loadReplicas(d.shadowModel(), b, meta.Replicas); err != nil {
+			return fmt.Errorf("%w: %s.replicas: %w", ErrCheckpoint, base, err)
+		}
+	}
 	d.t.epoch, d.t.skipRows = meta.Epoch, meta.EpochRows
 	d.t.sum.Examples, d.t.sum.Steps = meta.Examples, meta.Steps
 	d.ckptDone = r
 	d.dsum.ResumedAt = r
 	d.log.Info().Uint64("round", r).Int("epoch", meta.Epoch+1).Int64("examples", meta.Examples).Msg("resumed from checkpoint")
+	return nil
+}
+
+// appendReplicas appends the replica file of shards held by m: for each
+// shard, uvarint shard number, uvarint length, then the shard's export
+// (Model.AppendShard with state, which carries its own checksum).
+func appendReplicas(dst []byte, m *model.Model, shards []int) []byte {
+	var exp []byte
+	for _, s := range shards {
+		exp = m.AppendShard(exp[:0], s, true)
+		dst = binary.AppendUvarint(dst, uint64(s))
+		dst = binary.AppendUvarint(dst, uint64(len(exp)))
+		dst = append(dst, exp...)
+	}
+	return dst
+}
+
+// loadReplicas loads a replica file into m (the shadow model), which then
+// owns exactly the shards listed in want.
+func loadReplicas(m *model.Model, b []byte, want []int) error {
+	var got []int
+	for len(b) > 0 {
+		s, k := binary.Uvarint(b)
+		if k <= 0 || s >= uint64(len(m.State)) {
+			return fmt.Errorf("%w: bad shard number after %d shards", model.ErrCorrupt, len(got))
+		}
+		b = b[k:]
+		n, k := binary.Uvarint(b)
+		if k <= 0 || n > uint64(len(b)-k) {
+			return fmt.Errorf("%w: shard %d: length %d past the end", model.ErrCorrupt, s, n)
+		}
+		if err := m.LoadShard(int(s), b[k:k+int(n)]); err != nil {
+			if !errors.Is(err, model.ErrCorrupt) {
+				err = fmt.Errorf("%w: %w", model.ErrCorrupt, err)
+			}
+			return fmt.Errorf("shard %d: %w", s, err)
+		}
+		if !m.Owns(int(s)) {
+			return fmt.Errorf("%w: shard %d saved without its optimizer state", model.ErrCorrupt, s)
+		}
+		got = append(got, int(s))
+		b = b[k+int(n):]
+	}
+	if !slices.Equal(got, want) {
+		return fmt.Errorf("%w: holds shards %v, the .json lists %v", model.ErrCorrupt, got, want)
+	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package sgd
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gossiptrain/gossiptrain/gossip"
+	"github.com/gossiptrain/gossiptrain/model"
 )
 
 // Churn scenarios on the in-memory transport (issue 5): scripted joins,
@@ -333,5 +335,119 @@ func TestPartitionMinorityRemovedAndRejoins(t *testing.T) {
 	if d2.sum.JoinBytes == 0 || d2.sum.Members != 4 || d2.sum.Owned == 0 {
 		t.Errorf("rejoined peer-d copied %d bytes, ends with %d members, owns %d shards; want a copy, 4 and some",
 			d2.sum.JoinBytes, d2.sum.Members, d2.sum.Owned)
+	}
+}
+
+// checkReplicasMatch asserts that every replica's copy of a shard (the
+// shadow's weights and optimizer state) is bit-identical to its primary's:
+// in sync mode both apply the same sums in the same order.
+func checkReplicasMatch(t *testing.T, h *harness, ids ...string) {
+	t.Helper()
+	primary := map[int][]byte{}
+	for _, id := range ids {
+		m := h.peers[id].d.m
+		for _, s := range m.Owned(nil) {
+			primary[s] = m.ShardBytes(s, true)
+		}
+	}
+	var checked, differ int
+	for _, id := range ids {
+		sh := h.peers[id].d.shadow
+		if sh == nil {
+			continue
+		}
+		for _, s := range sh.Owned(nil) {
+			checked++
+			if p, ok := primary[s]; !ok || !bytes.Equal(p, sh.ShardBytes(s, true)) {
+				differ++
+			}
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no replica shard to check")
+	}
+	if differ > 0 {
+		t.Errorf("%d of %d replica shards differ from their primary's weights and optimizer state", differ, checked)
+	}
+}
+
+// With --replicas 2, a resumed job restores the replicas' optimizer state
+// too: after it, every replica still matches its primary, so a primary
+// that crashes later is replaced by an exact copy.
+func TestResumeKeepsReplicaState(t *testing.T) {
+	ds := genDistSet(t)
+	dir := t.TempDir()
+	ids := ids4[:3]
+	h := newHarness(t, newNet(t), ds, Sync, 50)
+	h.parts, h.replicas = 3, 2
+	h.tweak = func(c *DistConfig) { c.Checkpoint = CheckpointConfig{Dir: dir, Every: 20 * time.Millisecond} }
+	for i, id := range ids {
+		h.start(id, ids, i+1)
+	}
+	h.waitRound(h.peers["peer-a"], 60)
+	for _, id := range ids {
+		h.peers[id].cancel()
+	}
+	for _, id := range ids {
+		<-h.peers[id].done
+	}
+	h2 := newHarness(t, newNet(t), ds, Sync, 50)
+	h2.parts, h2.replicas = 3, 2
+	h2.tweak = func(c *DistConfig) { c.Checkpoint = CheckpointConfig{Dir: dir, Resume: true} }
+	for i, id := range ids {
+		h2.start(id, ids, i+1)
+	}
+	h2.wait(ids...)
+	checkEnd(t, h2, ids...)
+	if h2.peers["peer-a"].sum.ResumedAt == 0 {
+		t.Fatal("did not resume")
+	}
+	checkReplicasMatch(t, h2, ids...)
+}
+
+// A replica file round-trips, and a damaged or mismatched one is refused
+// with model.ErrCorrupt, never half-loaded silently.
+func TestReplicaFile(t *testing.T) {
+	newModel := func() *model.Model {
+		m, err := model.New(model.Logreg, 1000, 2, 8, adagrad())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	src := newModel()
+	for _, s := range []int{1, 5} {
+		src.Own(s)
+		lo, _ := src.Layout.ShardRange(s)
+		for i := range 3 { // a few real slots (the shard's end is padding)
+			src.W[lo+i] = float32(lo + i)
+			src.State[s][i] = float32(i + s)
+		}
+	}
+	b := appendReplicas(nil, src, []int{1, 5})
+	dst := newModel()
+	if err := loadReplicas(dst, b, []int{1, 5}); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []int{1, 5} {
+		if !bytes.Equal(dst.ShardBytes(s, true), src.ShardBytes(s, true)) {
+			t.Errorf("shard %d differs after the round trip", s)
+		}
+	}
+	flipped := bytes.Clone(b)
+	flipped[len(flipped)-20] ^= 1 // inside the last shard's export
+	for name, c := range map[string]struct {
+		b    []byte
+		want []int
+	}{
+		"truncated":      {b[:len(b)-3], []int{1, 5}},
+		"a flipped bit":  {flipped, []int{1, 5}},
+		"shards swapped": {append(appendReplicas(nil, src, []int{5}), appendReplicas(nil, src, []int{1})...), []int{1, 5}},
+		"other shards":   {b, []int{1, 6}},
+		"a shard number": {append([]byte{99}, b[1:]...), []int{1, 5}},
+	} {
+		if err := loadReplicas(newModel(), c.b, c.want); !errors.Is(err, model.ErrCorrupt) {
+			t.Errorf("%s: err = %v, want ErrCorrupt", name, err)
+		}
 	}
 }
