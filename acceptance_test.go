@@ -34,21 +34,47 @@ func trainReport(t *testing.T, args ...string) *report.Summary {
 	return r.Summary
 }
 
+// fashionMNIST returns the directory of Debian's Fashion-MNIST files, or
+// skips the test when they are not installed.
+func fashionMNIST(t *testing.T) string {
+	t.Helper()
+	dir := "/usr/share/datasets/fashion-mnist"
+	if _, err := os.Stat(filepath.Join(dir, "train-images-idx3-ubyte.gz")); err != nil {
+		t.Skip("Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)")
+	}
+	return dir
+}
+
 // Issue 2: on Fashion-MNIST, softmax regression with the issue's command
 // (other flags at their defaults) reaches at least 84% test accuracy.
 func TestAcceptanceFashionMNIST(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short")
 	}
-	dir := "/usr/share/datasets/fashion-mnist"
-	if _, err := os.Stat(filepath.Join(dir, "train-images-idx3-ubyte.gz")); err != nil {
-		t.Skip("Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)")
-	}
+	dir := fashionMNIST(t)
 	s := trainReport(t, "--train", filepath.Join(dir, "train-images-idx3-ubyte.gz"),
 		"--test", filepath.Join(dir, "t10k-images-idx3-ubyte.gz"), "--model", "softmax", "--classes", "10", "--dim", "784")
 	t.Logf("Fashion-MNIST: accuracy %.4f, log-loss %.4f, %d examples in %.1fs", s.TestAccuracy, s.TestLogLoss, s.Examples, s.Seconds)
 	if s.TestExamples != 10000 || s.TestAccuracy < 0.84 {
 		t.Errorf("test accuracy %.4f on %d examples; want >= 0.84 on 10000", s.TestAccuracy, s.TestExamples)
+	}
+}
+
+// The MLP (one hidden layer of 128 ReLU units) beats softmax regression
+// on Fashion-MNIST: at least 86% test accuracy in 5 epochs, where softmax
+// reaches 84-85% (scikit-learn's MLPClassifier with 100 units: 87.7% in
+// the Fashion-MNIST benchmark table, github.com/zalandoresearch/fashion-mnist).
+func TestAcceptanceFashionMNISTMLP(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	dir := fashionMNIST(t)
+	s := trainReport(t, "--train", filepath.Join(dir, "train-images-idx3-ubyte.gz"),
+		"--test", filepath.Join(dir, "t10k-images-idx3-ubyte.gz"), "--model", "mlp", "--hidden", "128",
+		"--lr", "0.05", "--l2", "0", "--epochs", "5")
+	t.Logf("Fashion-MNIST MLP: accuracy %.4f, log-loss %.4f, %d examples in %.1fs (%.0f/s)", s.TestAccuracy, s.TestLogLoss, s.Examples, s.Seconds, s.ExamplesPerSec)
+	if s.TestExamples != 10000 || s.TestAccuracy < 0.86 {
+		t.Errorf("test accuracy %.4f on %d examples; want >= 0.86 on 10000", s.TestAccuracy, s.TestExamples)
 	}
 }
 

@@ -197,8 +197,11 @@ func resolveModel(args []string, log zerolog.Logger) ([]string, *trainJob, error
 	m := job.model
 	out := []string{"--model", m.Kind.String(), "--dim", strconv.FormatUint(m.Dim, 10),
 		"--shards", strconv.Itoa(m.Layout.Shards), "--l2", strconv.FormatFloat(m.Opt.L2, 'g', -1, 64)}
-	if m.Kind == model.Softmax {
+	if m.Kind.Multiclass() {
 		out = append(out, "--classes", strconv.Itoa(m.Classes), "--label-base", strconv.FormatInt(m.LabelBase, 10))
+	}
+	if m.Kind == model.MLP {
+		out = append(out, "--hidden", strconv.Itoa(m.Hidden))
 	}
 	job.model = nil // the peers build their own; this one was only for the checks
 	return out, job, nil

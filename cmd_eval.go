@@ -59,7 +59,7 @@ refused with an error that says which.`
 			return err
 		}
 		opt := data.Options{Format: f, ZeroBased: zeroBased, Dim: m.Dim, SkipBad: skipBad, Labels: labels, LabelBase: int(m.LabelBase)}
-		if m.Kind == model.Softmax {
+		if m.Kind.Multiclass() {
 			opt.Classes = m.Classes
 		}
 		src, err := data.Open([]string{test}, opt)

@@ -73,11 +73,15 @@ type modelFlags struct {
 	l1        float64
 	l2        string
 	beta      float64
+	hidden    int
+	initSeed  uint64
 }
 
 func (m *modelFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&m.kind, "model", "auto", "model `kind`: logreg (binary logistic regression, labels 0/1 or -1/+1), softmax\n(multinomial logistic regression over --classes classes), or auto: logreg when the\ntraining labels are binary, else softmax (needs a quick scan of the data)")
-	fs.IntVar(&m.classes, "classes", 0, "softmax: number of `classes` (default: inferred from the training labels)")
+	fs.StringVar(&m.kind, "model", "auto", "model `kind`: logreg (binary logistic regression, labels 0/1 or -1/+1), softmax\n(multinomial logistic regression over --classes classes), mlp (one hidden layer of\n--hidden ReLU units, then softmax), or auto: logreg when the training labels are binary,\nelse softmax (needs a quick scan of the data)")
+	fs.IntVar(&m.classes, "classes", 0, "softmax, mlp: number of `classes` (default: inferred from the training labels)")
+	fs.IntVar(&m.hidden, "hidden", 128, "mlp: hidden `units` (ReLU). Every row of the model is this wide, so the model is\n(dim + classes + 2) x hidden floats")
+	fs.Uint64Var(&m.initSeed, "init-seed", 1, "mlp: `seed` of the initial weights; every peer of a cluster must use the same")
 	fs.Uint64Var(&m.dim, "dim", 0, "number of input `features`. Required for criteo input (the hashing trick hashes into it);\nfor libsvm and idx input it may be omitted and is then inferred from the data")
 	fs.IntVar(&m.shards, "shards", 256, "virtual shards the model is split into (a power of two); peers own shards")
 	fs.StringVar(&m.optimizer, "optimizer", "adagrad", "`optimizer`: sgd (decaying step size), adagrad (per-coordinate step sizes), or ftrl\n(FTRL-Proximal: per-coordinate, L1 gives sparse models; the CTR industry's standard)")
@@ -275,6 +279,12 @@ func prepareTraining(c *command, d *dataFlags, m *modelFlags, r *runFlags, log z
 	if c.set("classes") && m.classes < 2 {
 		return nil, usageErr("classes", "want at least 2 classes, got %d", m.classes)
 	}
+	if kind != model.MLP && (c.set("hidden") || c.set("init-seed")) {
+		return nil, usageErr("hidden", "--hidden and --init-seed are for --model mlp")
+	}
+	if kind == model.MLP && (m.hidden < 1 || m.hidden > model.MaxHidden) {
+		return nil, usageErr("hidden", "want 1..%d hidden units, got %d", model.MaxHidden, m.hidden)
+	}
 	if kind == model.Logreg && c.set("classes") && m.classes != 2 {
 		return nil, usageErr("classes", "logreg is binary (2 classes); use --model softmax for %d classes", m.classes)
 	}
@@ -312,7 +322,7 @@ func prepareTraining(c *command, d *dataFlags, m *modelFlags, r *runFlags, log z
 	// row count behind --l2 auto.
 	dim, classes := m.dim, m.classes
 	needScan := kind == 0 || dim == 0 || l2Auto ||
-		(kind == model.Softmax && (classes == 0 || d.labelBase == "auto"))
+		(kind.Multiclass() && (classes == 0 || d.labelBase == "auto"))
 	if needScan {
 		scanOpt := base
 		scanOpt.Labels = d.trainLabels
@@ -355,7 +365,7 @@ func prepareTraining(c *command, d *dataFlags, m *modelFlags, r *runFlags, log z
 				log.Info().Int("labels", len(sr.Labels)).Msg("--model auto: softmax (the labels are classes)")
 			}
 		}
-		if kind == model.Softmax {
+		if kind.Multiclass() {
 			if d.labelBase == "auto" {
 				labelBase = min(lo, 0)
 				if ok && lo > 0 {
@@ -388,7 +398,7 @@ func prepareTraining(c *command, d *dataFlags, m *modelFlags, r *runFlags, log z
 		return nil, usageErr("dim", "criteo input is hashed into --dim features: give it (e.g. --dim 16777216)")
 	}
 	base.Dim = dim
-	if kind == model.Softmax {
+	if kind.Multiclass() {
 		base.Classes = classes
 		base.LabelBase = labelBase
 	}
@@ -412,7 +422,15 @@ func prepareTraining(c *command, d *dataFlags, m *modelFlags, r *runFlags, log z
 			shards /= 2
 		}
 	}
-	mod, err := model.New(kind, dim, classes, shards, oc)
+	var mod *model.Model
+	if kind == model.MLP {
+		if m.hidden < classes {
+			return nil, usageErr("hidden", "%d hidden units for %d classes: want at least as many units as classes", m.hidden, classes)
+		}
+		mod, err = model.NewMLP(dim, classes, m.hidden, shards, oc, m.initSeed)
+	} else {
+		mod, err = model.New(kind, dim, classes, shards, oc)
+	}
 	if err != nil {
 		return nil, usageErr("shards", "%v", err)
 	}

@@ -246,6 +246,7 @@ func (j *trainJob) runDistributed(tf *trainFlags) error {
 	gcfg.Job, gcfg.Width = ncfg.Job, j.model.Layout.Width
 	gcfg.Wire.Values, gcfg.Wire.Compress = values, compress
 	gcfg.Wire.Limits.Features = j.model.Layout.Features
+	gcfg.Wire.Limits.MaxWidth = max(gcfg.Wire.Limits.MaxWidth, j.model.Layout.Width) // wide softmax or mlp rows
 	gcfg.Wire.Limits.MaxMessage = min(gcfg.Wire.Limits.MaxMessage, n.MaxPayload())
 	gcfg.GradStreams = tf.dist.gradTransport == "stream"
 	gcfg.ParamsStreams = tf.dist.paramsTransport == "stream"

@@ -7,6 +7,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"net"
@@ -280,5 +281,46 @@ func TestE2ETinyQueuesRepairToTheSameModel(t *testing.T) {
 	t.Logf("tiny queues: gossipsub dropped %d, repaired %d", dropped, repaired)
 	if dropped == 0 || repaired == 0 {
 		t.Errorf("tiny queues: gossipsub dropped %d and the exchange repaired %d messages; want both > 0", dropped, repaired)
+	}
+}
+
+// An MLP trains across peers like the linear models: two peers in sync
+// mode end with one model, which a saved file reproduces under eval (model
+// file version 2 carries the hidden size), and a second run with the same
+// --init-seed starts and ends the same.
+func TestE2EMLPTwoPeers(t *testing.T) {
+	dir := fashionMNIST(t)
+	out := t.TempDir()
+	test := filepath.Join(dir, "t10k-images-idx3-ubyte.gz")
+	common := []string{"--train", filepath.Join(dir, "train-images-idx3-ubyte.gz"), "--test", test,
+		"--model", "mlp", "--hidden", "32", "--lr", "0.05", "--l2", "0", "--epochs", "1", "--batch", "100"}
+	runs := localCluster(t, newIdentities(t, 2), func(i int) []string {
+		return []string{"--part", fmt.Sprintf("%d/2", i+1), "--save", filepath.Join(out, fmt.Sprintf("peer%d.gt", i))}
+	}, common...)
+	h := sameHash(t, "mlp, 2 peers", runs)
+	s := runs[0].Summary
+	t.Logf("mlp, 2 peers, 1 epoch: accuracy %.4f, log-loss %.4f, model %s", s.TestAccuracy, s.TestLogLoss, h)
+	if s.TestAccuracy < 0.78 {
+		t.Errorf("accuracy %.4f after one epoch; want >= 0.78", s.TestAccuracy)
+	}
+	code, stdout, stderr := gt(t, "eval", "--model", filepath.Join(out, "peer1.gt"), "--test", test)
+	if code != 0 {
+		t.Fatalf("eval: exit %d: %s", code, stderr)
+	}
+	var ev struct {
+		Model    string  `json:"model"`
+		Accuracy float64 `json:"test_accuracy"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &ev); err != nil {
+		t.Fatalf("eval printed %q: %v", stdout, err)
+	}
+	if ev.Accuracy != float64(s.TestAccuracy) {
+		t.Errorf("eval of the saved model: accuracy %v (%s), the run's %v", ev.Accuracy, ev.Model, s.TestAccuracy)
+	}
+	again := localCluster(t, newIdentities(t, 2), func(i int) []string {
+		return []string{"--part", fmt.Sprintf("%d/2", i+1)}
+	}, common...)
+	if h2 := sameHash(t, "mlp, again", again); h2 != h {
+		t.Errorf("the same run again ends with model %s, the first with %s: the initial weights differ", h2, h)
 	}
 }

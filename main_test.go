@@ -62,6 +62,9 @@ func TestUsageErrorsNameTheFlag(t *testing.T) {
 		{[]string{"train", "--train", svm, "--shards", "3"}, "--shards: "},
 		{[]string{"train", "--train", svm, "--l1", "0.1"}, "--l1: L1 needs --optimizer ftrl"},
 		{[]string{"train", "--train", svm, "--no-such-flag"}, "flag provided but not defined: -no-such-flag"},
+		{[]string{"train", "--train", svm, "--model", "softmax", "--hidden", "64"}, "--hidden: --hidden and --init-seed are for --model mlp"},
+		{[]string{"train", "--train", svm, "--model", "mlp", "--hidden", "0"}, "--hidden: want 1..4096 hidden units, got 0"},
+		{[]string{"train", "--train", svm, "--model", "mlp", "--hidden", "1"}, "--hidden: 1 hidden units for 2 classes"},
 		{[]string{"eval", "--test", svm}, "--model: required"},
 		{[]string{"gen"}, "--out: required"},
 	}

@@ -1,5 +1,6 @@
 // Package model is gossiptrain's parameter storage: the weights of a linear
-// model (binary logistic or multinomial softmax) in shard-major dense
+// model (binary logistic or multinomial softmax) or of a one-hidden-layer
+// MLP (see MLP for its rows) in shard-major dense
 // float32 slots, the optimizer state of the shards a peer owns, the
 // optimizers (SGD with a decay schedule, AdaGrad, FTRL-Proximal), and the
 // model file and shard export formats.

@@ -28,6 +28,7 @@ import (
 //	                reserved u8 (0), dim u64, classes u32, shards u32,
 //	                label base i64, steps i64,
 //	                lr, decay, power, l1, l2, beta, eps (7 x float64),
+//	                version 2 only: hidden u32 (an MLP's hidden units),
 //	                if flags bit 0: a bitmap of ceil(shards/8) bytes, bit s%8
 //	                of byte s/8 set when shard s's state follows,
 //	                meta: count u32, then per entry (ascending keys)
@@ -42,9 +43,10 @@ import (
 // Writers and readers stream section by section through a 64 KiB buffer:
 // saving a 128 MiB model needs no second copy of it.
 const (
-	// FormatVersion is the model file format this binary writes and the
-	// newest it reads.
-	FormatVersion = 1
+	// FormatVersion is the newest model file format this binary reads. It
+	// writes version 1 for the linear kinds (so older binaries read them)
+	// and version 2, which adds the hidden size, for MLPs.
+	FormatVersion = 2
 
 	fileMagic = "GTMODEL\n"
 	preamble  = 20       // magic, version, complement, header length
@@ -105,8 +107,12 @@ func (m *Model) Save(w io.Writer, opt SaveOptions) (int64, error) {
 	hw := &hashWriter{w: w, d: xxhash.New()}
 	var pre [preamble]byte
 	copy(pre[:], fileMagic)
-	binary.LittleEndian.PutUint32(pre[8:], FormatVersion)
-	binary.LittleEndian.PutUint32(pre[12:], ^uint32(FormatVersion))
+	version := uint32(1)
+	if m.Kind == MLP {
+		version = 2
+	}
+	binary.LittleEndian.PutUint32(pre[8:], version)
+	binary.LittleEndian.PutUint32(pre[12:], ^version)
 	binary.LittleEndian.PutUint32(pre[16:], uint32(len(hdr)))
 	hw.write(pre[:])
 	hw.write(hdr)
@@ -140,6 +146,9 @@ func (m *Model) header(opt SaveOptions) []byte {
 	b = le.AppendUint64(b, uint64(m.Steps))
 	for _, f := range [...]float64{m.Opt.LR, m.Opt.Decay, m.Opt.Power, m.Opt.L1, m.Opt.L2, m.Opt.Beta, m.Opt.Eps} {
 		b = le.AppendUint64(b, math.Float64bits(f))
+	}
+	if m.Kind == MLP {
+		b = le.AppendUint32(b, uint32(m.Hidden))
 	}
 	if opt.State {
 		bm := make([]byte, (m.Layout.Shards+7)/8)
@@ -238,7 +247,7 @@ func readModel(r io.Reader, size int64) (*Model, error) {
 	if err := hr.check(); err != nil {
 		return nil, err
 	}
-	m, state, err := parseHeader(hdr)
+	m, state, err := parseHeader(hdr, version)
 	if err != nil {
 		return nil, err
 	}
@@ -278,7 +287,7 @@ func readModel(r io.Reader, size int64) (*Model, error) {
 
 // parseHeader decodes a checksum-verified header body into a zero model and
 // the set of shards whose state follows.
-func parseHeader(b []byte) (*Model, []bool, error) {
+func parseHeader(b []byte, version uint32) (*Model, []bool, error) {
 	le := binary.LittleEndian
 	const fixed = 4 + 8 + 4 + 4 + 8 + 8 + 7*8
 	if len(b) < fixed {
@@ -297,13 +306,23 @@ func parseHeader(b []byte) (*Model, []bool, error) {
 	if flags&^1 != 0 || b[3] != 0 {
 		return nil, nil, corrupt("unknown header flags %#x %#x", flags, b[3])
 	}
-	m, err := newShape(kind, dim, int(classes), int(shards), o)
+	hidden := 0
+	if version >= 2 {
+		if len(b) < fixed+4 {
+			return nil, nil, corrupt("header of %d bytes, want at least %d", len(b), fixed+4)
+		}
+		hidden = int(le.Uint32(b[fixed:]))
+	}
+	m, err := newShape(kind, dim, int(classes), hidden, int(shards), o)
 	if err != nil {
 		return nil, nil, &fileError{fmt.Sprintf("header describes no valid model: %v (file corrupt or truncated)", err), ErrCorrupt}
 	}
 	m.LabelBase = int64(le.Uint64(b[20:]))
 	m.Steps = int64(le.Uint64(b[28:]))
 	b = b[fixed:]
+	if version >= 2 {
+		b = b[4:]
+	}
 	state := make([]bool, shards)
 	if flags&1 != 0 {
 		n := (int(shards) + 7) / 8

@@ -18,22 +18,32 @@ const (
 	// Softmax is multinomial logistic regression: one weight per feature and
 	// class (Width = Classes), P(y=c|x) = softmax(W·x + b)_c.
 	Softmax Kind = 2
+	// MLP is a multilayer perceptron with one hidden layer of Hidden ReLU
+	// units: P(y|x) = softmax(W2·relu(W1·x + b1) + b2). Every row is Hidden
+	// wide: rows 0..Dim-1 are W1's (input feature k's weights to the hidden
+	// units), row Dim is b1, rows Dim+1..Dim+Classes are W2's (class j's
+	// weights from the hidden units), and row Dim+Classes+1 is b2 (its first
+	// Classes values). Sparse inputs touch only their W1 rows; the other
+	// Classes+2 rows are touched by every example.
+	MLP Kind = 3
 )
 
 // ErrConfig is wrapped by every configuration error of this package
 // (unknown names, out-of-range optimizer settings, bad shapes).
 var ErrConfig = errors.New("invalid model configuration")
 
-// ParseKind parses a model kind as written on the command line: "logreg" or
-// "softmax" (case-insensitive).
+// ParseKind parses a model kind as written on the command line: "logreg",
+// "softmax" or "mlp" (case-insensitive).
 func ParseKind(s string) (Kind, error) {
 	switch strings.ToLower(strings.TrimSpace(s)) {
 	case "logreg":
 		return Logreg, nil
 	case "softmax":
 		return Softmax, nil
+	case "mlp":
+		return MLP, nil
 	}
-	return 0, fmt.Errorf("%w: unknown model kind %q (want logreg or softmax)", ErrConfig, s)
+	return 0, fmt.Errorf("%w: unknown model kind %q (want logreg, softmax or mlp)", ErrConfig, s)
 }
 
 // String returns the name ParseKind accepts.
@@ -43,12 +53,18 @@ func (k Kind) String() string {
 		return "logreg"
 	case Softmax:
 		return "softmax"
+	case MLP:
+		return "mlp"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
 
 // valid reports whether k is a known kind.
-func (k Kind) valid() bool { return k == Logreg || k == Softmax }
+func (k Kind) valid() bool { return k == Logreg || k == Softmax || k == MLP }
+
+// Multiclass reports whether k predicts one of Classes labels (Softmax,
+// MLP) rather than a binary label (Logreg).
+func (k Kind) Multiclass() bool { return k == Softmax || k == MLP }
 
 // OptKind selects the optimizer that owners apply to their shards.
 type OptKind uint8

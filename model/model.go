@@ -23,8 +23,11 @@ type Model struct {
 	Kind Kind
 	// Dim is the number of input features; the bias is row Dim.
 	Dim uint64
-	// Classes is 2 for Logreg and the number of classes for Softmax.
+	// Classes is 2 for Logreg and the number of classes for Softmax and MLP.
 	Classes int
+	// Hidden is the MLP's number of hidden units (its row width); 0 for the
+	// linear kinds.
+	Hidden int
 	// LabelBase is the label of class 0 in the input files (multiclass data
 	// labelled 1..K has LabelBase 1). Stored so a saved model predicts the
 	// labels it was trained on; unused by the arithmetic.
@@ -53,7 +56,10 @@ type Model struct {
 // or 2 (both mean binary); for Softmax it is the number of classes, >= 2.
 // dim is the number of input features, 1..2^32-1; shards is a power of two.
 func New(kind Kind, dim uint64, classes, shards int, opt OptConfig) (*Model, error) {
-	m, err := newShape(kind, dim, classes, shards, opt)
+	if kind == MLP {
+		return nil, fmt.Errorf("%w: an mlp needs a hidden size and initial weights: use NewMLP", ErrConfig)
+	}
+	m, err := newShape(kind, dim, classes, 0, shards, opt)
 	if err != nil {
 		return nil, err
 	}
@@ -61,10 +67,54 @@ func New(kind Kind, dim uint64, classes, shards int, opt OptConfig) (*Model, err
 	return m, nil
 }
 
+// MaxHidden bounds an MLP's hidden units: a row of that many float32 is
+// 16 KiB, still a small part of a message.
+const MaxHidden = 4096
+
+// NewMLP returns an MLP with hidden ReLU units and no shard owned, its
+// weights initialised from seed alone, so every peer that calls it with the
+// same arguments holds the same model: W1 and W2 uniform in ±sqrt(6/fan_in)
+// (He et al. 2015's variance for ReLU layers, fan_in = dim for W1, hidden
+// for W2), biases 0. Zero weights would never train: every hidden unit
+// would get the same gradient.
+func NewMLP(dim uint64, classes, hidden, shards int, opt OptConfig, seed uint64) (*Model, error) {
+	m, err := newShape(MLP, dim, classes, hidden, shards, opt)
+	if err != nil {
+		return nil, err
+	}
+	m.W = make([]float32, m.Layout.Len())
+	a1 := math.Sqrt(6 / float64(dim))
+	a2 := math.Sqrt(6 / float64(hidden))
+	for k := range uint32(dim) {
+		initRow(m.Row(k), seed, k, a1)
+	}
+	for j := range classes {
+		k := m.Bias() + 1 + uint32(j)
+		initRow(m.Row(k), seed, k, a2)
+	}
+	return m, nil
+}
+
+// initRow fills row k with uniform values in [-a, a) from a counter-based
+// generator (splitmix64 of seed, row and column), so a row's values do not
+// depend on the layout or on the order rows are initialised in.
+func initRow(row []float32, seed uint64, k uint32, a float64) {
+	for c := range row {
+		x := seed ^ uint64(k)<<20 ^ uint64(c)
+		x += 0x9e3779b97f4a7c15
+		x = (x ^ x>>30) * 0xbf58476d1ce4e5b9
+		x = (x ^ x>>27) * 0x94d049bb133111eb
+		x ^= x >> 31
+		u := float64(x>>11) / (1 << 53) // [0, 1)
+		row[c] = float32((2*u - 1) * a)
+	}
+}
+
 // newShape is New without the weights (W nil): readers allocate them as
-// the data arrives.
-func newShape(kind Kind, dim uint64, classes, shards int, opt OptConfig) (*Model, error) {
+// the data arrives. hidden is the MLP's hidden units (0 otherwise).
+func newShape(kind Kind, dim uint64, classes, hidden, shards int, opt OptConfig) (*Model, error) {
 	width := 0
+	rows := dim + 1
 	switch kind {
 	case Logreg:
 		if classes != 0 && classes != 2 {
@@ -76,8 +126,23 @@ func newShape(kind Kind, dim uint64, classes, shards int, opt OptConfig) (*Model
 			return nil, fmt.Errorf("%w: softmax needs 2..%d classes, got %d", ErrConfig, MaxClasses, classes)
 		}
 		width = classes
+	case MLP:
+		if classes < 2 || classes > MaxClasses {
+			return nil, fmt.Errorf("%w: mlp needs 2..%d classes, got %d", ErrConfig, MaxClasses, classes)
+		}
+		if hidden < 1 || hidden > MaxHidden {
+			return nil, fmt.Errorf("%w: mlp needs 1..%d hidden units, got %d", ErrConfig, MaxHidden, hidden)
+		}
+		if hidden < classes {
+			return nil, fmt.Errorf("%w: mlp with %d hidden units for %d classes: b2 is stored in one row of hidden width, want hidden >= classes", ErrConfig, hidden, classes)
+		}
+		width = hidden
+		rows = dim + uint64(classes) + 2
 	default:
 		return nil, fmt.Errorf("%w: unknown model kind %d", ErrConfig, kind)
+	}
+	if kind != MLP && hidden != 0 {
+		return nil, fmt.Errorf("%w: %v has no hidden units, got %d", ErrConfig, kind, hidden)
 	}
 	if dim == 0 || dim >= MaxFeatures {
 		return nil, fmt.Errorf("%w: dim %d, want 1..%d (indices are uint32 and the bias takes row dim)", ErrConfig, dim, uint64(MaxFeatures-1))
@@ -85,7 +150,10 @@ func newShape(kind Kind, dim uint64, classes, shards int, opt OptConfig) (*Model
 	if err := opt.Validate(); err != nil {
 		return nil, err
 	}
-	l, err := NewLayout(dim+1, width, shards)
+	if rows > MaxFeatures {
+		return nil, fmt.Errorf("%w: dim %d and %d classes make %d rows, more than %d", ErrConfig, dim, classes, rows, uint64(MaxFeatures))
+	}
+	l, err := NewLayout(rows, width, shards)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
@@ -93,6 +161,7 @@ func newShape(kind Kind, dim uint64, classes, shards int, opt OptConfig) (*Model
 		Kind:    kind,
 		Dim:     dim,
 		Classes: classes,
+		Hidden:  hidden,
 		Layout:  l,
 		Opt:     opt,
 		State:   make([][]float32, shards),
@@ -102,8 +171,17 @@ func newShape(kind Kind, dim uint64, classes, shards int, opt OptConfig) (*Model
 // Width is the number of floats per row (1 for Logreg, Classes for Softmax).
 func (m *Model) Width() int { return m.Layout.Width }
 
-// Bias returns the index of the bias row, Dim.
+// Bias returns the index of the bias row, Dim (b1 for an MLP).
 func (m *Model) Bias() uint32 { return uint32(m.Dim) }
+
+// Bias2 returns the index of an MLP's output bias row b2, Dim+Classes+1;
+// for the linear kinds it is Bias. Regularisation skips both.
+func (m *Model) Bias2() uint32 {
+	if m.Kind == MLP {
+		return uint32(m.Dim) + uint32(m.Classes) + 1
+	}
+	return uint32(m.Dim)
+}
 
 // Own allocates zeroed optimizer state for shard s, making this peer able to
 // Apply gradients to it. Owning an owned shard changes nothing.

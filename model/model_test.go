@@ -41,7 +41,9 @@ func TestParseKinds(t *testing.T) {
 		{"logreg", Logreg, true},
 		{"Softmax", Softmax, true},
 		{" logreg ", Logreg, true},
-		{"mlp", 0, false},
+		{"mlp", MLP, true},
+		{"MLP", MLP, true},
+		{"perceptron", 0, false},
 		{"", 0, false},
 	} {
 		got, err := ParseKind(tc.in)

@@ -109,13 +109,13 @@ func (r *rowIndex) bad(k uint32) {
 }
 
 func (m *Model) applySGD(g *Sparse, inv, lr float64) {
-	width, bias, ri := m.Layout.Width, m.Bias(), m.rowIndex()
+	width, bias, bias2, ri := m.Layout.Width, m.Bias(), m.Bias2(), m.rowIndex()
 	for i, k := range g.Idx {
 		off, _, _ := ri.row(k)
 		w := ri.w[off : off+width]
 		gv := g.Val[i*width : (i+1)*width]
 		l2 := m.Opt.L2
-		if k == bias {
+		if k == bias || k == bias2 {
 			l2 = 0
 		}
 		for c, gc := range gv[:len(w)] {
@@ -126,7 +126,7 @@ func (m *Model) applySGD(g *Sparse, inv, lr float64) {
 }
 
 func (m *Model) applyAdaGrad(g *Sparse, inv float64) {
-	width, bias := m.Layout.Width, m.Bias()
+	width, bias, bias2 := m.Layout.Width, m.Bias(), m.Bias2()
 	lr, eps, ri := m.Opt.LR, m.Opt.Eps, m.rowIndex()
 	for i, k := range g.Idx {
 		off, st, j := ri.row(k)
@@ -134,7 +134,7 @@ func (m *Model) applyAdaGrad(g *Sparse, inv float64) {
 		gv := g.Val[i*width : (i+1)*width]
 		acc := st[j : j+len(w)]
 		l2 := m.Opt.L2
-		if k == bias {
+		if k == bias || k == bias2 {
 			l2 = 0
 		}
 		for c, gc := range gv[:len(w)] {
@@ -148,7 +148,7 @@ func (m *Model) applyAdaGrad(g *Sparse, inv float64) {
 }
 
 func (m *Model) applyFTRL(g *Sparse, inv float64) {
-	width, bias := m.Layout.Width, m.Bias()
+	width, bias, bias2 := m.Layout.Width, m.Bias(), m.Bias2()
 	alpha, beta, ri := m.Opt.LR, m.Opt.Beta, m.rowIndex()
 	for i, k := range g.Idx {
 		off, st, j := ri.row(k)
@@ -156,7 +156,7 @@ func (m *Model) applyFTRL(g *Sparse, inv float64) {
 		gv := g.Val[i*width : (i+1)*width]
 		zn := st[j : j+2*len(w)]
 		l1, l2 := m.Opt.L1, m.Opt.L2
-		if k == bias {
+		if k == bias || k == bias2 {
 			l1, l2 = 0, 0
 		}
 		for c, gc := range gv[:len(w)] {

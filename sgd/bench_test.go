@@ -116,6 +116,18 @@ func BenchmarkStepSoftmax(b *testing.B) {
 	}
 }
 
+// BenchmarkStepMLP: batch 100 of MNIST-like rows (784 dims, ~150 nnz,
+// 10 classes) through 128 hidden units: about 2·nnz·hidden + 3·classes·hidden
+// multiply-adds an example.
+func BenchmarkStepMLP(b *testing.B) {
+	batches := mnistBatches(32, 100, 150)
+	m, err := model.NewMLP(784, 10, 128, 256, model.DefaultOptConfig(model.AdaGrad), 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	benchStep(b, m, batches)
+}
+
 // batchSource serves pre-built batches (max must be >= their rows).
 type batchSource struct {
 	batches []*data.Batch

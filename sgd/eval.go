@@ -51,6 +51,7 @@ func (m Metrics) String() string {
 type Evaluator struct {
 	batch    data.Batch
 	z        []float64
+	h        []float64 // an MLP's hidden layer
 	pos, neg []float64 // logits of the positive and negative examples
 }
 
@@ -70,11 +71,14 @@ func (e *Evaluator) Evaluate(m *model.Model, src data.Source, batch int) (Metric
 	if batch < 1 {
 		panic(fmt.Sprintf("sgd: Evaluate with batch %d", batch))
 	}
-	width, dim, o := m.Layout.Width, uint32(m.Dim), offsetsOf(&m.Layout)
+	width, o := outputs(m), offsetsOf(&m.Layout)
 	if cap(e.z) < width {
 		e.z = make([]float64, width)
 	}
-	z := e.z[:width]
+	if cap(e.h) < m.Hidden {
+		e.h = make([]float64, m.Hidden)
+	}
+	z, h := e.z[:width], e.h[:m.Hidden]
 	e.pos, e.neg = e.pos[:0], e.neg[:0]
 	var n, wrong int64
 	var loss float64
@@ -83,7 +87,7 @@ func (e *Evaluator) Evaluate(m *model.Model, src data.Source, batch int) (Metric
 		b := &e.batch
 		for r := range rows {
 			idx, val := b.Row(r)
-			logits(m.W, o, dim, idx, val, z)
+			scores(m, o, idx, val, z, h)
 			label := b.Labels[r]
 			var py float64
 			if m.Kind == model.Logreg {

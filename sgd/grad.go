@@ -39,6 +39,7 @@ type Grad struct {
 	z        []float64 // logits, then probabilities, of one example
 	sum      []float64 // one row's sum while collecting
 	count    []uint32  // the sort's counters
+	mlp      *mlpScratch
 	examples int
 }
 
@@ -88,6 +89,9 @@ func NewGrad(m *model.Model) *Grad {
 	if g.keyBits > 0 {
 		g.count = make([]uint32, max(1<<bucketBits, 3<<radixBits))
 	}
+	if m.Kind == model.MLP {
+		g.mlp = newMLPScratch(m)
+	}
 	return g
 }
 
@@ -122,6 +126,8 @@ func (g *Grad) Add(m *model.Model, b *data.Batch) (loss float64) {
 	switch g.kind {
 	case model.Logreg:
 		loss = g.addLogreg(m, b)
+	case model.MLP:
+		loss = g.addMLP(m, b)
 	default:
 		loss = g.addSoftmax(m, b)
 	}
@@ -261,18 +267,21 @@ func softmax(z []float64) (lse float64) {
 
 // Collect resets out, appends the summed gradient's rows in ascending row
 // order (Width values each; a row that occurs twice in one example or in
-// several examples appears once), the bias row last, and resets g for the
-// next batch. It allocates only while out grows.
+// several examples appears once), the bias row last (an MLP's W2 and b2
+// rows follow it), and resets g for the next batch. It allocates only while out grows.
 func (g *Grad) Collect(out *model.Sparse) {
 	out.Reset()
 	if g.examples == 0 {
 		return
 	}
 	ents := g.sortEntries()
-	if g.width == 1 {
+	if g.width == 1 && g.mlp == nil {
 		g.collect1(out, ents)
 	} else {
 		g.collectN(out, ents)
+	}
+	if g.mlp != nil {
+		g.collectMLP(out)
 	}
 	g.ents, g.d, g.examples = g.ents[:0], g.d[:0], 0
 }
@@ -440,23 +449,29 @@ func (g *Grad) radixSort(a, b []entry) (sorted, spare []entry) {
 	return a, b
 }
 
-// Predict sets out (len Width) to the model's probabilities for one example
-// with indices idx (< Dim) and values val: out[0] = P(y=1) for Logreg,
-// out[c] = P(class c) for Softmax. It allocates nothing for up to 64
-// classes.
+// Predict sets out (len 1 for Logreg, Classes otherwise) to the model's
+// probabilities for one example with indices idx (< Dim) and values val:
+// out[0] = P(y=1) for Logreg, out[c] = P(class c) for Softmax and MLP. It
+// allocates nothing for up to 64 classes (and 256 hidden units).
 func Predict(m *model.Model, idx []uint32, val []float32, out []float32) {
-	width := m.Layout.Width
+	width := outputs(m)
 	if len(out) != width || len(val) != len(idx) {
-		panic(fmt.Sprintf("sgd: Predict with %d indices, %d values, %d outputs for width %d", len(idx), len(val), len(out), width))
+		panic(fmt.Sprintf("sgd: Predict with %d indices, %d values, %d outputs for %d", len(idx), len(val), len(out), width))
 	}
 	var buf [64]float64
-	var z []float64
+	var hbuf [256]float64
+	var z, h []float64
 	if width <= len(buf) {
 		z = buf[:width]
 	} else {
 		z = make([]float64, width)
 	}
-	logits(m.W, offsetsOf(&m.Layout), uint32(m.Dim), idx, val, z)
+	if m.Hidden <= len(hbuf) {
+		h = hbuf[:m.Hidden]
+	} else {
+		h = make([]float64, m.Hidden)
+	}
+	scores(m, offsetsOf(&m.Layout), idx, val, z, h)
 	if m.Kind == model.Logreg {
 		p, _ := sigmoidLoss(z[0], 0)
 		out[0] = float32(p)

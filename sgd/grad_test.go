@@ -198,8 +198,13 @@ func TestGradAllocs(t *testing.T) {
 	for _, tc := range []struct {
 		kind    model.Kind
 		classes int
-	}{{model.Logreg, 0}, {model.Softmax, 5}} {
-		m := newModel(t, tc.kind, 1000, tc.classes, 16, model.DefaultOptConfig(model.SGD))
+	}{{model.Logreg, 0}, {model.Softmax, 5}, {model.MLP, 5}} {
+		var m *model.Model
+		if tc.kind == model.MLP {
+			m = newMLP(t, 1000, tc.classes, 32, 16, model.DefaultOptConfig(model.AdaGrad))
+		} else {
+			m = newModel(t, tc.kind, 1000, tc.classes, 16, model.DefaultOptConfig(model.SGD))
+		}
 		m.OwnAll()
 		b := batchOf(randomRows(rng, 50, 1000, 20, max(tc.classes, 2)))
 		g := NewGrad(m)
