@@ -107,12 +107,17 @@ func TestExchangeRejectsHostilePeerP2P(t *testing.T) {
 		t.Fatal(err)
 	}
 	cases := gossiptest.HostileCases(job, evil.tr.Self(), wn.tr.Self(), 1<<20, 1024)
+	// A case gossipsub lost is published again as a variant: the same
+	// bytes would be a duplicate to gossipsub (p2p.MessageID).
+	variants := [3][]gossiptest.Hostile{cases,
+		gossiptest.HostileVariants(job, evil.tr.Self(), wn.tr.Self(), 1<<20, 1024, 1),
+		gossiptest.HostileVariants(job, evil.tr.Self(), wn.tr.Self(), 1<<20, 1024, 2)}
 	var wantO, wantW gossip.Rejections
 	rejected := func() uint64 { return o.Rejected().Total() + w.Rejected().Total() }
 	// One case at a time, each waited for: gossipsub gives no delivery
 	// guarantee (a busy CI machine has lost one of a burst), so a case that
 	// never reached a validator within 10 s is published again, and logged.
-	for _, tc := range cases {
+	for i, tc := range cases {
 		topic := gossip.GradTopic(job, on.tr.Self())
 		if tc.Params {
 			topic = gossip.ParamsTopic(job, wn.tr.Self()) // params go to each receiver's own topic
@@ -122,7 +127,7 @@ func TestExchangeRejectsHostilePeerP2P(t *testing.T) {
 		}
 		before := rejected()
 		for try := 1; ; try++ {
-			if err := evil.tr.Publish(ctx, topic, tc.Msg); err != nil {
+			if err := evil.tr.Publish(ctx, topic, variants[try-1][i].Msg); err != nil {
 				t.Fatalf("%s: %v", tc.Name, err)
 			}
 			if waitUntil(10*time.Second, func() bool { return rejected() > before }) {
