@@ -402,3 +402,78 @@ func TestE2ECrashAndRestartSameIdentity(t *testing.T) {
 		t.Errorf("restarted peer's summary %+v: want a model copy, shards, examples and a third configuration", back)
 	}
 }
+
+// Issue 5 in async mode, across real processes: SIGTERM to one of 4 peers
+// mid-run; its shards are handed over (in-flight gradients forwarded or
+// buffered, not dropped), and the other 3 end with one model, every shard
+// owned by a live peer.
+func TestE2EAsyncGracefulLeave(t *testing.T) {
+	flags := append(churnData(t), "--mode", "async")
+	r := newChurnRun(t, 4, flags...)
+	var ps []*churnProc
+	for i := 0; i < 4; i++ {
+		ps = append(ps, r.start(i, "--min-peers", "4", "--part", fmt.Sprintf("%d/4", i+1)))
+	}
+	r.waitRound(ps[2], 40)
+	ps[2].cmd.Process.Signal(syscall.SIGTERM)
+	left := r.finish(ps[2])
+	var runs []*report.Run
+	for _, i := range []int{0, 1, 3} {
+		runs = append(runs, r.finish(ps[i]))
+	}
+	h := runs[0].Summary.ModelHash
+	for _, run := range runs {
+		s := run.Summary
+		if s.ModelHash != h || h == "" {
+			t.Errorf("%s ends with model_hash %q, %s with %q", short(s.PeerID), s.ModelHash, short(runs[0].Summary.PeerID), h)
+		}
+		if s.Covered != s.Shards {
+			t.Errorf("%s: %d of %d shards finalised by a live owner", short(s.PeerID), s.Covered, s.Shards)
+		}
+	}
+	var examples int64
+	for _, run := range runs {
+		examples += run.Summary.Examples
+	}
+	t.Logf("async: the leaver trained %d examples; survivors %d, log-loss %.5f, model %s",
+		left.Summary.Examples, examples, runs[0].Summary.TestLogLoss, h)
+	if left.Summary.Examples == 0 || examples != 45000 {
+		t.Errorf("leaver trained %d, survivors %d examples: want the leaver some and the survivors all of their 3 x 15000", left.Summary.Examples, examples)
+	}
+}
+
+// Issue 5 in async mode: SIGKILL to one of 4 peers with --replicas 2; its
+// shards' secondaries take over (none is promoted from a read copy), and
+// the survivors end with one model, every shard owned.
+func TestE2EAsyncCrashWithReplicas(t *testing.T) {
+	flags := append(churnData(t), "--mode", "async", "--replicas", "2")
+	r := newChurnRun(t, 4, flags...)
+	var ps []*churnProc
+	for i := 0; i < 4; i++ {
+		ps = append(ps, r.start(i, "--min-peers", "4", "--part", fmt.Sprintf("%d/4", i+1)))
+	}
+	r.waitRound(ps[2], 40)
+	ps[2].cmd.Process.Kill()
+	<-ps[2].done
+	var runs []*report.Run
+	for _, i := range []int{0, 1, 3} {
+		runs = append(runs, r.finish(ps[i]))
+	}
+	h := runs[0].Summary.ModelHash
+	for _, run := range runs {
+		s := run.Summary
+		if s.ModelHash != h || h == "" {
+			t.Errorf("%s ends with model_hash %q, %s with %q", short(s.PeerID), s.ModelHash, short(runs[0].Summary.PeerID), h)
+		}
+		if s.Covered != s.Shards {
+			t.Errorf("%s: %d of %d shards finalised by a live owner", short(s.PeerID), s.Covered, s.Shards)
+		}
+	}
+	t.Logf("async crash: survivors end with model %s, log-loss %.5f, %d promoted from read copies",
+		h, runs[0].Summary.TestLogLoss, runs[0].Summary.Promoted)
+	for _, run := range runs {
+		if p := run.Summary.Promoted; p != 0 {
+			t.Errorf("%s promoted %d shards from read copies; with 2 replicas the secondaries take over", short(run.Summary.PeerID), p)
+		}
+	}
+}

@@ -246,6 +246,7 @@ type DistSummary struct {
 	PokesDeferred  int64   // stalls that did not, because the peer was still sending
 	StreamErrors   int64   // stream failures the Exchange reported
 	Unpublished    int64   // messages the transport could not publish (left to repair)
+	Superseded     int64   // ssp/async: params rows skipped because a later owner of their shard had sent newer ones
 	RoundsDegraded int64   // owner rounds applied with fewer contributions than workers (a crashed or finished worker)
 	Configs        uint64  // the final configuration's ID
 	Members        int     // workers of the final configuration
@@ -298,6 +299,8 @@ type Dist struct {
 	finished     bool // has every shard's final values
 	doneClock    uint64
 	shardThrough []uint64          // per shard: rounds complete in the read copy (a count; Done at the end)
+	shardConfig  []uint64          // ssp/async, per shard: the configuration of the newest params applied to it
+	keep         model.Sparse      // ssp/async: the rows of a params message not superseded
 	acked        map[string]uint64 // per owner: clocks of ours it has applied (a count)
 	split        []model.Sparse    // per owner of the round's configuration, reused
 	grad         model.Sparse
@@ -379,6 +382,7 @@ func NewDist(m *model.Model, cfg DistConfig, h DistHooks) (*Dist, error) {
 		d.alive[p] = true
 	}
 	d.shardThrough = make([]uint64, m.Layout.Shards)
+	d.shardConfig = make([]uint64, m.Layout.Shards)
 	d.acked = map[string]uint64{}
 	d.firstTo = map[string]uint64{}
 	d.rounds = map[uint64]*round{}

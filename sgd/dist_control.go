@@ -537,6 +537,13 @@ func (d *Dist) onTransfer(e *event) {
 			continue
 		}
 		target.Own(s)
+		if target == d.m && d.cfg.Mode != Sync {
+			// The previous owner may have applied gradients it never
+			// published (they were waiting for its next flush), or
+			// published values some peers lost and can no longer repair
+			// from it once it has gone: send the whole shard once.
+			d.markShardDirty(s)
+		}
 		delete(d.pending, s)
 		for _, b := range d.buffered[s] {
 			d.applyAsync(b)

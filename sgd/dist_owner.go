@@ -62,15 +62,62 @@ func (d *Dist) onParams(e *event) {
 	}
 	// Sync: a message of a round the copy already has (sent before a
 	// joiner's snapshot was taken) is skipped. SSP and async: every message
-	// holds the owner's latest values of its rows, in order, so all apply.
-	if e.from != d.cfg.Self && (newer || e.force || T == 0 || d.cfg.Mode != Sync) && e.rows.Len() > 0 {
-		d.m.SetRows(&e.rows)
+	// holds the owner's latest values of its rows, in order, so all apply,
+	// except rows that a later configuration's owner has already sent.
+	switch {
+	case e.from == d.cfg.Self || e.rows.Len() == 0:
+	case d.cfg.Mode == Sync:
+		if newer || e.force || T == 0 {
+			d.m.SetRows(&e.rows)
+		}
+	default:
+		d.m.SetRows(d.unsuperseded(e))
 	}
 	for _, a := range e.applied {
 		if a.Worker == d.cfg.Self && a.Clock > d.acked[e.from] {
 			d.acked[e.from] = a.Clock
 		}
 	}
+}
+
+// unsuperseded returns the rows of params message e that no newer
+// configuration's owner has sent yet, and records e's configuration for
+// their shards. Messages of one sender arrive in order, but two senders'
+// do not: when a shard changes hands (join, leave, handoff), the previous
+// owner's last values can arrive after the new owner's, which already
+// include them (the new owner starts from the handed-over state). Without
+// this, a peer that got them in that order would keep the stale values,
+// and the peers would end with different models.
+func (d *Dist) unsuperseded(e *event) *model.Sparse {
+	c := e.config.ID
+	if c == 0 {
+		return &e.rows
+	}
+	skip := false
+	for _, k := range e.rows.Idx {
+		if d.shardConfig[k&d.mask] > c {
+			skip = true
+			break
+		}
+	}
+	if !skip {
+		for _, k := range e.rows.Idx {
+			d.shardConfig[k&d.mask] = c
+		}
+		return &e.rows
+	}
+	d.keep.Reset()
+	w := d.width
+	for i, k := range e.rows.Idx {
+		s := k & d.mask
+		if d.shardConfig[s] > c {
+			d.dsum.Superseded++
+			continue
+		}
+		d.shardConfig[s] = c
+		d.keep.Append(k, e.rows.Val[i*w:(i+1)*w])
+	}
+	return &d.keep
 }
 
 // onGrad takes a worker's gradient for this owner's shards.
@@ -216,6 +263,22 @@ func (d *Dist) markDirty(g *model.Sparse) {
 				d.dirtyMark[w] |= b
 				d.dirty = append(d.dirty, k)
 			}
+		}
+	}
+}
+
+// markShardDirty records every row of shard s (this peer's as primary) to
+// publish at the next flush.
+func (d *Dist) markShardDirty(s int) {
+	l := &d.m.Layout
+	for slot := 0; ; slot++ {
+		k := l.Feature(s, slot)
+		if !l.Valid(k) || slot >= l.PerShard {
+			return
+		}
+		if w, b := k/64, uint64(1)<<(k%64); d.dirtyMark[w]&b == 0 {
+			d.dirtyMark[w] |= b
+			d.dirty = append(d.dirty, k)
 		}
 	}
 }
@@ -484,12 +547,19 @@ func (d *Dist) flush() error {
 }
 
 // gatherDirty fills d.out with the current values of the dirty rows and
-// clears the dirty set.
+// clears the dirty set. Rows of shards this peer is no longer primary of
+// (handed to a joiner or, when leaving, to the next owner since they were
+// marked) are dropped: their new owner publishes them, under the same
+// configuration number, and two owners' values of one row in one
+// configuration could reach peers in either order.
 func (d *Dist) gatherDirty() {
 	slices.Sort(d.dirty)
 	d.out.Reset()
+	cur := d.cs.cur()
 	for _, k := range d.dirty {
-		d.out.Append(k, d.m.Row(k))
+		if cur.primaryOf[k&d.mask] == d.cfg.Self {
+			d.out.Append(k, d.m.Row(k))
+		}
 		d.dirtyMark[k/64] &^= 1 << (k % 64)
 	}
 	d.dirty = d.dirty[:0]
