@@ -109,6 +109,28 @@ func (r *churnRun) waitRound(p *churnProc, round int64) {
 	r.t.Fatalf("no round %d within 2 minutes:\n%s", round, p.logTail())
 }
 
+// startAll starts n peers, each with its part of the data (--part i/n),
+// waiting for all n.
+func (r *churnRun) startAll(n int) []*churnProc {
+	var ps []*churnProc
+	for i := 0; i < n; i++ {
+		ps = append(ps, r.start(i, "--min-peers", fmt.Sprint(n), "--part", fmt.Sprintf("%d/%d", i+1, n)))
+	}
+	return ps
+}
+
+// finishAll waits for every peer but the one at index except and returns
+// their reports.
+func (r *churnRun) finishAll(ps []*churnProc, except int) []*report.Run {
+	var runs []*report.Run
+	for i, p := range ps {
+		if i != except {
+			runs = append(runs, r.finish(p))
+		}
+	}
+	return runs
+}
+
 // lastRound is the clock of the last round line of a report file (-1: none).
 func lastRound(path string) int64 {
 	f, err := os.Open(path)
@@ -165,20 +187,30 @@ func churnData(t *testing.T) []string {
 // live workers.
 func checkSame(t *testing.T, runs ...*report.Run) {
 	t.Helper()
-	h := runs[0].Summary.ModelHash
+	checkOneModel(t, runs...)
 	for _, r := range runs {
 		s := r.Summary
-		if s.ModelHash != h {
-			t.Errorf("%s ends with model_hash %s, %s with %s", short(s.PeerID), s.ModelHash, short(runs[0].Summary.PeerID), h)
-		}
-		if s.Covered != s.Shards {
-			t.Errorf("%s: %d of %d shards finalised by a live owner", short(s.PeerID), s.Covered, s.Shards)
-		}
 		for _, rd := range r.Rounds {
 			if rd.Live > 0 && rd.Workers != rd.Live {
 				t.Errorf("%s round %d: applied %d contributions for %d live workers", short(s.PeerID), rd.Clock, rd.Workers, rd.Live)
 				break
 			}
+		}
+	}
+}
+
+// checkOneModel asserts every run ends with the same model, every shard
+// finalised by a live owner.
+func checkOneModel(t *testing.T, runs ...*report.Run) {
+	t.Helper()
+	h := runs[0].Summary.ModelHash
+	for _, r := range runs {
+		s := r.Summary
+		if s.ModelHash != h || h == "" {
+			t.Errorf("%s ends with model_hash %q, %s with %q", short(s.PeerID), s.ModelHash, short(runs[0].Summary.PeerID), h)
+		}
+		if s.Covered != s.Shards {
+			t.Errorf("%s: %d of %d shards finalised by a live owner", short(s.PeerID), s.Covered, s.Shards)
 		}
 	}
 }
@@ -226,17 +258,11 @@ func TestE2EJoin(t *testing.T) {
 func TestE2EGracefulLeave(t *testing.T) {
 	flags := churnData(t)
 	r := newChurnRun(t, 4, flags...)
-	var ps []*churnProc
-	for i := 0; i < 4; i++ {
-		ps = append(ps, r.start(i, "--min-peers", "4", "--part", fmt.Sprintf("%d/4", i+1)))
-	}
+	ps := r.startAll(4)
 	r.waitRound(ps[2], 40)
 	ps[2].cmd.Process.Signal(syscall.SIGTERM)
 	left := r.finish(ps[2])
-	var runs []*report.Run
-	for _, i := range []int{0, 1, 3} {
-		runs = append(runs, r.finish(ps[i]))
-	}
+	runs := r.finishAll(ps, 2)
 	checkSame(t, runs...)
 	var maxWait float64
 	for _, run := range runs {
@@ -263,17 +289,11 @@ func TestE2EGracefulLeave(t *testing.T) {
 func TestE2ECrashWithReplicas(t *testing.T) {
 	flags := churnData(t)
 	r := newChurnRun(t, 4, append(flags, "--replicas", "2")...)
-	var ps []*churnProc
-	for i := 0; i < 4; i++ {
-		ps = append(ps, r.start(i, "--min-peers", "4", "--part", fmt.Sprintf("%d/4", i+1)))
-	}
+	ps := r.startAll(4)
 	r.waitRound(ps[2], 40)
 	ps[2].cmd.Process.Kill()
 	<-ps[2].done
-	var runs []*report.Run
-	for _, i := range []int{0, 1, 3} {
-		runs = append(runs, r.finish(ps[i]))
-	}
+	runs := r.finishAll(ps, 2)
 	checkSame(t, runs...)
 	var maxWait float64
 	var degraded int64
@@ -378,10 +398,7 @@ func crashedIn(path, id string) bool {
 func TestE2ECrashAndRestartSameIdentity(t *testing.T) {
 	flags := churnData(t)
 	r := newChurnRun(t, 4, append(flags, "--epochs", "2")...)
-	var ps []*churnProc
-	for i := 0; i < 4; i++ {
-		ps = append(ps, r.start(i, "--min-peers", "4", "--part", fmt.Sprintf("%d/4", i+1)))
-	}
+	ps := r.startAll(4)
 	r.waitRound(ps[2], 40)
 	ps[2].cmd.Process.Kill()
 	<-ps[2].done
@@ -410,27 +427,13 @@ func TestE2ECrashAndRestartSameIdentity(t *testing.T) {
 func TestE2EAsyncGracefulLeave(t *testing.T) {
 	flags := append(churnData(t), "--mode", "async")
 	r := newChurnRun(t, 4, flags...)
-	var ps []*churnProc
-	for i := 0; i < 4; i++ {
-		ps = append(ps, r.start(i, "--min-peers", "4", "--part", fmt.Sprintf("%d/4", i+1)))
-	}
+	ps := r.startAll(4)
 	r.waitRound(ps[2], 40)
 	ps[2].cmd.Process.Signal(syscall.SIGTERM)
 	left := r.finish(ps[2])
-	var runs []*report.Run
-	for _, i := range []int{0, 1, 3} {
-		runs = append(runs, r.finish(ps[i]))
-	}
+	runs := r.finishAll(ps, 2)
+	checkOneModel(t, runs...)
 	h := runs[0].Summary.ModelHash
-	for _, run := range runs {
-		s := run.Summary
-		if s.ModelHash != h || h == "" {
-			t.Errorf("%s ends with model_hash %q, %s with %q", short(s.PeerID), s.ModelHash, short(runs[0].Summary.PeerID), h)
-		}
-		if s.Covered != s.Shards {
-			t.Errorf("%s: %d of %d shards finalised by a live owner", short(s.PeerID), s.Covered, s.Shards)
-		}
-	}
 	var examples int64
 	for _, run := range runs {
 		examples += run.Summary.Examples
@@ -448,27 +451,13 @@ func TestE2EAsyncGracefulLeave(t *testing.T) {
 func TestE2EAsyncCrashWithReplicas(t *testing.T) {
 	flags := append(churnData(t), "--mode", "async", "--replicas", "2")
 	r := newChurnRun(t, 4, flags...)
-	var ps []*churnProc
-	for i := 0; i < 4; i++ {
-		ps = append(ps, r.start(i, "--min-peers", "4", "--part", fmt.Sprintf("%d/4", i+1)))
-	}
+	ps := r.startAll(4)
 	r.waitRound(ps[2], 40)
 	ps[2].cmd.Process.Kill()
 	<-ps[2].done
-	var runs []*report.Run
-	for _, i := range []int{0, 1, 3} {
-		runs = append(runs, r.finish(ps[i]))
-	}
+	runs := r.finishAll(ps, 2)
+	checkOneModel(t, runs...)
 	h := runs[0].Summary.ModelHash
-	for _, run := range runs {
-		s := run.Summary
-		if s.ModelHash != h || h == "" {
-			t.Errorf("%s ends with model_hash %q, %s with %q", short(s.PeerID), s.ModelHash, short(runs[0].Summary.PeerID), h)
-		}
-		if s.Covered != s.Shards {
-			t.Errorf("%s: %d of %d shards finalised by a live owner", short(s.PeerID), s.Covered, s.Shards)
-		}
-	}
 	t.Logf("async crash: survivors end with model %s, log-loss %.5f, %d promoted from read copies",
 		h, runs[0].Summary.TestLogLoss, runs[0].Summary.Promoted)
 	for _, run := range runs {

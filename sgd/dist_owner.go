@@ -93,29 +93,27 @@ func (d *Dist) unsuperseded(e *event) *model.Sparse {
 	if c == 0 {
 		return &e.rows
 	}
-	skip := false
-	for _, k := range e.rows.Idx {
-		if d.shardConfig[k&d.mask] > c {
-			skip = true
-			break
-		}
-	}
-	if !skip {
-		for _, k := range e.rows.Idx {
-			d.shardConfig[k&d.mask] = c
-		}
-		return &e.rows
-	}
-	d.keep.Reset()
-	w := d.width
+	// One pass; rows are copied to d.keep only once one is skipped.
+	w, copied := d.width, false
 	for i, k := range e.rows.Idx {
 		s := k & d.mask
 		if d.shardConfig[s] > c {
+			if !copied {
+				d.keep.Reset()
+				d.keep.Idx = append(d.keep.Idx, e.rows.Idx[:i]...)
+				d.keep.Val = append(d.keep.Val, e.rows.Val[:i*w]...)
+				copied = true
+			}
 			d.dsum.Superseded++
 			continue
 		}
 		d.shardConfig[s] = c
-		d.keep.Append(k, e.rows.Val[i*w:(i+1)*w])
+		if copied {
+			d.keep.Append(k, e.rows.Val[i*w:(i+1)*w])
+		}
+	}
+	if !copied {
+		return &e.rows
 	}
 	return &d.keep
 }
@@ -259,11 +257,16 @@ func (d *Dist) markDirty(g *model.Sparse) {
 	cur := d.cs.cur()
 	for _, k := range g.Idx {
 		if cur.primaryOf[k&d.mask] == d.cfg.Self {
-			if w, b := k/64, uint64(1)<<(k%64); d.dirtyMark[w]&b == 0 {
-				d.dirtyMark[w] |= b
-				d.dirty = append(d.dirty, k)
-			}
+			d.dirtyRow(k)
 		}
+	}
+}
+
+// dirtyRow adds row k to the dirty set, once.
+func (d *Dist) dirtyRow(k uint32) {
+	if w, b := k/64, uint64(1)<<(k%64); d.dirtyMark[w]&b == 0 {
+		d.dirtyMark[w] |= b
+		d.dirty = append(d.dirty, k)
 	}
 }
 
@@ -271,15 +274,12 @@ func (d *Dist) markDirty(g *model.Sparse) {
 // publish at the next flush.
 func (d *Dist) markShardDirty(s int) {
 	l := &d.m.Layout
-	for slot := 0; ; slot++ {
+	for slot := 0; slot < l.PerShard; slot++ {
 		k := l.Feature(s, slot)
-		if !l.Valid(k) || slot >= l.PerShard {
-			return
+		if !l.Valid(k) {
+			return // padding from here on
 		}
-		if w, b := k/64, uint64(1)<<(k%64); d.dirtyMark[w]&b == 0 {
-			d.dirtyMark[w] |= b
-			d.dirty = append(d.dirty, k)
-		}
+		d.dirtyRow(k)
 	}
 }
 

@@ -105,10 +105,7 @@ func (e *Evaluator) Evaluate(m *model.Model, src data.Source, batch int) (Metric
 					wrong++
 				}
 			} else {
-				y := int(label)
-				if float32(y) != label || y < 0 || y >= width {
-					panic(fmt.Sprintf("sgd: class %g in batch row %d, want 0..%d", label, r, width-1))
-				}
+				y := class(label, r, width)
 				softmax(z)
 				py = z[y]
 				best := 0

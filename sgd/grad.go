@@ -162,6 +162,17 @@ func (g *Grad) addLogreg(m *model.Model, b *data.Batch) float64 {
 	return loss
 }
 
+// class returns label as a class number of a model with n classes,
+// panicking when it is not one (readers map labels to 0..n-1, so a
+// violation is a bug; r is the row in its batch, for the message).
+func class(label float32, r, n int) int {
+	y := int(label)
+	if float32(y) != label || y < 0 || y >= n {
+		panic(fmt.Sprintf("sgd: class %g in batch row %d, want 0..%d", label, r, n-1))
+	}
+	return y
+}
+
 // push records the nonzeros of example r.
 func (g *Grad) push(idx []uint32, val []float32, r uint32) {
 	n := len(g.ents)
@@ -205,10 +216,7 @@ func (g *Grad) addSoftmax(m *model.Model, b *data.Batch) float64 {
 		lo, hi := b.Offsets[r], b.Offsets[r+1]
 		idx, val := b.Indices[lo:hi], b.Values[lo:hi]
 		val = val[:len(idx)]
-		y := int(label)
-		if float32(y) != label || y < 0 || y >= width {
-			panic(fmt.Sprintf("sgd: class %g in batch row %d, want 0..%d", label, r, width-1))
-		}
+		y := class(label, r, width)
 		logits(w, o, dim, idx, val, z)
 		zy := z[y]
 		loss += softmax(z) - zy // -log p_y = log Σexp(z) - z_y

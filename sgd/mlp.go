@@ -1,8 +1,6 @@
 package sgd
 
 import (
-	"fmt"
-
 	"github.com/gossiptrain/gossiptrain/data"
 	"github.com/gossiptrain/gossiptrain/model"
 )
@@ -78,16 +76,12 @@ func (g *Grad) addMLP(m *model.Model, b *data.Batch) float64 {
 	w, dim, hidden := m.W, g.dim, g.width
 	s := g.mlp
 	h, z := s.h, s.z
-	classes := len(z)
 	var loss float64
 	for r, label := range b.Labels {
 		lo, hi := b.Offsets[r], b.Offsets[r+1]
 		idx, val := b.Indices[lo:hi], b.Values[lo:hi]
 		val = val[:len(idx)]
-		y := int(label)
-		if float32(y) != label || y < 0 || y >= classes {
-			panic(fmt.Sprintf("sgd: class %g in batch row %d, want 0..%d", label, r, classes-1))
-		}
+		y := class(label, r, len(z))
 		mlpForward(w, o, dim, idx, val, h, z)
 		zy := z[y]
 		loss += softmax(z) - zy
