@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"math"
-
-	"github.com/cespare/xxhash/v2"
 )
 
 // MaxClasses bounds Classes for softmax models: a row of that many float32
@@ -246,24 +244,17 @@ func (m *Model) SetRows(p *Sparse) {
 	}
 }
 
-// Hash returns an xxhash64 of the layout (features, width, shards) and the
-// weights' little-endian bytes: two models hash equal exactly when their
-// layouts and weights are bit-identical (up to hash collisions). Optimizer
-// state, Steps and Meta are not included.
+// Hash returns an xxhash64 of the layout (features, width, shards) and,
+// in shard order, each shard's ShardHash: two models hash equal exactly
+// when their layouts and weights are bit-identical (up to hash
+// collisions). Optimizer state, Steps and Meta are not included. Peers
+// that hold different shards compute it together with CombineHashes.
 func (m *Model) Hash() uint64 {
-	d := xxhash.New()
-	var hdr [16]byte
-	binary.LittleEndian.PutUint64(hdr[0:], m.Layout.Features)
-	binary.LittleEndian.PutUint32(hdr[8:], uint32(m.Layout.Width))
-	binary.LittleEndian.PutUint32(hdr[12:], uint32(m.Layout.Shards))
-	d.Write(hdr[:])
-	var buf [chunkBytes]byte
-	for w := m.W; len(w) > 0; {
-		n := min(len(w), chunkBytes/4)
-		d.Write(putFloats(buf[:], w[:n]))
-		w = w[n:]
+	hs := make([]uint64, m.Layout.Shards)
+	for s := range hs {
+		hs[s] = m.ShardHash(s)
 	}
-	return d.Sum64()
+	return CombineHashes(m.Layout, hs)
 }
 
 // NonZeros counts the weights that are not 0, padding excluded.
