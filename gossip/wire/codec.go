@@ -518,6 +518,13 @@ func (c *Codec) Decode(msg []byte, out *Message) error {
 	}
 	h := &out.Header
 	body := msg[pos:]
+	if h.Kind == KindCore && h.Parts > 1 {
+		// A part of a larger body: the receiver reassembles the parts'
+		// chunks (CoreChunk) and decodes them whole (DecodeCoreBody);
+		// out.Core is left empty.
+		out.Core.Reset()
+		return nil
+	}
 	switch h.Compress {
 	case Zstd:
 		if body, err = c.unzstd(body); err != nil {
@@ -541,6 +548,8 @@ func (c *Codec) Decode(msg []byte, out *Message) error {
 		err = c.readControl(body, &out.Control)
 	case KindControlReply:
 		err = c.readControlReply(body, &out.ControlReply)
+	case KindCore:
+		err = c.readCore(body, out.Values, &out.Core)
 	}
 	if err != nil {
 		return decodeError(h, err)

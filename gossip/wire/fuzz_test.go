@@ -87,6 +87,26 @@ func FuzzDecode(f *testing.F) {
 		if m.Version != Version || !m.Kind.known() || m.Part >= m.Parts {
 			t.Fatalf("accepted header %+v", m.Header)
 		}
+		if m.Kind == KindCore {
+			if m.Parts > 1 {
+				return
+			}
+			if err := m.Core.Check(lim); err != nil {
+				t.Fatalf("accepted a core message that fails Check: %v", err)
+			}
+			re := NewCodec(m.Values, None, lim)
+			out, err := re.AppendCore(nil, m.Header, &m.Core)
+			if err != nil {
+				t.Fatalf("re-encode core: %v", err)
+			}
+			if err := re.Decode(out, &m2); err != nil {
+				t.Fatalf("re-decode core: %v", err)
+			}
+			if m.Values == F32 && !coreEqual(&m2.Core, &m.Core) {
+				t.Fatalf("re-decoded core message differs")
+			}
+			return
+		}
 		if !m.Kind.Sparse() {
 			return
 		}

@@ -47,6 +47,10 @@ func validMessages(t testing.TB) map[string][]byte {
 			add("params-ack", msg, err)
 			msg, err = c.AppendParamsAck(nil, testHeader(), &Ack{}, 1, &empty)
 			add("params-ack-empty", msg, err)
+			push := &Core{Op: CorePush, Member: 9, Config: 3, Round: 41, Through: 42, Req: 5, Examples: 12,
+				Shards: []uint32{0, 5, 255}, Rows: s, RowWidth: 2, Want: s.Idx}
+			msg, err = c.AppendCore(nil, testHeader(), push)
+			add("core-push", msg, err)
 			if v != F32 {
 				continue // the other kinds carry no values
 			}
@@ -64,6 +68,13 @@ func validMessages(t testing.TB) map[string][]byte {
 			add("control", msg, err)
 			msg, err = c.AppendControlReply(nil, testHeader(), &ControlReply{Op: OpStatus, Status: StatusOK, Round: 41, Coordinator: peerID, Config: testAck.Config, Frames: 3})
 			add("control-reply", msg, err)
+			msg, err = c.AppendCore(nil, testHeader(), &Core{Op: CoreReply, Flags: FlagFinal, Req: 5, Round: 41, Through: 42, Values: s.Val})
+			add("core-reply", msg, err)
+			msg, err = c.AppendCore(nil, testHeader(), &Core{Op: CoreState, Shards: []uint32{7}, Round: 40, Rows: s, RowWidth: 2,
+				Clocks: []MemberClock{{Member: 3, Clock: 40}, {Member: 1 << 62, Clock: 2}}})
+			add("core-state", msg, err)
+			msg, err = c.AppendCore(nil, testHeader(), &Core{Op: CoreJoinReply, Member: 77, Text: peerID, Blob: []byte{1, 2, 3}})
+			add("core-join-reply", msg, err)
 		}
 	}
 	return out

@@ -7,8 +7,9 @@ import "fmt"
 // that an older decoder would misread, or that makes peers of two releases
 // unable to work together: peers compare it when they meet (node's hello).
 // 2 added stream incarnations; 3 is the same message format, sent over
-// unsigned gossipsub with beats signed in their payload (node/beatsig.go).
-const Version byte = 3
+// unsigned gossipsub with beats signed in their payload (node/beatsig.go);
+// 4 added KindCore, the training core's messages.
+const Version byte = 4
 
 // Kind says what a message carries: the second byte of every message.
 //
@@ -43,11 +44,16 @@ const (
 	// KindControlReply: the answer to a Control (Message.ControlReply); a
 	// bulk payload may follow as frames.
 	KindControlReply Kind = 8
+	// KindCore: a message of the training protocol core (Message.Core: a
+	// push, pull, reply, forward, shard state, raft message, join, …; see
+	// CoreOp). Wire version 4 replaced gradients and params (KindGrad,
+	// KindParamsAck) with it.
+	KindCore Kind = 9
 
 	// KindReservedFirst..KindReservedLast are set aside for later kinds.
-	// Decoders of this version reject them with ErrKind. (6..8 were taken
+	// Decoders of this version reject them with ErrKind. (6..9 were taken
 	// from this range.)
-	KindReservedFirst Kind = 9
+	KindReservedFirst Kind = 10
 	KindReservedLast  Kind = 31
 )
 
@@ -72,6 +78,8 @@ func (k Kind) String() string {
 		return "control"
 	case KindControlReply:
 		return "control-reply"
+	case KindCore:
+		return "core"
 	}
 	if k >= KindReservedFirst && k <= KindReservedLast {
 		return fmt.Sprintf("reserved-%d", uint8(k))
@@ -80,8 +88,10 @@ func (k Kind) String() string {
 }
 
 // known reports whether this version can decode kind k.
-func (k Kind) known() bool { return k >= KindGrad && k <= KindControlReply }
+func (k Kind) known() bool { return k >= KindGrad && k <= KindCore }
 
 // Sparse reports whether messages of kind k carry a sparse body (rows and
 // values): Grad, Params and ParamsAck.
-func (k Kind) Sparse() bool { return k == KindGrad || k == KindParams || k == KindParamsAck }
+func (k Kind) Sparse() bool {
+	return k == KindGrad || k == KindParams || k == KindParamsAck || k == KindCore
+}

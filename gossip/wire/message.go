@@ -153,4 +153,6 @@ type Message struct {
 	// Control and ControlReply:
 	Control      Control
 	ControlReply ControlReply
+	// Core:
+	Core Core
 }

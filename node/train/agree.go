@@ -1,0 +1,557 @@
+package train
+
+import (
+	"fmt"
+	"slices"
+
+	"go.etcd.io/raft/v3"
+	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/gossiptrain/gossiptrain/gossip/wire"
+)
+
+// The agreement on configurations (docs/protocol.md, "Configurations").
+//
+// Every member runs an etcd raft node (RawNode: pure, like this core) whose
+// replicated log holds the training configurations. Voters are at most
+// Config.Voters members, the others learners, so agreement costs the same
+// with hundreds of peers. Only the leader proposes, and it proposes a
+// configuration only as a whole: who trains from which round, who crashed,
+// who left, whether to checkpoint. A configuration takes effect when it is
+// committed, that is when a majority of the voters has it, so two sides of
+// a partition can never both change the run, and every peer applies the
+// same configurations in the same order.
+//
+// Elections use this core's own timer instead of raft's, because raft
+// draws its election jitter from crypto/rand: a follower that has heard
+// nothing from a leader for ElectionTicks raft ticks, plus a jitter drawn
+// from Config.Seed, campaigns. Raft's own election timeout is set out of
+// reach (and check-quorum off, since it depends on it).
+
+// agreement is the core's raft member and, when leader, the proposer.
+type agreement struct {
+	c      *Core
+	rn     *raft.RawNode
+	store  *raft.MemoryStorage
+	group  map[uint64]string // raft ID -> peer ID, from the log
+	voters []uint64
+	lead   uint64
+	heard  uint64 // tick anything was last heard from the leader
+	wait   uint64 // ticks of silence before campaigning
+	rng    uint64
+	sub    int
+
+	// Joining.
+	contact string
+	askedAt uint64
+	asked   bool
+
+	// Leader.
+	joins  map[uint64]string // admitted raft IDs not yet workers -> peer
+	leaves map[uint64]bool   // members that asked to leave
+	prop   *tconf            // proposed, not yet applied
+	propAt uint64
+	ccAt   uint64 // tick a conf change was proposed (0: none in flight)
+	ckptAt uint64
+
+	// This peer leaving.
+	leaving bool
+	leaveAt uint64
+}
+
+// raftLogger discards raft's logs: what matters reaches the driver as
+// events. (raft's default logger writes to stderr.)
+type raftLogger struct{}
+
+func (raftLogger) Debug(...any)            {}
+func (raftLogger) Debugf(string, ...any)   {}
+func (raftLogger) Error(...any)            {}
+func (raftLogger) Errorf(string, ...any)   {}
+func (raftLogger) Info(...any)             {}
+func (raftLogger) Infof(string, ...any)    {}
+func (raftLogger) Warning(...any)          {}
+func (raftLogger) Warningf(string, ...any) {}
+func (raftLogger) Fatal(v ...any)          { panic(fmt.Sprint(v...)) }
+func (raftLogger) Fatalf(f string, v ...any) {
+	panic(fmt.Sprintf(f, v...))
+}
+func (raftLogger) Panic(v ...any)            { panic(fmt.Sprint(v...)) }
+func (raftLogger) Panicf(f string, v ...any) { panic(fmt.Sprintf(f, v...)) }
+
+func (a *agreement) init(c *Core) error {
+	a.c = c
+	a.store = raft.NewMemoryStorage()
+	a.group = map[uint64]string{}
+	a.joins = map[uint64]string{}
+	a.leaves = map[uint64]bool{}
+	a.rng = c.cfg.Seed ^ c.cfg.ID ^ 0x9e3779b97f4a7c15
+	applied := uint64(0)
+	var first *tconf
+	if c.cfg.Initial != nil {
+		// Every initial member writes the same snapshot at index 1: the
+		// first configuration, the first Voters members (by peer ID) as
+		// voters, the rest as learners.
+		first = &tconf{ID: 1, Start: c.cfg.Start, Members: slices.Clone(c.cfg.Initial)}
+		for i := range first.Members {
+			first.Members[i].Since = c.cfg.Start
+		}
+		cs := &pb.ConfState{}
+		for i, m := range first.Members {
+			if i < c.cfg.Voters {
+				cs.Voters = append(cs.Voters, m.ID)
+			} else {
+				cs.Learners = append(cs.Learners, m.ID)
+			}
+		}
+		snap := &pb.Snapshot{Data: first.encode(nil), Metadata: &pb.SnapshotMetadata{ConfState: cs, Index: new(uint64(1)), Term: new(uint64(1))}}
+		if err := a.store.ApplySnapshot(snap); err != nil {
+			return err
+		}
+		applied = 1
+	} else {
+		a.contact = c.cfg.Contact
+	}
+	rn, err := raft.NewRawNode(&raft.Config{
+		ID: c.cfg.ID, Storage: a.store, Applied: applied,
+		HeartbeatTick: c.cfg.HeartbeatTicks,
+		ElectionTick:  1 << 30, // elections are this core's (see above)
+		MaxSizePerMsg: 256 << 10, MaxInflightMsgs: 64,
+		PreVote: true, DisableProposalForwarding: true, StepDownOnRemoval: true,
+		Logger: raftLogger{},
+	})
+	if err != nil {
+		return fmt.Errorf("%w: raft: %w", ErrConfig, err)
+	}
+	a.rn = rn
+	a.newWait()
+	if first != nil {
+		a.applySnapshotData(first.encode(nil), snapConf(a.store))
+	}
+	return nil
+}
+
+func snapConf(st *raft.MemoryStorage) *pb.ConfState {
+	_, cs, _ := st.InitialState()
+	return cs
+}
+
+// next returns a pseudo-random number (splitmix64).
+func (a *agreement) next() uint64 {
+	a.rng += 0x9e3779b97f4a7c15
+	z := a.rng
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
+}
+
+// newWait draws the silence after which this peer campaigns.
+func (a *agreement) newWait() {
+	base := uint64(a.c.cfg.ElectionTicks * a.c.cfg.RaftEvery)
+	a.wait = base + a.next()%base
+}
+
+func (a *agreement) isLeader() bool { return a.lead == a.c.cfg.ID && a.lead != 0 }
+
+func (a *agreement) leaderPeer() string { return a.group[a.lead] }
+
+func (a *agreement) isVoter() bool { return slices.Contains(a.voters, a.c.cfg.ID) }
+
+// tick advances raft's clock and campaigns after a silent leader.
+func (a *agreement) tick() {
+	c := a.c
+	if a.sub++; a.sub >= c.cfg.RaftEvery {
+		a.sub = 0
+		a.rn.Tick()
+	}
+	if a.isLeader() {
+		a.heard = c.tick
+	} else if a.isVoter() && c.tick-a.heard > a.wait {
+		a.heard = c.tick
+		a.newWait()
+		a.rn.Campaign()
+	}
+	if a.leaving && !a.isLeader() && c.tick-a.leaveAt >= uint64(c.cfg.RetryTicks) {
+		a.askLeave()
+	}
+}
+
+// receive handles raft, join and leave messages.
+func (a *agreement) receive(from string, msg *wire.Core) {
+	c := a.c
+	switch msg.Op {
+	case wire.CoreRaft:
+		var m pb.Message
+		if err := proto.Unmarshal(msg.Blob, &m); err != nil {
+			c.stats.Rejected++
+			return
+		}
+		// Only members of the group, each as itself; no proposals from
+		// others (the leader proposes), and only messages addressed here.
+		if p, ok := a.group[m.GetFrom()]; !ok || p != from || m.GetTo() != c.cfg.ID || m.GetType() == pb.MsgProp {
+			c.stats.Rejected++
+			return
+		}
+		if m.GetFrom() == a.lead {
+			a.heard = c.tick
+		}
+		if err := a.rn.Step(&m); err != nil {
+			c.stats.Rejected++
+		}
+	case wire.CoreJoin:
+		a.onJoin(from, msg)
+	case wire.CoreJoinReply:
+		if a.contact == "" || (from != a.contact && from != a.leaderPeer()) || a.c.joined {
+			return // not asked, or admitted already
+		}
+		if msg.Flags&wire.FlagRefused != 0 {
+			if msg.Text != "" {
+				c.fail(fmt.Errorf("%w: %s says: %s", ErrRefused, short(from), msg.Text))
+			}
+			return // no leader yet: ask again later
+		}
+		if msg.Member != 0 && msg.Text != "" {
+			// Trust the member we asked for who leads: accept that raft
+			// node's messages until the log tells us the group.
+			a.group[msg.Member] = msg.Text
+			a.contact = msg.Text
+		}
+	case wire.CoreLeave:
+		t := c.cs.cur()
+		if t == nil || !t.isMember(from, msg.Member) {
+			c.stats.Rejected++
+			return
+		}
+		a.leaves[msg.Member] = true
+	}
+}
+
+// onJoin answers a peer asking to join: the leader admits it (as a raft
+// learner first, then as a worker of the next configuration); anyone else
+// says who leads.
+func (a *agreement) onJoin(from string, msg *wire.Core) {
+	c := a.c
+	reply := &wire.Core{Op: wire.CoreJoinReply}
+	switch {
+	case msg.Member == 0:
+		return
+	case !a.isLeader():
+		if a.lead == 0 {
+			reply.Flags = wire.FlagRefused // no leader known: ask again
+		} else {
+			reply.Text, reply.Member = a.leaderPeer(), a.lead
+		}
+	case c.w.final:
+		reply.Flags, reply.Text = wire.FlagRefused, "the job is finishing"
+	default:
+		if p, ok := a.group[msg.Member]; ok && p != from {
+			c.stats.Rejected++
+			return // a member ID taken by another peer
+		}
+		if t := c.cs.cur(); t == nil || !t.isMember(from, msg.Member) {
+			a.joins[msg.Member] = from
+		}
+		reply.Text, reply.Member = c.cfg.Self, c.cfg.ID
+	}
+	c.send(from, reply)
+}
+
+// leave starts this peer's graceful leave.
+func (a *agreement) leave() {
+	if a.leaving {
+		return
+	}
+	a.leaving = true
+	a.c.w.leaving = true
+	if a.isLeader() {
+		a.leaves[a.c.cfg.ID] = true
+		return
+	}
+	a.askLeave()
+}
+
+func (a *agreement) askLeave() {
+	c := a.c
+	a.leaveAt = c.tick
+	t := c.cs.cur()
+	if t == nil || !t.isMember(c.cfg.Self, c.cfg.ID) || a.lead == 0 {
+		return
+	}
+	c.send(a.leaderPeer(), &wire.Core{Op: wire.CoreLeave})
+}
+
+// work runs raft's Ready loop, the joiner's requests and the leader's
+// proposals. It reports whether anything happened.
+func (a *agreement) work() bool {
+	c := a.c
+	progress := false
+	if !c.joined && a.contact != "" && (!a.asked || c.tick-a.askedAt >= uint64(c.cfg.RetryTicks)/4) {
+		a.asked, a.askedAt = true, c.tick
+		c.send(a.contact, &wire.Core{Op: wire.CoreJoin})
+	}
+	if a.isLeader() {
+		a.propose()
+	}
+	for a.rn.HasReady() {
+		progress = true
+		rd := a.rn.Ready()
+		if rd.SoftState != nil && rd.SoftState.Lead != a.lead {
+			a.lead = rd.SoftState.Lead
+			a.heard = c.tick
+			if a.isLeader() {
+				c.event(Event{Kind: EvLeader, Peer: c.cfg.Self})
+			}
+		}
+		if rd.Snapshot != nil && !raft.IsEmptySnap(rd.Snapshot) {
+			if err := a.store.ApplySnapshot(rd.Snapshot); err != nil {
+				c.fail(fmt.Errorf("raft snapshot: %w", err))
+				return false
+			}
+			a.applySnapshotData(rd.Snapshot.GetData(), rd.Snapshot.GetMetadata().GetConfState())
+		}
+		if err := a.store.Append(rd.Entries); err != nil {
+			c.fail(fmt.Errorf("raft append: %w", err))
+			return false
+		}
+		if rd.HardState != nil && !raft.IsEmptyHardState(rd.HardState) {
+			a.store.SetHardState(rd.HardState)
+		}
+		for _, m := range rd.Messages {
+			p, ok := a.group[m.GetTo()]
+			if !ok {
+				continue
+			}
+			b, err := proto.Marshal(m)
+			if err != nil {
+				c.fail(fmt.Errorf("raft message: %w", err))
+				return false
+			}
+			c.send(p, &wire.Core{Op: wire.CoreRaft, Blob: b})
+		}
+		for _, e := range rd.CommittedEntries {
+			a.apply(e)
+		}
+		a.rn.Advance(rd)
+	}
+	return progress
+}
+
+// applySnapshotData installs the first configuration carried by a raft
+// snapshot (this core never compacts, so the only snapshot is the
+// bootstrap one).
+func (a *agreement) applySnapshotData(data []byte, cs *pb.ConfState) {
+	c := a.c
+	t, err := decodeConf(data)
+	if err != nil {
+		c.fail(fmt.Errorf("raft snapshot: %w", err))
+		return
+	}
+	a.voters = slices.Clone(cs.GetVoters())
+	for _, m := range t.Members {
+		a.group[m.ID] = m.Peer
+	}
+	if c.cs.cur() == nil {
+		c.applyConfig(t)
+	}
+}
+
+// apply applies one committed entry: a raft membership change, or a
+// training configuration.
+func (a *agreement) apply(e *pb.Entry) {
+	c := a.c
+	switch e.GetType() {
+	case pb.EntryConfChange:
+		var cc pb.ConfChange
+		if err := proto.Unmarshal(e.GetData(), &cc); err != nil {
+			c.fail(fmt.Errorf("raft conf change: %w", err))
+			return
+		}
+		cs := a.rn.ApplyConfChange(&cc)
+		a.voters = slices.Clone(cs.GetVoters())
+		id := cc.GetNodeId()
+		switch cc.GetType() {
+		case pb.ConfChangeAddNode, pb.ConfChangeAddLearnerNode:
+			if ctx := cc.GetContext(); len(ctx) > 0 {
+				a.group[id] = string(ctx)
+			}
+		case pb.ConfChangeRemoveNode:
+			if id != c.cfg.ID {
+				delete(a.group, id)
+			}
+		}
+		a.ccAt = 0
+	case pb.EntryNormal:
+		if len(e.GetData()) == 0 {
+			return // a new leader's empty entry
+		}
+		t, err := decodeConf(e.GetData())
+		if err != nil {
+			c.fail(fmt.Errorf("raft entry %d: %w", e.GetIndex(), err))
+			return
+		}
+		cur := c.cs.cur()
+		if cur == nil || t.ID != cur.ID+1 {
+			return // proposed twice (a leader change): the first one counts
+		}
+		c.applyConfig(t)
+	}
+}
+
+// holdPush reports whether this worker must not push yet: as leader it has
+// proposed a configuration that starts after its next round (sync mode:
+// nobody can reach that start before this push, so it is safe until the
+// configuration commits).
+func (a *agreement) holdPush() bool {
+	return a.prop != nil && a.c.cfg.Mode == Sync
+}
+
+// propose is the leader's duty: one raft membership change at a time
+// (admit joiners as learners, keep Voters voters, remove peers no
+// configuration names), and the next training configuration when members
+// died, asked to leave or wait to join, or a checkpoint is due.
+func (a *agreement) propose() {
+	c := a.c
+	cur := c.cs.cur()
+	if cur == nil || c.w.final {
+		return
+	}
+	if a.prop != nil && (cur.ID >= a.prop.ID || c.tick-a.propAt > uint64(8*c.cfg.RetryTicks)) {
+		a.prop = nil // applied, superseded, or lost with a leader change
+	}
+	a.reconcileGroup(cur)
+	me, ok := cur.member(c.cfg.Self)
+	if !ok || me.ID != c.cfg.ID {
+		// Not a worker of the run: it cannot fence rounds. Hand over.
+		if len(cur.Members) > 0 && c.tick-a.propAt > uint64(c.cfg.RetryTicks) {
+			a.propAt = c.tick
+			for _, m := range cur.Members {
+				if slices.Contains(a.voters, m.ID) && c.isAlive(m.ID) {
+					a.rn.TransferLeader(m.ID)
+					break
+				}
+			}
+		}
+		return
+	}
+	if a.prop != nil {
+		return
+	}
+	var dead, left, joined []Member
+	for _, m := range cur.Members {
+		switch {
+		case a.leaves[m.ID]:
+			left = append(left, m)
+		case !c.isAlive(m.ID):
+			dead = append(dead, m)
+		}
+	}
+	for id, p := range a.joins {
+		if _, inGroup := a.group[id]; !inGroup || !c.isAlive(id) && c.aliveOK {
+			continue // a learner first; and alive
+		}
+		if _, taken := cur.member(p); taken {
+			continue // its old incarnation goes first (removed as dead)
+		}
+		joined = append(joined, Member{Peer: p, ID: id})
+	}
+	ckpt := c.cfg.CheckpointTicks > 0 && c.tick-a.ckptAt >= uint64(c.cfg.CheckpointTicks) && c.w.started && !c.w.dataDone
+	if len(dead)+len(left)+len(joined) == 0 && !ckpt {
+		return
+	}
+	next := &tconf{ID: cur.ID + 1, Crashed: dead, Left: left, Checkpoint: ckpt}
+	next.Start = max(cur.Start, c.w.clock+1)
+	if c.cfg.Mode != Sync {
+		next.Start = max(cur.Start, c.w.clock)
+	}
+	gone := map[uint64]bool{}
+	for _, m := range dead {
+		gone[m.ID] = true
+	}
+	for _, m := range left {
+		gone[m.ID] = true
+	}
+	for _, m := range cur.Members {
+		if !gone[m.ID] {
+			next.Members = append(next.Members, m)
+		}
+	}
+	for _, m := range joined {
+		m.Since = next.Start
+		next.Members = append(next.Members, m)
+	}
+	if len(next.Members) == 0 {
+		return
+	}
+	sortMembers(next.Members)
+	sortMembers(next.Crashed)
+	sortMembers(next.Left)
+	if ckpt {
+		a.ckptAt = c.tick
+	}
+	if err := a.rn.Propose(next.encode(nil)); err != nil {
+		return
+	}
+	a.prop, a.propAt = next, c.tick
+}
+
+// reconcileGroup proposes at most one raft membership change: add pending
+// joiners as learners, remove peers that no configuration needs, promote
+// learners until there are Voters voters.
+func (a *agreement) reconcileGroup(cur *tconf) {
+	c := a.c
+	if a.ccAt != 0 && c.tick-a.ccAt < uint64(4*c.cfg.RetryTicks) {
+		return // one at a time
+	}
+	propose := func(t pb.ConfChangeType, id uint64, peer string) {
+		cc := &pb.ConfChange{Type: t.Enum(), NodeId: new(id), Context: []byte(peer)}
+		if a.rn.ProposeConfChange(cc) == nil {
+			a.ccAt = c.tick
+		}
+	}
+	for _, id := range sortedKeys(a.joins) {
+		if _, ok := a.group[id]; !ok {
+			propose(pb.ConfChangeAddLearnerNode, id, a.joins[id])
+			return
+		}
+	}
+	for _, id := range sortedKeys(a.group) {
+		if _, pending := a.joins[id]; pending {
+			continue
+		}
+		if !cur.isMember(a.group[id], id) && id != c.cfg.ID {
+			propose(pb.ConfChangeRemoveNode, id, "")
+			return
+		}
+	}
+	want := min(c.cfg.Voters, len(cur.Members))
+	if len(a.voters) < want {
+		for _, m := range cur.Members {
+			if !slices.Contains(a.voters, m.ID) && c.isAlive(m.ID) {
+				if _, ok := a.group[m.ID]; ok {
+					propose(pb.ConfChangeAddNode, m.ID, m.Peer)
+					return
+				}
+			}
+		}
+	}
+	// Joiners that are workers now need no more admitting.
+	for id, p := range a.joins {
+		if cur.isMember(p, id) {
+			delete(a.joins, id)
+		}
+	}
+	for id := range a.leaves {
+		if _, ok := cur.member(a.group[id]); !ok {
+			delete(a.leaves, id)
+		}
+	}
+}
+
+func sortedKeys[V any](m map[uint64]V) []uint64 {
+	ks := make([]uint64, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
+}

@@ -1,0 +1,490 @@
+package train
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/gossiptrain/gossiptrain/gossip/wire"
+	"github.com/gossiptrain/gossiptrain/model"
+)
+
+// Envelope is a message to send: To is a peer ID (this peer's own ID
+// included: the driver delivers those back without the network).
+type Envelope struct {
+	To  string
+	Msg *wire.Core
+}
+
+// ComputeReq asks the driver to compute the gradient of the batch of Round
+// (the Round-th batch it supplied since the core started, counting from
+// the first round) on Weights: len(Keys)*Width values, row i holding model
+// row Keys[i]. The driver answers with Computed; the core asks for one at
+// a time.
+type ComputeReq struct {
+	Round    uint64
+	Keys     []uint32
+	Weights  []float32
+	Examples int
+}
+
+// FetchResult answers a Fetch: the values of the keys asked for
+// (len(Keys)*Width, row-major), or with all shards the rows they hold.
+type FetchResult struct {
+	ID     uint64
+	Keys   []uint32
+	Values []float32
+	Rows   model.Sparse // Fetch with all: every row of every shard that is not zero
+	Hashes []uint64     // FetchHashes: per shard
+	Final  bool         // the values are final
+}
+
+// CheckpointReq asks the driver to write this peer's part of a checkpoint:
+// Shards are the exports of the shards it holds (weights and optimizer
+// state, model.Model.AppendShard) as of the end of round Round-1, and
+// Worker says the worker's data position is the one before its batch of
+// Round.
+type CheckpointReq struct {
+	Round  uint64
+	Config uint64
+	Shards map[int][]byte
+	Worker bool
+}
+
+// Event is something the driver logs and reports: a configuration that
+// took effect, a shard promoted, a handoff, a leader change.
+type Event struct {
+	Kind    EventKind
+	Config  uint64
+	Start   uint64
+	Members []string
+	Joined  []string
+	Left    []string
+	Crashed []string
+	Shards  int    // owned (primary) shards after a configuration; shards moved
+	Peer    string // the other side of a handoff, the leader
+	Text    string
+}
+
+// EventKind says what an Event reports.
+type EventKind uint8
+
+// Event kinds.
+const (
+	EvConfig    EventKind = iota + 1 // a configuration took effect here
+	EvPromoted                       // shards lost with every holder restarted from their initial values
+	EvHandedOff                      // shards handed to their new holder
+	EvReceived                       // shards received from their previous holder
+	EvLeader                         // this peer became the raft leader
+	EvFinal                          // every worker is done: the values are final
+	EvLost                           // contributions lost with a crashed peer
+)
+
+// Ready is what the core decided since the last Ready: what to send, what
+// to compute, what to write, what happened. Its slices are the driver's to
+// keep.
+type Ready struct {
+	Messages []Envelope
+	// Compute, when not nil, is the next gradient to compute.
+	Compute *ComputeReq
+	// WantBatches is how many more batches the core wants than it has
+	// (the driver answers with Batch or EndOfData).
+	WantBatches int
+	Fetched     []FetchResult
+	Checkpoints []CheckpointReq
+	Events      []Event
+	// Done: training is over for this peer and every member has its final
+	// values (or this peer left): the driver may stop.
+	Done bool
+	// Left: this peer left the run gracefully (Done is set too).
+	Left bool
+	// Err is fatal: ErrRemoved, ErrRefused, or a broken invariant.
+	Err error
+}
+
+// Stats counts what a core did. Monotone counters.
+type Stats struct {
+	Rounds        uint64 // rounds this worker pushed
+	Examples      uint64 // examples in them
+	Applied       uint64 // contributions (worker, round, shard group) applied as primary
+	Replicated    uint64 // forwards applied as replica
+	Degraded      uint64 // sync rounds applied without a member that crashed
+	Resent        uint64 // requests sent again (retry or new owner)
+	Moved         uint64 // requests answered "moved"
+	Rejected      uint64 // messages refused by role (not from whom they must come)
+	Stale         uint64 // messages of a configuration or round this peer is past
+	HandedOff     uint64 // shards sent to a new holder
+	Received      uint64 // shards received from a previous holder
+	Promoted      uint64 // shards restarted from initial values (every holder lost)
+	Lost          uint64 // contributions lost with a crashed worker (async: buffered behind a gap)
+	MaxStaleness  uint64 // rounds of others' contributions missing from values a round was computed with (ssp/async bound)
+	ConfigChanges uint64
+}
+
+// Core is one peer's distributed training protocol: worker, owner of the
+// shards its placement gives it, and member of the raft group that agrees
+// on configurations. Events in (Tick, Receive, Alive, Batch, Computed,
+// Leave, Fetch, Finish), decisions out (Ready). It does no I/O, reads no
+// clock and starts no goroutine; it is not safe for concurrent use.
+type Core struct {
+	cfg    Config
+	m      *model.Model
+	width  int
+	shards int
+	mask   uint32
+	tick   uint64
+
+	cs      configs
+	alive   map[uint64]bool // member IDs the driver's membership says are alive
+	aliveOK bool            // Alive was called at least once
+	joined  bool            // a configuration with this member applied
+	started bool            // worker started (first configuration applied)
+
+	ag agreement
+	w  worker
+	o  owner
+
+	rd       Ready
+	stats    Stats
+	finished map[string]bool // members that sent CoreFinished
+	finishing bool           // Finish was called
+	doneSent  bool           // Ready.Done reported
+	err       error
+}
+
+// New returns a core. With cfg.Initial it bootstraps the run's first
+// configuration together with the other initial members; else it asks
+// cfg.Contact to be admitted.
+func New(cfg Config) (*Core, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	m := cfg.Model
+	c := &Core{
+		cfg: cfg, m: m, width: m.Layout.Width, shards: m.Layout.Shards, mask: uint32(m.Layout.Shards - 1),
+		alive: map[uint64]bool{}, finished: map[string]bool{},
+	}
+	for s := range m.State {
+		m.Disown(s)
+	}
+	c.w.init(c)
+	c.o.init(c)
+	if err := c.ag.init(c); err != nil {
+		return nil, err
+	}
+	c.flush()
+	return c, nil
+}
+
+// Tick advances the core's logical time by one tick.
+func (c *Core) Tick() {
+	c.tick++
+	c.ag.tick()
+	c.w.tick()
+	c.o.tick()
+	if c.finishing && !c.doneSent && c.tick%uint64(max(1, c.cfg.RetryTicks/4)) == 0 {
+		c.sendFinished() // a lost CoreFinished would keep the others waiting
+	}
+	c.flush()
+}
+
+// Alive tells the core which members are alive (the driver's membership
+// view, as member IDs). The raft leader removes members of the current
+// configuration that are not.
+func (c *Core) Alive(ids []uint64) {
+	clear(c.alive)
+	for _, id := range ids {
+		c.alive[id] = true
+	}
+	c.alive[c.cfg.ID] = true
+	c.aliveOK = true
+	c.flush()
+}
+
+// Receive handles a message from peer from (authenticated by the
+// transport). Malformed messages are refused and counted; messages from
+// peers without the right to send them change nothing.
+func (c *Core) Receive(from string, msg *wire.Core) {
+	if err := msg.Check(c.cfg.Limits); err != nil {
+		c.stats.Rejected++
+		return
+	}
+	switch msg.Op {
+	case wire.CoreRaft, wire.CoreJoin, wire.CoreJoinReply, wire.CoreLeave:
+		c.ag.receive(from, msg)
+	case wire.CorePush, wire.CorePull:
+		c.o.receive(from, msg)
+	case wire.CoreReply:
+		c.w.reply(from, msg)
+	case wire.CoreForward:
+		c.o.forward(from, msg)
+	case wire.CoreState:
+		c.o.state(from, msg)
+	case wire.CoreAck:
+		c.o.ack(from, msg)
+	case wire.CoreFinished:
+		if t := c.cs.cur(); t != nil && t.isMember(from, msg.Member) {
+			c.finished[from] = true
+		} else {
+			c.stats.Rejected++
+		}
+	case wire.CoreHash:
+		if msg.Flags&wire.FlagReply != 0 {
+			c.w.hashReply(from, msg)
+		} else {
+			c.o.hash(from, msg)
+		}
+	}
+	c.flush()
+}
+
+// Batch gives the core the next batch: the sorted distinct rows it touches
+// and its examples (> 0). Batches are numbered by rounds in the order given.
+func (c *Core) Batch(keys []uint32, examples int) {
+	c.w.addBatch(keys, examples)
+	c.flush()
+}
+
+// EndOfData tells the core there are no more batches.
+func (c *Core) EndOfData() {
+	c.w.endOfData()
+	c.flush()
+}
+
+// Computed gives the gradient of ComputeReq round (len(Keys)*Width values,
+// the sum over the batch's examples) and its summed loss.
+func (c *Core) Computed(round uint64, grad []float32, loss float64) {
+	c.w.computed(round, grad, loss)
+	c.flush()
+}
+
+// Leave asks the run to remove this peer gracefully: its shards go to their
+// new holders, then Ready.Left.
+func (c *Core) Leave() {
+	c.ag.leave()
+	c.flush()
+}
+
+// Fetch asks the owners for the values of keys (sorted, distinct), or with
+// all for every row of every shard, as of this worker's current round (sync:
+// its next push waits until the answer is in) or the final values once
+// training is over. The answer comes in Ready.Fetched with id.
+func (c *Core) Fetch(id uint64, keys []uint32, all bool) {
+	c.w.fetch(id, keys, all, false)
+	c.flush()
+}
+
+// FetchHashes asks the owners for the hashes of their shards
+// (model.Model.ShardHash), for the model's hash without copying it.
+func (c *Core) FetchHashes(id uint64) {
+	c.w.fetch(id, nil, false, true)
+	c.flush()
+}
+
+// Finish says this peer has every final value it needs; once every member
+// of the configuration has said so, Ready.Done.
+func (c *Core) Finish() {
+	c.finishing = true
+	c.sendFinished()
+	c.flush()
+}
+
+func (c *Core) sendFinished() {
+	t := c.cs.cur()
+	if t == nil {
+		return
+	}
+	c.finished[c.cfg.Self] = true
+	for _, m := range t.Members {
+		if m.Peer != c.cfg.Self {
+			c.send(m.Peer, &wire.Core{Op: wire.CoreFinished})
+		}
+	}
+}
+
+// Ready returns what the core decided since the last call.
+func (c *Core) Ready() Ready {
+	rd := c.rd
+	c.rd = Ready{}
+	return rd
+}
+
+// Stats returns the core's counters.
+func (c *Core) Stats() Stats { return c.stats }
+
+// FirstRound is the round this worker started at (its first batch's).
+func (c *Core) FirstRound() uint64 { return c.w.first }
+
+// Finishing reports whether training is over here (final values, or
+// leaving).
+func (c *Core) Finishing() bool { return c.w.final || c.w.leaving || c.finishing }
+
+// Round is the worker's clock: the next round it computes.
+func (c *Core) Round() uint64 { return c.w.clock }
+
+// ConfigID is the newest configuration applied (0: none yet).
+func (c *Core) ConfigID() uint64 {
+	if t := c.cs.cur(); t != nil {
+		return t.ID
+	}
+	return 0
+}
+
+// Members returns the peers of the newest configuration.
+func (c *Core) Members() []string {
+	if t := c.cs.cur(); t != nil {
+		return t.peers()
+	}
+	return nil
+}
+
+// Primaries returns, per shard, its primary in the newest configuration.
+func (c *Core) Primaries() []string {
+	t := c.cs.cur()
+	if t == nil {
+		return nil
+	}
+	out := make([]string, c.shards)
+	for s := range out {
+		out[s] = t.primary(s)
+	}
+	return out
+}
+
+// Holders returns, per shard, its holders in the newest configuration,
+// primary first.
+func (c *Core) Holders() [][]string {
+	t := c.cs.cur()
+	if t == nil {
+		return nil
+	}
+	out := make([][]string, c.shards)
+	for s := range out {
+		out[s] = slices.Clone(t.owners[s])
+	}
+	return out
+}
+
+// Holds reports whether this peer holds shard s's state.
+func (c *Core) Holds(s int) bool { return c.o.held.has(s) && c.o.awaiting[s] == nil }
+
+// Sizes reports the lengths of the core's queues (the simulator bounds
+// them).
+func (c *Core) Sizes() map[string]int {
+	return map[string]int{
+		"requests": len(c.w.reqs), "worksets": len(c.w.ws), "batches": len(c.w.batches), "fetches": len(c.w.fetches),
+		"pending": len(c.o.pending), "deferred": len(c.o.deferred), "rounds": len(c.o.rounds),
+		"forwards": len(c.o.fwd), "transfers": len(c.o.xfer), "owes": len(c.o.owes),
+	}
+}
+
+// Leader returns the raft leader's peer ID as this peer knows it ("": none).
+func (c *Core) Leader() string { return c.ag.leaderPeer() }
+
+// send queues msg for peer to, stamped with this member's ID and newest
+// configuration.
+func (c *Core) send(to string, msg *wire.Core) {
+	msg.Member = c.cfg.ID
+	if t := c.cs.cur(); t != nil {
+		msg.Config = t.ID
+	}
+	c.rd.Messages = append(c.rd.Messages, Envelope{To: to, Msg: msg})
+}
+
+// event records an event for the driver.
+func (c *Core) event(e Event) { c.rd.Events = append(c.rd.Events, e) }
+
+// trace tells Config.Trace, if any.
+func (c *Core) trace(e TraceEvent) {
+	if c.cfg.Trace != nil {
+		c.cfg.Trace(e)
+	}
+}
+
+// fail records a fatal error.
+func (c *Core) fail(err error) {
+	if c.err == nil {
+		c.err = err
+		c.rd.Err = err
+	}
+}
+
+// flush runs the work that events may have unblocked, until nothing
+// changes, and fills the parts of Ready that are states (not queues).
+func (c *Core) flush() {
+	if c.err != nil {
+		c.rd.Err = c.err
+		return
+	}
+	for range 64 {
+		progress := c.ag.work()
+		if c.o.work() {
+			progress = true
+		}
+		if c.w.work() {
+			progress = true
+		}
+		if !progress {
+			break
+		}
+	}
+	c.rd.WantBatches = c.w.wantBatches()
+	if c.w.left && !c.doneSent && c.o.drained() {
+		c.doneSent = true
+		c.rd.Done, c.rd.Left = true, true
+	}
+	if c.finishing && !c.doneSent && c.allFinished() {
+		c.doneSent = true
+		c.rd.Done = true
+	}
+	if c.err != nil {
+		c.rd.Err = c.err
+	}
+}
+
+// allFinished reports whether every live member has said CoreFinished.
+func (c *Core) allFinished() bool {
+	t := c.cs.cur()
+	if t == nil {
+		return true
+	}
+	for _, m := range t.Members {
+		if !c.finished[m.Peer] && (c.alive[m.ID] || !c.aliveOK) {
+			return false
+		}
+	}
+	return true
+}
+
+// isAlive reports whether member id is alive as far as the core knows.
+func (c *Core) isAlive(id uint64) bool { return !c.aliveOK || c.alive[id] }
+
+// shardOf is row k's shard.
+func (c *Core) shardOf(k uint32) int { return int(k & c.mask) }
+
+// String describes the core's state for a stuck run's diagnostics.
+func (c *Core) String() string {
+	t := c.cs.cur()
+	id := uint64(0)
+	var members []string
+	if t != nil {
+		id = t.ID
+		members = shortAll(t.peers())
+	}
+	return fmt.Sprintf("%s tick %d config %d members %v leader %s | worker %s | owner %s",
+		short(c.cfg.Self), c.tick, id, members, short(c.ag.leaderPeer()), c.w.String(), c.o.String())
+}
+
+func short(id string) string {
+	if len(id) > 10 {
+		return "…" + id[len(id)-6:]
+	}
+	return id
+}
+
+func shortAll(ids []string) []string {
+	out := slices.Clone(ids)
+	for i := range out {
+		out[i] = short(out[i])
+	}
+	return out
+}

@@ -1,0 +1,1051 @@
+package train
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/gossiptrain/gossiptrain/gossip/wire"
+	"github.com/gossiptrain/gossiptrain/model"
+)
+
+// The owner half of the core (docs/protocol.md, "Owners").
+//
+// Sync: an owner applies round r of a shard once every member of round r's
+// configuration (but those known to have crashed) has contributed to it,
+// summing in member order, forwards the sum to the shard's replicas, and
+// only when they have acknowledged it answers the round's pushes with the
+// values they want. Ssp and async: an owner applies each worker's pushes in
+// that worker's order as they arrive, forwards them, and answers once the
+// values are as fresh as asked (ssp: every worker's contributions through
+// the round asked for).
+
+// contribution is a push (or pull) this owner has to answer.
+type contribution struct {
+	from     string
+	member   uint64
+	req      uint64
+	op       wire.CoreOp
+	flags    wire.CoreFlags
+	round    uint64
+	through  uint64
+	examples uint64
+	shards   []uint32
+	set      shardSet
+	rows     model.Sparse
+	want     []uint32
+	applied  bool   // its rows are in the model (async), or the round is (sync)
+	acks     int    // forwards of it not acknowledged yet (async)
+	since    uint64 // tick it arrived (async long poll of done workers)
+}
+
+// roundAcc collects the contributions of one sync round.
+type roundAcc struct {
+	contrib []*contribution
+}
+
+// fwdOut is a forward waiting for its acknowledgement.
+type fwdOut struct {
+	to     string
+	req    uint64
+	msg    *wire.Core
+	sentAt uint64
+	tries  int
+	round  uint64          // sync
+	shards []uint32        // sync: the shards whose replies wait for it
+	of     []*contribution // async: the pushes whose replies wait for it
+}
+
+// stateOut is a shard handed to a new holder, waiting for its ack.
+type stateOut struct {
+	to     string
+	req    uint64
+	shard  int
+	msg    *wire.Core
+	sentAt uint64
+	tries  int
+}
+
+// owe is a shard this owner must send to a new holder once it has applied
+// every round before round (sync) or at once (async).
+type owe struct {
+	to    string
+	shard int
+	round uint64
+}
+
+// await is a shard whose state this owner waits for.
+type await struct {
+	round uint64   // sync: the round the state must be as of
+	since uint64   // tick
+	from  []Member // ssp/async: who may send it
+}
+
+type owner struct {
+	c        *Core
+	held     shardSet
+	through  []uint64 // sync: rounds applied, per shard
+	awaiting map[int]*await
+	rounds   map[uint64]*roundAcc
+	applied  []map[uint64]uint64 // async: per shard, member -> clocks applied
+	doneAt   map[uint64]uint64   // async: member -> its done round
+	step     int64
+	pending  []*contribution // answered later (sync: round not applied; ssp: not fresh; async: acks)
+	deferred []deferredMsg   // messages of a configuration not applied yet, or behind a gap
+	fwd      map[uint64]*fwdOut
+	xfer     map[uint64]*stateOut
+	owes     []owe
+	nextReq  uint64
+	final    bool
+	changed  map[uint64][]uint32 // sync full gather: rows changed by round
+	scratch  model.Sparse
+	sum, tmp model.Sparse
+}
+
+type deferredMsg struct {
+	from string
+	msg  *wire.Core
+	at   uint64
+}
+
+func (o *owner) init(c *Core) {
+	o.c = c
+	o.held = newShardSet(c.shards)
+	o.through = make([]uint64, c.shards)
+	o.awaiting = map[int]*await{}
+	o.rounds = map[uint64]*roundAcc{}
+	o.applied = make([]map[uint64]uint64, c.shards)
+	for s := range o.applied {
+		o.applied[s] = map[uint64]uint64{}
+	}
+	o.doneAt = map[uint64]uint64{}
+	o.fwd = map[uint64]*fwdOut{}
+	o.xfer = map[uint64]*stateOut{}
+	o.changed = map[uint64][]uint32{}
+}
+
+func (o *owner) String() string {
+	lo, hi := uint64(Final), uint64(0)
+	for s := range o.c.shards {
+		if o.held.has(s) {
+			lo, hi = min(lo, o.through[s]), max(hi, o.through[s])
+		}
+	}
+	return fmt.Sprintf("held %d through %d..%d awaiting %d rounds %d pending %d deferred %d fwd %d xfer %d owes %d final %v",
+		o.held.count(), lo, hi, len(o.awaiting), len(o.rounds), len(o.pending), len(o.deferred), len(o.fwd), len(o.xfer), len(o.owes), o.final)
+}
+
+// drained reports whether nothing this owner sent waits for an answer.
+func (o *owner) drained() bool { return len(o.fwd) == 0 && len(o.xfer) == 0 && len(o.owes) == 0 }
+
+func (o *owner) newReq() uint64 {
+	o.nextReq++
+	return o.nextReq
+}
+
+func (o *owner) tick() {
+	c := o.c
+	for _, id := range sortedKeys(o.fwd) {
+		f := o.fwd[id]
+		if c.tick-f.sentAt >= uint64(c.cfg.RetryTicks)<<min(f.tries, 3) {
+			f.tries++
+			f.sentAt = c.tick
+			c.stats.Resent++
+			c.send(f.to, f.msg)
+		}
+	}
+	for _, id := range sortedKeys(o.xfer) {
+		x := o.xfer[id]
+		if c.tick-x.sentAt >= uint64(c.cfg.RetryTicks)<<min(x.tries, 3) {
+			x.tries++
+			x.sentAt = c.tick
+			c.stats.Resent++
+			c.send(x.to, x.msg)
+		}
+	}
+}
+
+// memberOf returns the member record of peer from with ID id in some
+// configuration this peer knows (workers removed since still get their
+// last pushes answered).
+func (o *owner) memberOf(from string, id uint64) (Member, bool) {
+	cs := &o.c.cs
+	for i := len(cs.list) - 1; i >= 0; i-- {
+		if m, ok := cs.list[i].member(from); ok && m.ID == id {
+			return m, true
+		}
+	}
+	return Member{}, false
+}
+
+// receive takes a push or a pull.
+func (o *owner) receive(from string, msg *wire.Core) {
+	c := o.c
+	cur := c.cs.cur()
+	if cur == nil || msg.Config > cur.ID {
+		o.deferred = append(o.deferred, deferredMsg{from, msg.Clone(), c.tick})
+		return
+	}
+	m, ok := o.memberOf(from, msg.Member)
+	if !ok {
+		c.stats.Rejected++
+		return
+	}
+	if msg.Op == wire.CorePush && c.cfg.Mode == Sync {
+		if t := c.cs.at(msg.Round); !t.isMember(from, msg.Member) {
+			c.stats.Rejected++ // not a worker of that round
+			return
+		}
+	}
+	if msg.Op == wire.CorePush && msg.Round < m.Since {
+		c.stats.Rejected++
+		return
+	}
+	// Rows must lie in the shards the message names.
+	set := newShardSet(c.shards)
+	for _, s := range msg.Shards {
+		if int(s) >= c.shards {
+			c.stats.Rejected++
+			return
+		}
+		set.add(int(s))
+	}
+	for _, k := range msg.Rows.Idx {
+		if !set.has(c.shardOf(k)) {
+			c.stats.Rejected++
+			return
+		}
+	}
+	for _, k := range msg.Want {
+		if !set.has(c.shardOf(k)) {
+			c.stats.Rejected++
+			return
+		}
+	}
+	if msg.Op == wire.CorePush && (msg.RowWidth != c.width && msg.Rows.Len() > 0) {
+		c.stats.Rejected++
+		return
+	}
+	// Shards routed elsewhere are refused with "moved": the worker sends
+	// them to their owner.
+	var moved []uint32
+	for _, s := range msg.Shards {
+		if !o.routesHere(int(s), msg) {
+			moved = append(moved, s)
+		}
+	}
+	if len(moved) > 0 {
+		c.stats.Moved++
+		c.send(from, &wire.Core{Op: wire.CoreReply, Flags: wire.FlagMoved, Req: msg.Req, Round: msg.Round, Shards: moved})
+		if len(moved) == len(msg.Shards) {
+			return
+		}
+		for _, s := range moved {
+			set.del(int(s))
+		}
+	}
+	k := &contribution{from: from, member: msg.Member, req: msg.Req, op: msg.Op, flags: msg.Flags, round: msg.Round,
+		through: msg.Through, examples: msg.Examples, set: set, since: c.tick}
+	k.shards = set.list(nil)
+	k.want = slices.Clone(msg.Want)
+	if len(moved) > 0 {
+		k.rows = filterRows(&msg.Rows, k.shards, c.width, c.mask)
+	} else {
+		k.rows = model.Sparse{Idx: slices.Clone(msg.Rows.Idx), Val: slices.Clone(msg.Rows.Val)}
+	}
+	if msg.Op == wire.CorePull {
+		o.pending = append(o.pending, k)
+		return
+	}
+	if c.cfg.Mode == Sync {
+		o.pushSync(k)
+	} else {
+		o.pushAsync(k)
+	}
+}
+
+// routesHere reports whether this peer answers for shard s in msg: sync,
+// the round's route (a pull reads the values of round Round); otherwise
+// the newest configuration's primary.
+func (o *owner) routesHere(s int, msg *wire.Core) bool {
+	c := o.c
+	if c.cfg.Mode == Sync {
+		return c.cs.route(s, msg.Round) == c.cfg.Self
+	}
+	return c.cs.cur().primary(s) == c.cfg.Self
+}
+
+// pushSync records a sync contribution.
+func (o *owner) pushSync(k *contribution) {
+	dup := true
+	for _, s := range k.shards {
+		if o.through[s] <= k.round {
+			dup = false
+		}
+	}
+	if dup {
+		k.applied = true // already applied: answer with the values now
+		o.pending = append(o.pending, k)
+		return
+	}
+	ra := o.rounds[k.round]
+	if ra == nil {
+		ra = &roundAcc{}
+		o.rounds[k.round] = ra
+	}
+	for i, old := range ra.contrib {
+		if old.member == k.member && old.set.equal(k.set) {
+			// Sent again: keep the first rows, answer the newest request.
+			ra.contrib[i].req = k.req
+			return
+		}
+	}
+	ra.contrib = append(ra.contrib, k)
+	o.pending = append(o.pending, k)
+}
+
+// pushAsync applies an ssp or async contribution in its worker's order.
+func (o *owner) pushAsync(k *contribution) {
+	c := o.c
+	for _, s := range k.shards {
+		if o.awaiting[int(s)] != nil || !o.held.has(int(s)) {
+			o.deferred = append(o.deferred, deferredMsg{k.from, o.asMsg(k), c.tick})
+			return
+		}
+	}
+	state := 0 // 1 apply, 2 duplicate, 3 gap
+	for _, s := range k.shards {
+		a := o.appliedOf(int(s), k.member)
+		st := 1
+		switch {
+		case a > k.round:
+			st = 2
+		case a < k.round:
+			st = 3
+		}
+		if state == 0 {
+			state = st
+		} else if state != st {
+			state = 3
+		}
+	}
+	switch state {
+	case 2:
+		k.applied = true
+		o.pending = append(o.pending, k)
+		return
+	case 3:
+		o.deferred = append(o.deferred, deferredMsg{k.from, o.asMsg(k), c.tick})
+		return
+	}
+	if k.examples > 0 && k.rows.Len() > 0 {
+		c.m.Apply(&k.rows, int(k.examples), o.step)
+		o.step++
+		c.stats.Applied++
+	}
+	if k.examples > 0 {
+		c.trace(TraceEvent{Kind: TraceApply, Shards: k.shards, Round: k.round, Members: []uint64{k.member}})
+	}
+	for _, s := range k.shards {
+		o.applied[s][k.member] = k.round + 1
+	}
+	if k.flags&wire.FlagDone != 0 {
+		if d, ok := o.doneAt[k.member]; !ok || k.round < d {
+			o.doneAt[k.member] = k.round
+		}
+	}
+	k.applied = true
+	o.forwardAsync(k)
+	o.pending = append(o.pending, k)
+}
+
+// asMsg rebuilds a contribution's message (to handle it again later).
+func (o *owner) asMsg(k *contribution) *wire.Core {
+	return &wire.Core{Op: k.op, Flags: k.flags, Member: k.member, Round: k.round, Through: k.through, Req: k.req,
+		Examples: k.examples, Shards: k.shards, Rows: k.rows, RowWidth: o.c.width, Want: k.want, Config: o.c.ConfigID()}
+}
+
+// appliedOf is member's clocks applied to shard s (its first round when
+// none yet).
+func (o *owner) appliedOf(s int, member uint64) uint64 {
+	if a, ok := o.applied[s][member]; ok {
+		return a
+	}
+	for i := len(o.c.cs.list) - 1; i >= 0; i-- {
+		for _, m := range o.c.cs.list[i].Members {
+			if m.ID == member {
+				return m.Since
+			}
+		}
+	}
+	return 0
+}
+
+// forwardAsync sends an applied contribution's rows to the replicas of its
+// shards.
+func (o *owner) forwardAsync(k *contribution) {
+	c := o.c
+	cur := c.cs.cur()
+	byPeer := map[string][]uint32{}
+	for _, s := range k.shards {
+		for _, h := range cur.owners[s][1:] {
+			if h != c.cfg.Self {
+				byPeer[h] = append(byPeer[h], s)
+			}
+		}
+	}
+	for _, p := range sortedStrings(byPeer) {
+		ss := byPeer[p]
+		msg := &wire.Core{Op: wire.CoreForward, Round: k.round, Examples: k.examples, Shards: ss, RowWidth: c.width,
+			Rows: filterRows(&k.rows, ss, c.width, c.mask), Clocks: []wire.MemberClock{{Member: k.member, Clock: k.round}}}
+		if k.flags&wire.FlagDone != 0 {
+			msg.Flags = wire.FlagDone
+		}
+		f := &fwdOut{to: p, req: o.newReq(), msg: msg, sentAt: c.tick, of: []*contribution{k}}
+		msg.Req = f.req
+		o.fwd[f.req] = f
+		k.acks++
+		c.send(p, msg)
+	}
+}
+
+func sortedStrings[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// work applies what can be applied, answers what can be answered, hands
+// over shards that are due. It reports progress.
+func (o *owner) work() bool {
+	c := o.c
+	if c.cs.cur() == nil {
+		return false
+	}
+	progress := false
+	if len(o.deferred) > 0 {
+		ds := o.deferred
+		o.deferred = nil
+		for _, d := range ds {
+			switch d.msg.Op {
+			case wire.CoreForward:
+				o.forward(d.from, d.msg)
+			case wire.CoreState:
+				o.state(d.from, d.msg)
+			default:
+				o.receive(d.from, d.msg)
+			}
+		}
+		if len(o.deferred) < len(ds) {
+			progress = true
+		}
+	}
+	if c.cfg.Mode == Sync {
+		for o.applySync() {
+			progress = true
+		}
+	} else if o.checkFinalAsync() {
+		progress = true
+	}
+	if o.payOwes() {
+		progress = true
+	}
+	if o.promoteLost() {
+		progress = true
+	}
+	if o.answer() {
+		progress = true
+	}
+	return progress
+}
+
+// applySync applies the lowest round that has a complete group of shards.
+// It reports whether it applied one.
+func (o *owner) applySync() bool {
+	c := o.c
+	rs := make([]uint64, 0, len(o.rounds))
+	for r := range o.rounds {
+		rs = append(rs, r)
+	}
+	slices.Sort(rs)
+	for _, r := range rs {
+		if o.applyRound(r) {
+			return true
+		}
+	}
+	_ = c
+	return false
+}
+
+// applyRound applies the shards of round r that are complete, as one group
+// per set of contributors. It reports whether it applied any.
+func (o *owner) applyRound(r uint64) bool {
+	c := o.c
+	ra := o.rounds[r]
+	t := c.cs.at(r)
+	var required []Member
+	for _, m := range t.Members {
+		if !c.cs.crashed[m.ID] {
+			required = append(required, m)
+		}
+	}
+	// Shards this peer applies in round r now.
+	ready := newShardSet(c.shards)
+	for s := range c.shards {
+		if o.through[s] == r && o.held.has(s) && o.awaiting[s] == nil && c.cs.route(s, r) == c.cfg.Self {
+			ready.add(s)
+		}
+	}
+	if ready.empty() {
+		return false
+	}
+	// Coverage of each member (its contributions may be split).
+	cover := map[uint64]shardSet{}
+	for _, k := range ra.contrib {
+		cs := cover[k.member]
+		if cs == nil {
+			cs = newShardSet(c.shards)
+			cover[k.member] = cs
+		}
+		cs.or(k.set)
+	}
+	for _, m := range required {
+		if cs := cover[m.ID]; cs != nil {
+			ready.and(cs)
+		} else {
+			ready.clear()
+		}
+	}
+	if ready.empty() {
+		return false
+	}
+	// Group the ready shards by who contributed to them (a crashed
+	// member's push may have reached this owner for some shards only).
+	members := make([]Member, 0, len(t.Members))
+	members = append(members, t.Members...)
+	var groups []shardSet
+	var keys []string
+	for _, s := range ready.list(nil) {
+		key := make([]byte, 0, len(members))
+		for _, m := range members {
+			if cs := cover[m.ID]; cs != nil && cs.has(int(s)) {
+				key = append(key, 1)
+			} else {
+				key = append(key, 0)
+			}
+		}
+		i := slices.Index(keys, string(key))
+		if i < 0 {
+			i = len(keys)
+			keys = append(keys, string(key))
+			groups = append(groups, newShardSet(c.shards))
+		}
+		groups[i].add(int(s))
+	}
+	for _, g := range groups {
+		o.applyGroup(r, t, ra, g)
+	}
+	// A round is done when every shard this peer applies in it is.
+	left := false
+	for s := range c.shards {
+		if o.through[s] == r && o.held.has(s) && c.cs.route(s, r) == c.cfg.Self {
+			left = true
+		}
+	}
+	if !left {
+		delete(o.rounds, r)
+	}
+	return true
+}
+
+// applyGroup applies round r to the shards of g: the sum of the members'
+// rows in member order, over their examples, then forwards it to the
+// replicas.
+func (o *owner) applyGroup(r uint64, t *tconf, ra *roundAcc, g shardSet) {
+	c := o.c
+	w := c.width
+	o.sum.Reset()
+	n := uint64(0)
+	contributors, done := 0, 0
+	var ids []uint64
+	for _, m := range t.Members {
+		counted := false
+		for _, k := range ra.contrib {
+			if k.member != m.ID || !overlap(k.set, g) {
+				continue
+			}
+			if !counted {
+				counted = true
+				contributors++
+				if k.examples > 0 {
+					ids = append(ids, m.ID)
+				}
+				n += k.examples
+				if k.flags&wire.FlagDone != 0 {
+					done++
+				}
+			}
+			if k.rows.Len() == 0 {
+				continue
+			}
+			part := &k.rows
+			if !k.set.subset(g) {
+				o.scratch = filterSet(&k.rows, g, w, c.mask, o.scratch)
+				part = &o.scratch
+			}
+			addSparse(&o.tmp, &o.sum, part, w)
+			o.sum, o.tmp = o.tmp, o.sum
+		}
+	}
+	if contributors < len(t.Members) {
+		c.stats.Degraded++
+	}
+	if n > 0 && o.sum.Len() > 0 {
+		c.m.Apply(&o.sum, int(n), int64(r))
+	}
+	c.stats.Applied++
+	shards := g.list(nil)
+	for _, s := range shards {
+		o.through[s] = r + 1
+	}
+	c.trace(TraceEvent{Kind: TraceApply, Shards: shards, Round: r, Members: ids})
+	if c.cfg.Gather == Full {
+		o.changed[r] = append(o.changed[r], o.sum.Idx...)
+	}
+	if contributors > 0 && done == contributors {
+		o.final = true
+	}
+	// Forward to the replicas of these shards.
+	byPeer := map[string][]uint32{}
+	for _, s := range g.list(nil) {
+		for _, h := range t.owners[s] {
+			if h != c.cfg.Self && !o.crashedPeer(t, h) {
+				byPeer[h] = append(byPeer[h], s)
+			}
+		}
+	}
+	for _, p := range sortedStrings(byPeer) {
+		ss := byPeer[p]
+		msg := &wire.Core{Op: wire.CoreForward, Round: r, Examples: n, Shards: ss, RowWidth: w,
+			Rows: filterRows(&o.sum, ss, w, c.mask)}
+		for _, id := range ids {
+			msg.Clocks = append(msg.Clocks, wire.MemberClock{Member: id, Clock: r})
+		}
+		slices.SortFunc(msg.Clocks, func(a, b wire.MemberClock) int { return cmpU64(a.Member, b.Member) })
+		f := &fwdOut{to: p, req: o.newReq(), msg: msg, sentAt: c.tick, round: r, shards: ss}
+		msg.Req = f.req
+		o.fwd[f.req] = f
+		c.send(p, msg)
+	}
+}
+
+// crashedPeer reports whether peer p (as member of t) has crashed since.
+func (o *owner) crashedPeer(t *tconf, p string) bool {
+	m, ok := t.member(p)
+	return ok && o.c.cs.crashed[m.ID]
+}
+
+func overlap(a, b shardSet) bool {
+	for i := range a {
+		if a[i]&b[i] != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// filterSet returns the rows of rs whose shard is in set, into dst.
+func filterSet(rs *model.Sparse, set shardSet, width int, mask uint32, dst model.Sparse) model.Sparse {
+	dst.Reset()
+	for i, k := range rs.Idx {
+		if set.has(int(k & mask)) {
+			dst.Append(k, rs.Val[i*width:(i+1)*width])
+		}
+	}
+	return dst
+}
+
+// addSparse sets dst to a + b (rows merged by index, values added).
+func addSparse(dst, a, b *model.Sparse, w int) {
+	dst.Reset()
+	i, j := 0, 0
+	for i < len(a.Idx) || j < len(b.Idx) {
+		switch {
+		case j >= len(b.Idx) || (i < len(a.Idx) && a.Idx[i] < b.Idx[j]):
+			dst.Append(a.Idx[i], a.Val[i*w:(i+1)*w])
+			i++
+		case i >= len(a.Idx) || b.Idx[j] < a.Idx[i]:
+			dst.Append(b.Idx[j], b.Val[j*w:(j+1)*w])
+			j++
+		default:
+			dst.Idx = append(dst.Idx, a.Idx[i])
+			for x := range w {
+				dst.Val = append(dst.Val, a.Val[i*w+x]+b.Val[j*w+x])
+			}
+			i++
+			j++
+		}
+	}
+}
+
+// waitingForward reports whether a forward of shard s's round r (sync)
+// waits for its acknowledgement.
+func (o *owner) waitingForward(s uint32, r uint64) bool {
+	for _, f := range o.fwd {
+		if f.of == nil && f.round == r {
+			if _, ok := slices.BinarySearch(f.shards, s); ok {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// answerable reports whether contribution k can be answered now.
+func (o *owner) answerable(k *contribution) bool {
+	c := o.c
+	if k.op == wire.CorePush && c.cfg.Mode == Sync {
+		for _, s := range k.shards {
+			if o.through[s] <= k.round || o.waitingForward(s, k.round) {
+				return false
+			}
+		}
+		return true
+	}
+	if k.op == wire.CorePush && k.acks > 0 {
+		return false
+	}
+	for _, s := range k.shards {
+		if !o.held.has(int(s)) || o.awaiting[int(s)] != nil {
+			return false
+		}
+	}
+	if k.through == Final {
+		return o.final
+	}
+	if c.cfg.Mode == Sync {
+		for _, s := range k.shards {
+			if o.through[s] < k.through {
+				return false
+			}
+		}
+		return true
+	}
+	// Done workers poll: answer when final or after a while.
+	if k.op == wire.CorePush && k.flags&wire.FlagDone != 0 && !o.final && c.tick-k.since < uint64(c.cfg.RetryTicks)/4 {
+		return false
+	}
+	if k.through > 0 && c.cfg.Mode == SSP {
+		for _, s := range k.shards {
+			if o.throughAsync(int(s)) < k.through {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// throughAsync is the rounds of every live, not done worker applied to
+// shard s (ssp's "through").
+func (o *owner) throughAsync(s int) uint64 {
+	c := o.c
+	th := uint64(Final)
+	for _, m := range c.cs.cur().Members {
+		if _, done := o.doneAt[m.ID]; done {
+			continue
+		}
+		th = min(th, o.appliedOf(s, m.ID))
+	}
+	return th
+}
+
+// answer replies to every contribution that can be answered.
+func (o *owner) answer() bool {
+	progress := false
+	keep := o.pending[:0]
+	for _, k := range o.pending {
+		if !o.answerable(k) {
+			keep = append(keep, k)
+			continue
+		}
+		o.reply(k)
+		progress = true
+	}
+	clear(o.pending[len(keep):])
+	o.pending = keep
+	return progress
+}
+
+// reply answers contribution k with the values it wants.
+func (o *owner) reply(k *contribution) {
+	c := o.c
+	msg := &wire.Core{Op: wire.CoreReply, Req: k.req, Round: k.round}
+	if o.final {
+		msg.Flags |= wire.FlagFinal
+	}
+	switch {
+	case k.op == wire.CoreHash:
+		msg.Op, msg.Flags = wire.CoreHash, msg.Flags|wire.FlagReply
+		for _, s := range k.shards {
+			msg.Clocks = append(msg.Clocks, wire.MemberClock{Member: uint64(s), Clock: c.m.ShardHash(int(s))})
+		}
+	case k.flags&wire.FlagAll != 0:
+		msg.Flags |= wire.FlagRows
+		msg.RowWidth = c.width
+		for _, s := range k.shards {
+			c.m.ExportRows(int(s), false, &msg.Rows)
+		}
+		sortRows(&msg.Rows, c.width)
+	case c.cfg.Gather == Full && k.op == wire.CorePush:
+		msg.Flags |= wire.FlagRows
+		msg.RowWidth = c.width
+		keys := o.changedFor(k)
+		for _, key := range keys {
+			msg.Rows.Append(key, c.m.Row(key))
+		}
+	default:
+		msg.Values = make([]float32, 0, len(k.want)*c.width)
+		for _, key := range k.want {
+			msg.Values = append(msg.Values, c.m.Row(key)...)
+		}
+	}
+	if c.cfg.Mode == Sync {
+		msg.Through = k.round + 1
+	} else {
+		th := uint64(Final)
+		for _, s := range k.shards {
+			th = min(th, o.throughAsync(int(s)))
+		}
+		msg.Through = th
+	}
+	c.send(k.from, msg)
+}
+
+// changedFor returns the rows changed in the round a full-gather push
+// belongs to, in its shards, sorted.
+func (o *owner) changedFor(k *contribution) []uint32 {
+	var out []uint32
+	for _, key := range o.changed[k.round] {
+		if k.set.has(o.c.shardOf(key)) {
+			out = append(out, key)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// forward takes a primary's forwarded rows (this peer is a replica).
+func (o *owner) forward(from string, msg *wire.Core) {
+	c := o.c
+	cur := c.cs.cur()
+	if cur == nil || msg.Config > cur.ID {
+		o.deferred = append(o.deferred, deferredMsg{from, msg.Clone(), c.tick})
+		return
+	}
+	if _, ok := o.memberOf(from, msg.Member); !ok || msg.RowWidth != c.width && msg.Rows.Len() > 0 {
+		c.stats.Rejected++
+		return
+	}
+	for _, s := range msg.Shards {
+		if int(s) >= c.shards || !o.isPrimaryFor(from, int(s), msg.Round) {
+			c.stats.Rejected++
+			return
+		}
+	}
+	set := newShardSet(c.shards)
+	set.fromList(msg.Shards)
+	for _, k := range msg.Rows.Idx {
+		if !set.has(c.shardOf(k)) {
+			c.stats.Rejected++
+			return
+		}
+	}
+	for _, s := range msg.Shards {
+		if o.awaiting[int(s)] != nil || !o.held.has(int(s)) {
+			o.deferred = append(o.deferred, deferredMsg{from, msg.Clone(), c.tick})
+			return
+		}
+	}
+	if c.cfg.Mode == Sync {
+		apply, dup := true, true
+		for _, s := range msg.Shards {
+			if o.through[s] != msg.Round {
+				apply = false
+			}
+			if o.through[s] <= msg.Round {
+				dup = false
+			}
+		}
+		switch {
+		case apply:
+			if msg.Examples > 0 && msg.Rows.Len() > 0 {
+				c.m.Apply(&msg.Rows, int(msg.Examples), int64(msg.Round))
+			}
+			for _, s := range msg.Shards {
+				o.through[s] = msg.Round + 1
+			}
+			c.stats.Replicated++
+			ids := make([]uint64, len(msg.Clocks))
+			for i, mc := range msg.Clocks {
+				ids[i] = mc.Member
+			}
+			c.trace(TraceEvent{Kind: TraceApply, Shards: msg.Shards, Round: msg.Round, Members: ids, Replica: true, Peer: from})
+		case !dup:
+			o.deferred = append(o.deferred, deferredMsg{from, msg.Clone(), c.tick})
+			return
+		}
+	} else {
+		if len(msg.Clocks) != 1 {
+			c.stats.Rejected++
+			return
+		}
+		wk := msg.Clocks[0]
+		state := 0
+		for _, s := range msg.Shards {
+			a := o.appliedOf(int(s), wk.Member)
+			st := 1
+			switch {
+			case a > wk.Clock:
+				st = 2
+			case a < wk.Clock:
+				st = 3
+			}
+			if state == 0 {
+				state = st
+			} else if state != st {
+				state = 3
+			}
+		}
+		switch state {
+		case 1:
+			if msg.Examples > 0 && msg.Rows.Len() > 0 {
+				c.m.Apply(&msg.Rows, int(msg.Examples), o.step)
+				o.step++
+			}
+			for _, s := range msg.Shards {
+				o.applied[s][wk.Member] = wk.Clock + 1
+			}
+			if msg.Examples > 0 {
+				c.trace(TraceEvent{Kind: TraceApply, Shards: msg.Shards, Round: wk.Clock, Members: []uint64{wk.Member}, Replica: true, Peer: from})
+			}
+			if msg.Flags&wire.FlagDone != 0 {
+				if d, ok := o.doneAt[wk.Member]; !ok || wk.Clock < d {
+					o.doneAt[wk.Member] = wk.Clock
+				}
+			}
+			c.stats.Replicated++
+		case 3:
+			o.deferred = append(o.deferred, deferredMsg{from, msg.Clone(), c.tick})
+			return
+		}
+	}
+	c.send(from, &wire.Core{Op: wire.CoreAck, Req: msg.Req})
+}
+
+// isPrimaryFor reports whether peer p applies shard s: for sync round r its
+// route, otherwise it is or was the primary in a configuration this peer
+// knows (forwards of an owner that has just handed the shard over may
+// still arrive).
+func (o *owner) isPrimaryFor(p string, s int, r uint64) bool {
+	c := o.c
+	if c.cfg.Mode == Sync {
+		return c.cs.route(s, r) == p
+	}
+	for i := len(c.cs.list) - 1; i >= 0 && i >= len(c.cs.list)-4; i-- {
+		if c.cs.list[i].primary(s) == p {
+			return true
+		}
+	}
+	return false
+}
+
+// ack takes the acknowledgement of a forward or a state transfer.
+func (o *owner) ack(from string, msg *wire.Core) {
+	c := o.c
+	if f := o.fwd[msg.Req]; f != nil && f.to == from {
+		delete(o.fwd, msg.Req)
+		for _, k := range f.of {
+			k.acks--
+		}
+		return
+	}
+	if x := o.xfer[msg.Req]; x != nil && x.to == from {
+		delete(o.xfer, msg.Req)
+		o.maybeFree(x.shard)
+		return
+	}
+	c.stats.Stale++
+}
+
+// hash answers a request for shard hashes.
+func (o *owner) hash(from string, msg *wire.Core) {
+	c := o.c
+	if _, ok := o.memberOf(from, msg.Member); !ok {
+		c.stats.Rejected++
+		return
+	}
+	k := &contribution{from: from, member: msg.Member, req: msg.Req, op: wire.CoreHash, round: msg.Round, through: msg.Through}
+	k.set = newShardSet(c.shards)
+	for _, s := range msg.Shards {
+		if int(s) >= c.shards || !o.routesHere(int(s), msg) {
+			c.stats.Rejected++
+			return
+		}
+		k.set.add(int(s))
+	}
+	k.shards = k.set.list(nil)
+	o.pending = append(o.pending, k)
+}
+
+// checkFinalAsync declares the values final once every worker of the
+// configuration is done and all of its pushes are applied here.
+func (o *owner) checkFinalAsync() bool {
+	c := o.c
+	if o.final {
+		return false
+	}
+	cur := c.cs.cur()
+	for _, m := range cur.Members {
+		d, ok := o.doneAt[m.ID]
+		if !ok {
+			return false
+		}
+		for s := range c.shards {
+			if cur.primary(s) == c.cfg.Self && o.held.has(s) && o.appliedOf(s, m.ID) < d+1 {
+				return false
+			}
+		}
+	}
+	for s := range c.shards {
+		if cur.primary(s) == c.cfg.Self && (!o.held.has(s) || o.awaiting[s] != nil) {
+			return false
+		}
+	}
+	o.final = true
+	return true
+}
+
+// setRows writes rows an owner sent into the read copy (full gather),
+// except rows of shards this peer holds: its own values are the truth.
+func (o *owner) setRows(rows *model.Sparse) {
+	c := o.c
+	w := c.width
+	for i, k := range rows.Idx {
+		if o.held.has(c.shardOf(k)) {
+			continue
+		}
+		copy(c.m.Row(k), rows.Val[i*w:(i+1)*w])
+	}
+}
+
+func cmpU64(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,1049 @@
+// Package sim runs the training protocol core (node/train) of many peers in
+// one process, on a simulated network and clock, and checks its invariants
+// while faults happen: messages dropped, duplicated, delayed and reordered,
+// partitions, crashes, restarts with the same peer ID, joins and graceful
+// leaves. Every choice comes from one seed, so a failing schedule replays
+// exactly (go test ./node/train/sim -run TestSeeds -seed N -v prints its
+// event trace).
+//
+// What a run checks (Result.Violations), after every step and at the end:
+//
+//   - agreement: every configuration ID means the same configuration at
+//     every peer;
+//   - exactly once: no holder of a shard applies a worker's contribution to
+//     a round twice, and handing a shard over hands its ledger over; at the
+//     end the primary of every shard has applied every contribution of
+//     every worker that did not crash, unless the shard was lost (every
+//     holder crashed: counted, allowed only without replicas);
+//   - the ssp bound: no round computed with values missing a worker's
+//     contributions older than the staleness allows;
+//   - coverage: every shard held by its primary at the end;
+//   - bounded buffers: no queue of a core grows past a bound;
+//   - one model: replicas end bit-identical to their primary (sync), every
+//     peer's read copy equals the primaries' values (full gather);
+//   - the serial reference: a sync run whose schedule loses nothing for good
+//     (drops and delays only) ends bit-identical to a serial run of the
+//     same rounds;
+//   - liveness: once the faults stop, every peer finishes.
+//
+// The workers' gradients are logistic regression on generated sparse data,
+// computed here the way sgd computes them (float64 sums in example order).
+package sim
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/gossiptrain/gossiptrain/gossip/wire"
+	"github.com/gossiptrain/gossiptrain/model"
+	"github.com/gossiptrain/gossiptrain/node/ring"
+	"github.com/gossiptrain/gossiptrain/node/train"
+)
+
+// Options configure one simulated run.
+type Options struct {
+	Seed      uint64
+	Mode      train.Mode
+	Staleness int
+	Gather    train.Gather
+	Peers     int
+	Replicas  int
+	Shards    int
+	VNodes    int
+	// Dim features; Rows per peer; Batch rows per round; Fields nonzeros
+	// per row; Epochs over each peer's rows.
+	Dim, Rows, Batch, Fields, Epochs int
+	Faults                           Faults
+	// MaxTicks bounds a run (a liveness failure past it).
+	MaxTicks int
+	// Record keeps a readable trace of the run's events (Result.Trace).
+	Record bool
+	// Encode sends every message through the wire codec (slower).
+	Encode bool
+	// Bytes counts the bytes each peer receives, as encoded on the wire.
+	Bytes bool
+}
+
+// Faults is what goes wrong during the chaos window (the first Chaos
+// ticks); after it the network heals and nothing else fails.
+type Faults struct {
+	Drop, Dup float64 // per message
+	Delay     int     // extra delay per message, 0..Delay ticks (reordering)
+	// Counts of events scheduled at random ticks of the chaos window.
+	Partitions, Crashes, Restarts, Joins, Leaves int
+	Chaos                                        int
+	// DeadAfter is how long a peer's membership takes to call a silent
+	// peer dead (ticks).
+	DeadAfter int
+}
+
+// Result is what a run did and found.
+type Result struct {
+	Ticks      int
+	Rounds     uint64
+	Violations []string
+	Trace      []string
+	// Stats per peer process that ran (peer/member).
+	Stats map[string]train.Stats
+	// Model is the final model's hash (0 if no peer finished).
+	Model uint64
+	// Received bytes per peer (Options.Bytes), examples trained per peer.
+	Received map[string]int64
+	Examples map[string]int64
+	// Shards per member of the final configuration (primaries).
+	Owned map[string]int
+}
+
+// Failed reports whether the run found a violation.
+func (r *Result) Failed() bool { return len(r.Violations) > 0 }
+
+// rng is splitmix64: one stream for the schedule.
+type rng struct{ s uint64 }
+
+func (r *rng) next() uint64 {
+	r.s += 0x9e3779b97f4a7c15
+	z := r.s
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
+}
+func (r *rng) intn(n int) int {
+	if n <= 0 {
+		return 0
+	}
+	return int(r.next() % uint64(n))
+}
+func (r *rng) float() float64 { return float64(r.next()>>11) / (1 << 53) }
+
+// row is one example.
+type row struct {
+	keys  []uint32
+	label float32
+}
+
+// proc is one process of a peer (a restart is a new proc of the same peer).
+type proc struct {
+	peer      string
+	inc       uint64
+	member    uint64
+	core      *train.Core
+	m         *model.Model
+	rows      []row
+	pos       int // rows handed out
+	epochs    int
+	ended     bool
+	running   bool
+	crashed   bool
+	done      bool
+	left      bool
+	computeAt int
+	compute   *train.ComputeReq
+	fetchID   uint64
+	fetched   *train.FetchResult
+	finished  bool
+	first     uint64 // first round
+	batches   map[uint64]bool
+	ledger    map[int]map[[2]uint64]bool
+	removed   bool
+	startTick int
+}
+
+type msgInFlight struct {
+	from, to string
+	to2      *proc // the process it was sent to (a restart does not get it)
+	msg      *wire.Core
+	at       int
+	seq      int
+}
+
+type sim struct {
+	o       Options
+	r       rng
+	tick    int
+	procs   []*proc
+	byPeer  map[string]*proc // the running process of each peer
+	net     []msgInFlight
+	seq     int
+	cut     map[[2]string]bool // partitioned pairs
+	lastSeen map[[2]string]int
+	aliveSet map[string]string // last alive set fed, per proc key
+	res     Result
+	confs   map[uint64]string
+	events  []scheduled
+	nextPeer int
+	sentLedger map[string]map[[2]uint64]bool // peer/req -> ledger snapshot
+	lossAllowed bool
+	anyLoss     bool
+	finalModel  *model.Model
+	codec       *wire.Codec
+	maxStale    uint64
+	planted     []float64
+}
+
+type scheduled struct {
+	at   int
+	kind string
+	dur  int
+}
+
+// Run runs one simulation.
+func Run(o Options) Result {
+	s := &sim{o: o, r: rng{s: o.Seed*0x2545f4914f6cdd1d + 1}, byPeer: map[string]*proc{}, cut: map[[2]string]bool{},
+		lastSeen: map[[2]string]int{}, aliveSet: map[string]string{}, confs: map[uint64]string{},
+		sentLedger: map[string]map[[2]uint64]bool{}}
+	s.res.Stats = map[string]train.Stats{}
+	s.res.Received = map[string]int64{}
+	s.res.Examples = map[string]int64{}
+	if o.Encode || o.Bytes {
+		lim := wire.DefaultLimits()
+		lim.MaxMessage = 64 << 20
+		lim.MaxRows = 1 << 24
+		lim.MaxValues = 1 << 26
+		s.codec = wire.NewCodec(wire.F32, wire.None, lim)
+	}
+	s.planted = make([]float64, o.Dim+1)
+	for i := range s.planted {
+		s.planted[i] = (s.r.float()*2 - 1) * 2
+	}
+	s.run()
+	return s.res
+}
+
+func (s *sim) logf(format string, args ...any) {
+	if s.o.Record {
+		s.res.Trace = append(s.res.Trace, fmt.Sprintf("%5d ", s.tick)+fmt.Sprintf(format, args...))
+	}
+}
+
+func (s *sim) violate(format string, args ...any) {
+	msg := fmt.Sprintf("tick %d: ", s.tick) + fmt.Sprintf(format, args...)
+	if len(s.res.Violations) < 20 {
+		s.res.Violations = append(s.res.Violations, msg)
+	}
+	s.logf("VIOLATION %s", msg)
+}
+
+func peerName(i int) string { return fmt.Sprintf("peer%02d", i) }
+
+// dataFor generates a peer's rows (the same for every process of a peer).
+func (s *sim) dataFor(peer string) []row {
+	var h uint64 = s.o.Seed
+	for _, c := range peer {
+		h = h*31 + uint64(c)
+	}
+	r := rng{s: h}
+	rows := make([]row, s.o.Rows)
+	for i := range rows {
+		keys := make([]uint32, 0, s.o.Fields)
+		for len(keys) < s.o.Fields {
+			// Skewed: low features are frequent, as in click data.
+			u := r.float()
+			k := uint32(float64(s.o.Dim) * u * u)
+			if !slices.Contains(keys, k) {
+				keys = append(keys, k)
+			}
+		}
+		slices.Sort(keys)
+		z := s.planted[s.o.Dim]
+		for _, k := range keys {
+			z += s.planted[k]
+		}
+		label := float32(0)
+		if r.float() < 1/(1+math.Exp(-z)) {
+			label = 1
+		}
+		rows[i] = row{keys: keys, label: label}
+	}
+	return rows
+}
+
+func (s *sim) newModel() *model.Model {
+	m, err := model.New(model.Logreg, uint64(s.o.Dim), 2, s.o.Shards, model.DefaultOptConfig(model.AdaGrad))
+	if err != nil {
+		panic(err)
+	}
+	m.W = make([]float32, m.Layout.Len())
+	return m
+}
+
+func (s *sim) place() train.PlaceFunc {
+	rc := ring.DefaultConfig()
+	rc.Shards, rc.Replicas, rc.VNodes = s.o.Shards, s.o.Replicas, s.o.VNodes
+	return func(members []string) (train.Placement, error) { return ring.New(rc, members) }
+}
+
+func (s *sim) coreConfig(p *proc) train.Config {
+	cfg := train.DefaultConfig()
+	cfg.Self, cfg.ID = p.peer, p.member
+	cfg.Mode, cfg.Staleness, cfg.Gather = s.o.Mode, s.o.Staleness, s.o.Gather
+	cfg.Model = p.m
+	cfg.Place = s.place()
+	cfg.RetryTicks = 100
+	cfg.RaftEvery = 5
+	cfg.Seed = s.o.Seed
+	cfg.Limits.MaxMessage = 64 << 20
+	cfg.Limits.MaxRows = 1 << 24
+	cfg.Limits.MaxValues = 1 << 26
+	cfg.Limits.Features = p.m.Layout.Features
+	pp := p
+	cfg.Trace = func(e train.TraceEvent) { s.onTrace(pp, e) }
+	return cfg
+}
+
+func (s *sim) run() {
+	o := s.o
+	// The initial peers.
+	var initial []train.Member
+	for i := range o.Peers {
+		p := &proc{peer: peerName(i), inc: 1}
+		p.member = train.MemberID(p.peer, p.inc)
+		initial = append(initial, train.Member{Peer: p.peer, ID: p.member})
+		s.procs = append(s.procs, p)
+	}
+	s.nextPeer = o.Peers
+	slices.SortFunc(initial, func(a, b train.Member) int { return strings.Compare(a.Peer, b.Peer) })
+	for _, p := range s.procs {
+		p.m = s.newModel()
+		p.rows = s.dataFor(p.peer)
+		cfg := s.coreConfig(p)
+		cfg.Initial = initial
+		c, err := train.New(cfg)
+		if err != nil {
+			s.violate("new core: %v", err)
+			return
+		}
+		p.core, p.running = c, true
+		p.batches = map[uint64]bool{}
+		p.ledger = map[int]map[[2]uint64]bool{}
+		s.byPeer[p.peer] = p
+	}
+	s.schedule()
+	s.lossAllowed = o.Replicas < 2 || o.Faults.Crashes+o.Faults.Restarts > 1
+	for _, p := range s.procs {
+		s.handle(p)
+	}
+	for s.tick = 1; s.tick <= o.MaxTicks; s.tick++ {
+		s.faults()
+		s.membership()
+		s.deliver()
+		for _, p := range slices.Clone(s.procs) {
+			if !p.running {
+				continue
+			}
+			if p.compute != nil && s.tick >= p.computeAt {
+				req := p.compute
+				p.compute = nil
+				g, loss := s.gradient(p, req)
+				p.core.Computed(req.Round, g, loss)
+				s.handle(p)
+			}
+			p.core.Tick()
+			s.handle(p)
+		}
+		s.checkBuffers()
+		if s.allDone() {
+			break
+		}
+	}
+	s.res.Ticks = s.tick
+	s.finish()
+}
+
+// schedule draws the fault events of the chaos window.
+func (s *sim) schedule() {
+	f := s.o.Faults
+	add := func(n int, kind string) {
+		for range n {
+			at := 20 + s.r.intn(max(1, f.Chaos-20))
+			s.events = append(s.events, scheduled{at: at, kind: kind, dur: 20 + s.r.intn(max(1, f.DeadAfter*3))})
+		}
+	}
+	add(f.Partitions, "partition")
+	add(f.Crashes, "crash")
+	add(f.Restarts, "restart")
+	add(f.Joins, "join")
+	add(f.Leaves, "leave")
+	sort.SliceStable(s.events, func(i, j int) bool { return s.events[i].at < s.events[j].at })
+}
+
+func (s *sim) running() []*proc {
+	var out []*proc
+	for _, p := range s.procs {
+		if p.running {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// faults fires the events due now.
+func (s *sim) faults() {
+	for len(s.events) > 0 && s.events[0].at <= s.tick {
+		e := s.events[0]
+		s.events = s.events[1:]
+		run := s.running()
+		var live []*proc
+		for _, p := range run {
+			if !p.done && !p.core.Finishing() {
+				live = append(live, p)
+			}
+		}
+		switch e.kind {
+		case "crash", "restart":
+			if len(live) < 2 {
+				continue
+			}
+			p := live[s.r.intn(len(live))]
+			s.crash(p)
+			if e.kind == "restart" {
+				s.events = append(s.events, scheduled{at: s.tick + e.dur/2 + 1, kind: "start:" + p.peer})
+				sort.SliceStable(s.events, func(i, j int) bool { return s.events[i].at < s.events[j].at })
+			}
+		case "join":
+			if len(live) == 0 {
+				continue
+			}
+			name := peerName(s.nextPeer)
+			s.nextPeer++
+			s.start(name, live[s.r.intn(len(live))].peer)
+		case "leave":
+			if len(live) < 2 {
+				continue
+			}
+			p := live[s.r.intn(len(live))]
+			s.logf("%s leaves", p.peer)
+			p.core.Leave()
+			s.handle(p)
+		case "partition":
+			if len(run) < 2 {
+				continue
+			}
+			// Cut a random minority off for dur ticks.
+			k := 1 + s.r.intn(max(1, len(run)/2))
+			perm := make([]int, len(run))
+			for i := range perm {
+				perm[i] = i
+			}
+			for i := len(perm) - 1; i > 0; i-- {
+				j := s.r.intn(i + 1)
+				perm[i], perm[j] = perm[j], perm[i]
+			}
+			side := map[string]bool{}
+			for _, i := range perm[:k] {
+				side[run[i].peer] = true
+			}
+			var names []string
+			for _, a := range run {
+				for _, b := range run {
+					if side[a.peer] != side[b.peer] {
+						s.cut[[2]string{a.peer, b.peer}] = true
+					}
+				}
+				if side[a.peer] {
+					names = append(names, a.peer)
+				}
+			}
+			s.logf("partition: %v cut off for %d ticks", names, e.dur)
+			s.events = append(s.events, scheduled{at: s.tick + e.dur, kind: "heal"})
+			sort.SliceStable(s.events, func(i, j int) bool { return s.events[i].at < s.events[j].at })
+		case "heal":
+			s.logf("partition healed")
+			clear(s.cut)
+		default:
+			if strings.HasPrefix(e.kind, "start:") {
+				name := strings.TrimPrefix(e.kind, "start:")
+				if s.byPeer[name] != nil || len(live) == 0 {
+					continue
+				}
+				s.start(name, live[s.r.intn(len(live))].peer)
+			}
+		}
+	}
+}
+
+func (s *sim) crash(p *proc) {
+	s.logf("%s/%x crashes", p.peer, p.member&0xffff)
+	p.running, p.crashed = false, true
+	s.res.Stats[fmt.Sprintf("%s/%x", p.peer, p.member&0xffff)] = p.core.Stats()
+	delete(s.byPeer, p.peer)
+}
+
+// start starts a new process of peer name that joins through contact.
+func (s *sim) start(name, contact string) {
+	inc := uint64(1)
+	for _, q := range s.procs {
+		if q.peer == name {
+			inc = max(inc, q.inc+1)
+		}
+	}
+	p := &proc{peer: name, inc: inc, m: s.newModel(), rows: s.dataFor(name), batches: map[uint64]bool{},
+		ledger: map[int]map[[2]uint64]bool{}, startTick: s.tick}
+	p.member = train.MemberID(name, inc)
+	cfg := s.coreConfig(p)
+	cfg.Contact = contact
+	c, err := train.New(cfg)
+	if err != nil {
+		s.violate("new core %s: %v", name, err)
+		return
+	}
+	p.core, p.running = c, true
+	s.procs = append(s.procs, p)
+	s.byPeer[name] = p
+	s.logf("%s/%x starts, joining through %s", name, p.member&0xffff, contact)
+	s.handle(p)
+}
+
+// membership feeds each process the member IDs its membership would see:
+// running processes reachable within DeadAfter.
+func (s *sim) membership() {
+	run := s.running()
+	dead := s.o.Faults.DeadAfter
+	if dead <= 0 {
+		dead = 50
+	}
+	for _, a := range run {
+		for _, b := range run {
+			if !s.cut[[2]string{a.peer, b.peer}] {
+				s.lastSeen[[2]string{a.peer, fmt.Sprint(b.member)}] = s.tick
+			}
+		}
+	}
+	for _, a := range run {
+		var ids []uint64
+		for _, b := range s.procs {
+			if t, ok := s.lastSeen[[2]string{a.peer, fmt.Sprint(b.member)}]; ok && s.tick-t < dead {
+				ids = append(ids, b.member)
+			}
+		}
+		slices.Sort(ids)
+		key := fmt.Sprint(ids)
+		if s.aliveSet[a.peer+fmt.Sprint(a.member)] != key {
+			s.aliveSet[a.peer+fmt.Sprint(a.member)] = key
+			a.core.Alive(ids)
+			s.handle(a)
+		}
+	}
+}
+
+// send puts a message on the simulated network.
+func (s *sim) send(from *proc, e train.Envelope) {
+	f := s.o.Faults
+	chaos := s.tick < f.Chaos
+	to := s.byPeer[e.To]
+	msg := e.Msg
+	if s.codec != nil {
+		b, err := s.codec.AppendCore(nil, wire.Header{Job: "sim", Sender: from.peer}, msg)
+		if err != nil {
+			s.violate("%s encodes %s: %v", from.peer, msg.Op, err)
+			return
+		}
+		var m wire.Message
+		if err := s.codec.Decode(b, &m); err != nil {
+			s.violate("%s's %s does not decode: %v", from.peer, msg.Op, err)
+			return
+		}
+		msg = m.Core.Clone()
+		if s.o.Bytes && e.To != from.peer {
+			s.res.Received[e.To] += int64(len(b))
+		}
+	} else {
+		msg = msg.Clone()
+	}
+	if e.To == from.peer {
+		s.seq++
+		s.net = append(s.net, msgInFlight{from: from.peer, to: e.To, to2: to, msg: msg, at: s.tick, seq: s.seq})
+		return
+	}
+	if chaos && f.Drop > 0 && s.r.float() < f.Drop {
+		return
+	}
+	copies := 1
+	if chaos && f.Dup > 0 && s.r.float() < f.Dup {
+		copies = 2
+	}
+	for range copies {
+		delay := 1
+		if chaos && f.Delay > 0 {
+			delay += s.r.intn(f.Delay + 1)
+		}
+		s.seq++
+		s.net = append(s.net, msgInFlight{from: from.peer, to: e.To, to2: to, msg: msg, at: s.tick + delay, seq: s.seq})
+	}
+}
+
+// deliver hands the messages due to their receivers.
+func (s *sim) deliver() {
+	var due []msgInFlight
+	keep := s.net[:0]
+	for _, m := range s.net {
+		if m.at <= s.tick {
+			due = append(due, m)
+		} else {
+			keep = append(keep, m)
+		}
+	}
+	s.net = keep
+	sort.Slice(due, func(i, j int) bool {
+		if due[i].at != due[j].at {
+			return due[i].at < due[j].at
+		}
+		return due[i].seq < due[j].seq
+	})
+	for _, m := range due {
+		p := m.to2
+		if p == nil || !p.running || s.byPeer[m.to] != p {
+			continue
+		}
+		if s.cut[[2]string{m.from, m.to}] {
+			continue
+		}
+		p.core.Receive(m.from, m.msg)
+		s.handle(p)
+	}
+}
+
+// handle acts on everything a process's core decided.
+func (s *sim) handle(p *proc) {
+	for range 100 {
+		rd := p.core.Ready()
+		empty := len(rd.Messages) == 0 && rd.Compute == nil && rd.WantBatches == 0 && len(rd.Fetched) == 0 &&
+			len(rd.Events) == 0 && !rd.Done && rd.Err == nil
+		for _, e := range rd.Messages {
+			s.send(p, e)
+		}
+		if rd.Compute != nil {
+			p.compute = rd.Compute
+			p.computeAt = s.tick + s.r.intn(3)
+		}
+		for range rd.WantBatches {
+			if !s.giveBatch(p) {
+				break
+			}
+		}
+		for _, e := range rd.Events {
+			s.onEvent(p, e)
+		}
+		for i := range rd.Fetched {
+			f := rd.Fetched[i]
+			if f.ID == p.fetchID {
+				p.fetched = &f
+				p.core.Finish()
+			}
+		}
+		if rd.Err != nil {
+			if rd.Err == train.ErrRemoved {
+				s.logf("%s/%x removed while alive: restarts", p.peer, p.member&0xffff)
+				p.removed = true
+				s.crash(p)
+				p.crashed = false
+				s.events = append(s.events, scheduled{at: s.tick + 1, kind: "start:" + p.peer})
+				sort.SliceStable(s.events, func(i, j int) bool { return s.events[i].at < s.events[j].at })
+				return
+			}
+			s.violate("%s: %v", p.peer, rd.Err)
+			p.running = false
+			return
+		}
+		if rd.Done && !p.done {
+			p.done = true
+			p.left = rd.Left
+			p.running = false // the process exits
+			delete(s.byPeer, p.peer)
+			s.logf("%s/%x done (left %v)", p.peer, p.member&0xffff, rd.Left)
+			s.res.Stats[fmt.Sprintf("%s/%x", p.peer, p.member&0xffff)] = p.core.Stats()
+		}
+		if empty {
+			return
+		}
+	}
+}
+
+// giveBatch gives p's core its next batch, or the end of its data.
+func (s *sim) giveBatch(p *proc) bool {
+	if p.ended {
+		return false
+	}
+	if p.pos >= s.o.Rows*s.o.Epochs {
+		p.ended = true
+		p.core.EndOfData()
+		return false
+	}
+	var keys []uint32
+	n := 0
+	for n < s.o.Batch && p.pos < s.o.Rows*s.o.Epochs {
+		r := p.rows[p.pos%s.o.Rows]
+		keys = append(keys, r.keys...)
+		p.pos++
+		n++
+	}
+	keys = append(keys, uint32(s.o.Dim)) // the bias row
+	slices.Sort(keys)
+	keys = slices.Compact(keys)
+	p.core.Batch(keys, n)
+	return true
+}
+
+// batchRows returns the rows of p's batch of round r (relative to its
+// first round): batches are consecutive Batch rows.
+func (s *sim) batchRows(p *proc, i uint64) []row {
+	lo := int(i) * s.o.Batch
+	hi := min(lo+s.o.Batch, s.o.Rows*s.o.Epochs)
+	var out []row
+	for j := lo; j < hi; j++ {
+		out = append(out, p.rows[j%s.o.Rows])
+	}
+	return out
+}
+
+// gradient computes the logistic regression gradient of p's batch on the
+// working set, as sgd does: per row, float64 sums in example order.
+func (s *sim) gradient(p *proc, req *train.ComputeReq) ([]float32, float64) {
+	rows := s.batchRows(p, req.Round-p.core.FirstRound())
+	return logregGrad(rows, req.Keys, req.Weights, uint32(s.o.Dim))
+}
+
+// logregGrad is the summed gradient of rows at weights (one per key).
+func logregGrad(rows []row, keys []uint32, w []float32, bias uint32) ([]float32, float64) {
+	pos := func(k uint32) int {
+		i, ok := slices.BinarySearch(keys, k)
+		if !ok {
+			panic(fmt.Sprintf("sim: row %d not in the batch's keys", k))
+		}
+		return i
+	}
+	bi := pos(bias)
+	sum := make([]float64, len(keys))
+	var loss float64
+	for _, r := range rows {
+		z := float64(w[bi])
+		for _, k := range r.keys {
+			z += float64(w[pos(k)])
+		}
+		p := 1 / (1 + math.Exp(-z))
+		d := p - float64(r.label)
+		if r.label == 1 {
+			loss += -math.Log(max(p, 1e-12))
+		} else {
+			loss += -math.Log(max(1-p, 1e-12))
+		}
+		for _, k := range r.keys {
+			sum[pos(k)] += d
+		}
+		sum[bi] += d
+	}
+	g := make([]float32, len(keys))
+	for i, v := range sum {
+		g[i] = float32(v)
+	}
+	return g, loss
+}
+
+// onEvent checks and records a core's event.
+func (s *sim) onEvent(p *proc, e train.Event) {
+	switch e.Kind {
+	case train.EvConfig:
+		fp := fmt.Sprint(e.Start, e.Members, e.Crashed, e.Left, e.Text)
+		if old, ok := s.confs[e.Config]; ok && old != fp {
+			s.violate("configuration %d differs: %s at %s, %s before", e.Config, fp, p.peer, old)
+		}
+		s.confs[e.Config] = fp
+		s.logf("%s/%x applies configuration %d: start %d members %v crashed %v left %v %s", p.peer, p.member&0xffff, e.Config, e.Start, e.Members, e.Crashed, e.Left, e.Text)
+	case train.EvFinal:
+		s.logf("%s/%x final", p.peer, p.member&0xffff)
+		p.fetchID = 1
+		p.core.Fetch(1, nil, true)
+	case train.EvLeader:
+		s.logf("%s/%x leads", p.peer, p.member&0xffff)
+	case train.EvPromoted:
+		s.logf("%s/%x promotes %s", p.peer, p.member&0xffff, e.Text)
+	case train.EvHandedOff:
+		s.logf("%s/%x hands %s to %s", p.peer, p.member&0xffff, e.Text, e.Peer)
+	case train.EvReceived:
+		s.logf("%s/%x receives %s from %s", p.peer, p.member&0xffff, e.Text, e.Peer)
+	}
+}
+
+// onTrace audits applies and handoffs: a per-holder ledger of (worker,
+// round) per shard.
+func (s *sim) onTrace(p *proc, e train.TraceEvent) {
+	switch e.Kind {
+	case train.TraceApply:
+		for _, sh := range e.Shards {
+			l := p.ledger[int(sh)]
+			if l == nil {
+				l = map[[2]uint64]bool{}
+				p.ledger[int(sh)] = l
+			}
+			for _, m := range e.Members {
+				k := [2]uint64{m, e.Round}
+				if l[k] {
+					s.violate("%s/%x applied worker %x's round %d to shard %d twice (replica %v)", p.peer, p.member&0xffff, m&0xffff, e.Round, sh, e.Replica)
+				}
+				l[k] = true
+			}
+		}
+	case train.TraceSend:
+		for _, sh := range e.Shards {
+			snap := map[[2]uint64]bool{}
+			for k := range p.ledger[int(sh)] {
+				snap[k] = true
+			}
+			s.sentLedger[fmt.Sprintf("%s/%d/%d", p.peer, p.member, e.Req)] = snap
+		}
+	case train.TraceInstall:
+		for _, sh := range e.Shards {
+			var snap map[[2]uint64]bool
+			for _, q := range s.procs {
+				if q.peer == e.Peer {
+					if l, ok := s.sentLedger[fmt.Sprintf("%s/%d/%d", q.peer, q.member, e.Req)]; ok {
+						snap = l
+					}
+				}
+			}
+			if snap == nil {
+				s.violate("%s installs shard %d from %s (req %d), which never sent it", p.peer, sh, e.Peer, e.Req)
+				continue
+			}
+			l := map[[2]uint64]bool{}
+			for k := range snap {
+				l[k] = true
+			}
+			p.ledger[int(sh)] = l
+		}
+	case train.TracePromote:
+		for _, sh := range e.Shards {
+			p.ledger[int(sh)] = map[[2]uint64]bool{}
+			s.anyLoss = true
+			s.logf("%s/%x: shard %d lost, restarted", p.peer, p.member&0xffff, sh)
+			if !s.lossAllowed {
+				s.violate("%s/%x restarted shard %d from nothing with replicas", p.peer, p.member&0xffff, sh)
+			}
+		}
+	case train.TraceFree:
+		for _, sh := range e.Shards {
+			delete(p.ledger, int(sh))
+		}
+	}
+}
+
+func (s *sim) checkBuffers() {
+	if s.tick%50 != 0 {
+		return
+	}
+	bound := 200 + 50*len(s.procs)
+	for _, p := range s.procs {
+		if !p.running {
+			continue
+		}
+		for name, n := range p.core.Sizes() {
+			if n > bound {
+				s.violate("%s: %s holds %d (bound %d)", p.peer, name, n, bound)
+			}
+		}
+	}
+}
+
+func (s *sim) allDone() bool {
+	for _, e := range s.events {
+		if strings.HasPrefix(e.kind, "start:") || e.kind == "heal" {
+			return false
+		}
+	}
+	for _, p := range s.procs {
+		if p.running && !p.done {
+			return false
+		}
+	}
+	return true
+}
+
+// finish checks the end state.
+func (s *sim) finish() {
+	o := s.o
+	var finished []*proc
+	for _, p := range s.procs {
+		if p.running || p.done {
+			s.res.Stats[fmt.Sprintf("%s/%x", p.peer, p.member&0xffff)] = p.core.Stats()
+			st := p.core.Stats()
+			if st.MaxStaleness > s.maxStale {
+				s.maxStale = st.MaxStaleness
+			}
+			s.res.Rounds = max(s.res.Rounds, st.Rounds)
+			s.res.Examples[p.peer] += int64(st.Examples)
+			if !p.done {
+				s.violate("%s/%x did not finish: %s", p.peer, p.member&0xffff, p.core.String())
+				continue
+			}
+			if !p.left {
+				finished = append(finished, p)
+			}
+		}
+	}
+	if o.Mode == train.SSP && s.maxStale > uint64(o.Staleness) {
+		s.violate("a round was computed %d rounds stale, ssp bound %d", s.maxStale, o.Staleness)
+	}
+	if len(finished) == 0 || len(s.res.Violations) > 0 {
+		return
+	}
+	// One model: every finished peer fetched the same one.
+	ref := finished[0]
+	if ref.fetched == nil {
+		s.violate("%s finished without its final values", ref.peer)
+		return
+	}
+	final := s.newModel()
+	for i, k := range ref.fetched.Rows.Idx {
+		copy(final.Row(k), ref.fetched.Rows.Val[i:i+1])
+	}
+	s.finalModel = final
+	s.res.Model = final.Hash()
+	for _, p := range finished[1:] {
+		if p.fetched == nil {
+			s.violate("%s finished without its final values", p.peer)
+			continue
+		}
+		m := s.newModel()
+		for i, k := range p.fetched.Rows.Idx {
+			copy(m.Row(k), p.fetched.Rows.Val[i:i+1])
+		}
+		if h := m.Hash(); h != s.res.Model {
+			s.violate("%s ends with model %x, %s with %x", p.peer, h, ref.peer, s.res.Model)
+		}
+	}
+	if o.Gather == train.Full {
+		for _, p := range finished {
+			if h := p.m.Hash(); h != s.res.Model {
+				s.violate("%s's read copy %x differs from the primaries' model %x", p.peer, h, s.res.Model)
+			}
+		}
+	}
+	// Coverage, replicas, completeness, against the final configuration.
+	prims := ref.core.Primaries()
+	s.res.Owned = map[string]int{}
+	for _, pr := range prims {
+		s.res.Owned[pr]++
+	}
+	owners := ref.core.Holders()
+	for sh := range o.Shards {
+		var pp *proc
+		for _, q := range s.procs {
+			if q.peer == prims[sh] && (q.running || q.done) && !q.crashed {
+				pp = q
+			}
+		}
+		if pp == nil {
+			s.violate("shard %d's primary %s is not running", sh, prims[sh])
+			continue
+		}
+		if !pp.core.Holds(sh) {
+			s.violate("shard %d's primary %s does not hold it", sh, prims[sh])
+			continue
+		}
+		lo, hi := pp.m.Layout.ShardRange(sh)
+		if o.Mode == train.Sync {
+			for _, h := range owners[sh][1:] {
+				var q *proc
+				for _, x := range s.procs {
+					if x.peer == h && (x.running || x.done) && !x.crashed {
+						q = x
+					}
+				}
+				if q == nil || !q.core.Holds(sh) {
+					continue
+				}
+				if !slices.Equal(q.m.W[lo:hi], pp.m.W[lo:hi]) {
+					s.violate("shard %d: replica %s differs from primary %s", sh, h, prims[sh])
+				}
+			}
+		}
+		led := pp.ledger[sh]
+		for _, q := range s.procs {
+			if q.crashed || q.removed || q.core == nil {
+				continue
+			}
+			first := q.core.FirstRound()
+			end := q.core.Round()
+			data := first + uint64((min(q.pos, o.Rows*o.Epochs)+o.Batch-1)/o.Batch)
+			for r := first; r < min(end, data); r++ {
+				if !led[[2]uint64{q.member, r}] && !(s.lossAllowed && s.anyLoss) {
+					s.violate("shard %d (at %s) misses worker %s/%x's round %d", sh, prims[sh], q.peer, q.member&0xffff, r)
+					return
+				}
+			}
+		}
+	}
+	if o.Mode == train.Sync && o.Faults.Crashes+o.Faults.Restarts+o.Faults.Joins+o.Faults.Leaves+o.Faults.Partitions == 0 {
+		s.reference()
+	}
+}
+
+// reference runs the same rounds serially and compares.
+func (s *sim) reference() {
+	o := s.o
+	m := s.newModel()
+	for sh := range o.Shards {
+		m.Own(sh)
+	}
+	var peers []*proc
+	for _, p := range s.procs[:o.Peers] {
+		peers = append(peers, p)
+	}
+	slices.SortFunc(peers, func(a, b *proc) int { return strings.Compare(a.peer, b.peer) })
+	rounds := (o.Rows*o.Epochs + o.Batch - 1) / o.Batch
+	var sum, tmp model.Sparse
+	for r := range rounds {
+		sum.Reset()
+		n := 0
+		for _, p := range peers {
+			rows := s.batchRows(p, uint64(r))
+			if len(rows) == 0 {
+				continue
+			}
+			var keys []uint32
+			for _, rw := range rows {
+				keys = append(keys, rw.keys...)
+			}
+			keys = append(keys, uint32(o.Dim))
+			slices.Sort(keys)
+			keys = slices.Compact(keys)
+			w := make([]float32, len(keys))
+			for i, k := range keys {
+				w[i] = m.Row(k)[0]
+			}
+			g, _ := logregGrad(rows, keys, w, uint32(o.Dim))
+			part := model.Sparse{Idx: keys, Val: g}
+			addSparse(&tmp, &sum, &part)
+			sum, tmp = tmp, sum
+			n += len(rows)
+		}
+		if n > 0 {
+			m.Apply(&sum, n, int64(r))
+		}
+	}
+	if h := m.Hash(); h != s.res.Model {
+		s.violate("the run's model %x differs from the serial reference %x", s.res.Model, h)
+	}
+}
+
+func addSparse(dst, a, b *model.Sparse) {
+	dst.Reset()
+	i, j := 0, 0
+	for i < len(a.Idx) || j < len(b.Idx) {
+		switch {
+		case j >= len(b.Idx) || (i < len(a.Idx) && a.Idx[i] < b.Idx[j]):
+			dst.Append(a.Idx[i], a.Val[i:i+1])
+			i++
+		case i >= len(a.Idx) || b.Idx[j] < a.Idx[i]:
+			dst.Append(b.Idx[j], b.Val[j:j+1])
+			j++
+		default:
+			dst.Idx = append(dst.Idx, a.Idx[i])
+			dst.Val = append(dst.Val, a.Val[i]+b.Val[j])
+			i++
+			j++
+		}
+	}
+}

@@ -1,0 +1,498 @@
+package train
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/gossiptrain/gossiptrain/gossip/wire"
+	"github.com/gossiptrain/gossiptrain/model"
+)
+
+// Configurations taking effect, and shards changing hands
+// (docs/protocol.md, "Handoff").
+//
+// Sync: configuration j starts at round S. A shard's holders during round
+// S-1 (its route and the replicas that follow it) keep it; a holder new in
+// j gets it from the route of round S-1 once that peer has applied round
+// S-1, pushed, not asked for: the sender knows when, the receiver does not.
+// If the route crashes first, the configuration that removes it reroutes
+// round S-1 to the replica it promotes, which then owes the shard instead.
+// Ssp and async: the shard's primary in the previous configuration (or its
+// first live replica) sends it at once, with every worker's applied
+// rounds, and stops applying it; pushes for it get "moved". A new holder
+// buffers what arrives for the shard until its state is in. A shard whose
+// every possible holder crashed restarts from its initial values
+// (promoted) and is counted: with --replicas 1 a crash loses the shards of
+// the peer that crashed.
+
+// applyConfig makes configuration t the newest.
+func (c *Core) applyConfig(t *tconf) {
+	if err := t.build(c.cfg.Place, c.shards); err != nil {
+		c.fail(err)
+		return
+	}
+	prev := c.cs.cur()
+	c.cs.add(t)
+	c.stats.ConfigChanges++
+	self := c.cfg.Self
+	isMember := t.isMember(self, c.cfg.ID)
+	wasMember := prev != nil && prev.isMember(self, c.cfg.ID)
+	if wasMember && !isMember {
+		for _, m := range t.Crashed {
+			if m.ID == c.cfg.ID {
+				c.fail(ErrRemoved)
+				return
+			}
+		}
+		// Left at its request: work up to the start, then hand over.
+		c.w.leaving = true
+		if c.cfg.Mode == Sync {
+			c.w.stopAt = t.Start
+		} else {
+			c.w.stopAt = max(c.w.clock, 1)
+			if c.w.stash != nil || c.w.computing {
+				c.w.stopAt = c.w.clock + 1
+			}
+		}
+	}
+	if isMember && !c.joined {
+		c.joined = true
+		me, _ := t.member(self)
+		c.w.start(me.Since)
+	}
+	c.o.configChanged(prev, t)
+	if c.w.started {
+		c.w.rerouteAll()
+	}
+	if c.ag.prop != nil && t.ID >= c.ag.prop.ID {
+		c.ag.prop = nil
+	}
+	ev := Event{Kind: EvConfig, Config: t.ID, Start: t.Start, Members: t.peers()}
+	if prev != nil {
+		for _, m := range t.Members {
+			if !prev.isMember(m.Peer, m.ID) {
+				ev.Joined = append(ev.Joined, m.Peer)
+			}
+		}
+	}
+	for _, m := range t.Left {
+		ev.Left = append(ev.Left, m.Peer)
+	}
+	for _, m := range t.Crashed {
+		ev.Crashed = append(ev.Crashed, m.Peer)
+	}
+	ev.Shards = len(t.holders[self])
+	n := 0
+	for s := range c.shards {
+		if t.primary(s) == self {
+			n++
+		}
+	}
+	ev.Shards = n
+	if t.Checkpoint {
+		ev.Text = "checkpoint"
+	}
+	c.event(ev)
+}
+
+// holdersAt returns the peers that hold shard s while round r is applied
+// (sync): its route and the replicas of round r's configuration that have
+// not crashed.
+func (c *Core) holdersAt(s int, r uint64) []string {
+	t := c.cs.at(r)
+	out := []string{c.cs.route(s, r)}
+	for _, h := range t.owners[s] {
+		if !slices.Contains(out, h) && !c.o.crashedPeer(t, h) {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// configChanged updates what this owner holds, owes and waits for.
+func (o *owner) configChanged(prev, t *tconf) {
+	c := o.c
+	self := c.cfg.Self
+	if prev == nil {
+		// The first configuration: shards start fresh, or as loaded from
+		// a checkpoint.
+		if !t.isMember(self, c.cfg.ID) {
+			return
+		}
+		for s := range c.shards {
+			if t.holds(self, s) {
+				o.held.add(s)
+				if c.m.State[s] == nil {
+					c.m.Own(s)
+				}
+				o.through[s] = t.Start
+			}
+		}
+		return
+	}
+	if c.cfg.Mode == Sync {
+		if t.Start > 0 {
+			for s := range c.shards {
+				if !t.holds(self, s) || o.awaiting[s] != nil {
+					continue
+				}
+				if slices.Contains(c.holdersAt(s, t.Start-1), self) {
+					continue // it applies round Start-1 itself
+				}
+				if o.held.has(s) && o.through[s] >= t.Start {
+					continue
+				}
+				o.await(s, t.Start, prev)
+			}
+		}
+		o.recomputeOwes()
+	} else {
+		for s := range c.shards {
+			newHolders := []string{}
+			for _, h := range t.owners[s] {
+				if !prev.holds(h, s) && !o.crashedPeer(t, h) {
+					newHolders = append(newHolders, h)
+				}
+			}
+			if len(newHolders) > 0 && o.senderAsync(prev, t, s) == self {
+				for _, h := range newHolders {
+					if h != self {
+						o.addOwe(owe{to: h, shard: s})
+					}
+				}
+			}
+			if t.holds(self, s) && !o.held.has(s) && o.awaiting[s] == nil {
+				o.await(s, 0, prev)
+			}
+		}
+	}
+	// Waiting for a shard whose every possible sender crashed: promote.
+	for s := range c.shards {
+		o.maybeFree(s)
+	}
+}
+
+// await starts waiting for shard s's state (as of round r in sync).
+func (o *owner) await(s int, r uint64, prev *tconf) {
+	a := &await{round: r, since: o.c.tick}
+	for _, h := range prev.owners[s] {
+		if m, ok := prev.member(h); ok {
+			a.from = append(a.from, m)
+		}
+	}
+	o.awaiting[s] = a
+}
+
+// senderAsync is the peer that hands shard s from prev to t in ssp/async:
+// prev's primary unless it crashed, else prev's first live replica.
+func (o *owner) senderAsync(prev, t *tconf, s int) string {
+	for _, h := range prev.owners[s] {
+		if !o.crashedPeer(prev, h) {
+			return h
+		}
+	}
+	return ""
+}
+
+func (o *owner) addOwe(w owe) {
+	for _, x := range o.owes {
+		if x == w {
+			return
+		}
+	}
+	o.owes = append(o.owes, w)
+}
+
+// recomputeOwes lists, in sync mode, the shards this peer must hand over:
+// for every configuration whose start it has not passed, the shards whose
+// round Start-1 it applies, to their holders new in it.
+func (o *owner) recomputeOwes() {
+	c := o.c
+	self := c.cfg.Self
+	lo := uint64(Final)
+	for s := range c.shards {
+		if o.held.has(s) || o.awaiting[s] != nil {
+			lo = min(lo, o.through[s])
+		}
+	}
+	for _, t := range c.cs.list[1:] {
+		if t.Start == 0 || t.Start < lo {
+			continue
+		}
+		for s := range c.shards {
+			if c.cs.route(s, t.Start-1) != self || o.through[s] > t.Start {
+				continue
+			}
+			holders := c.holdersAt(s, t.Start-1)
+			for _, h := range t.owners[s] {
+				if !slices.Contains(holders, h) && !o.crashedPeer(t, h) {
+					o.addOwe(owe{to: h, shard: s, round: t.Start})
+				}
+			}
+		}
+	}
+}
+
+// payOwes sends the shards that are due.
+func (o *owner) payOwes() bool {
+	c := o.c
+	progress := false
+	keep := o.owes[:0]
+	for _, w := range o.owes {
+		cur := c.cs.cur()
+		if m, ok := cur.member(w.to); (!ok || c.cs.crashed[m.ID]) && !o.isMemberAnywhere(w.to) {
+			progress = true
+			continue // gone
+		}
+		if !o.held.has(w.shard) || o.awaiting[w.shard] != nil {
+			keep = append(keep, w)
+			continue
+		}
+		if c.cfg.Mode == Sync {
+			if o.through[w.shard] < w.round {
+				keep = append(keep, w)
+				continue
+			}
+			if o.through[w.shard] > w.round {
+				c.fail(fmt.Errorf("train: shard %d was applied past round %d before its handoff to %s", w.shard, w.round, short(w.to)))
+				return false
+			}
+		}
+		o.sendState(w)
+		progress = true
+	}
+	clear(o.owes[len(keep):])
+	o.owes = keep
+	return progress
+}
+
+// isMemberAnywhere reports whether peer p is a member of the newest
+// configuration (with any member ID).
+func (o *owner) isMemberAnywhere(p string) bool {
+	_, ok := o.c.cs.cur().member(p)
+	return ok
+}
+
+// sendState hands shard w.shard to w.to.
+func (o *owner) sendState(w owe) {
+	c := o.c
+	msg := &wire.Core{Op: wire.CoreState, Shards: []uint32{uint32(w.shard)}, Round: o.through[w.shard]}
+	msg.RowWidth = c.m.ExportRows(w.shard, true, &msg.Rows)
+	if c.cfg.Mode != Sync {
+		msg.Round = 0
+		for _, id := range sortedKeys(o.applied[w.shard]) {
+			msg.Clocks = append(msg.Clocks, wire.MemberClock{Member: id, Clock: o.applied[w.shard][id]})
+		}
+		for _, id := range sortedKeys(o.doneAt) {
+			msg.Clocks = append(msg.Clocks, wire.MemberClock{Member: id | doneBit, Clock: o.doneAt[id]})
+		}
+		slices.SortFunc(msg.Clocks, func(a, b wire.MemberClock) int {
+			switch {
+			case a.Member < b.Member:
+				return -1
+			case a.Member > b.Member:
+				return 1
+			}
+			return 0
+		})
+	}
+	x := &stateOut{to: w.to, req: o.newReq(), shard: w.shard, msg: msg, sentAt: c.tick}
+	msg.Req = x.req
+	o.xfer[x.req] = x
+	c.stats.HandedOff++
+	c.trace(TraceEvent{Kind: TraceSend, Shards: msg.Shards, Peer: w.to, Req: x.req, Round: msg.Round})
+	c.send(w.to, msg)
+	c.event(Event{Kind: EvHandedOff, Shards: 1, Peer: w.to, Text: fmt.Sprintf("shard %d", w.shard)})
+}
+
+// doneBit marks, in a state transfer's clocks, a worker's done round.
+// Member IDs never have it set (MemberID clears it).
+const doneBit = 1 << 63
+
+// state takes a shard handed over.
+func (o *owner) state(from string, msg *wire.Core) {
+	c := o.c
+	cur := c.cs.cur()
+	if cur == nil || msg.Config > cur.ID {
+		o.deferred = append(o.deferred, deferredMsg{from, msg.Clone(), c.tick})
+		return
+	}
+	if len(msg.Shards) != 1 || int(msg.Shards[0]) >= c.shards {
+		c.stats.Rejected++
+		return
+	}
+	s := int(msg.Shards[0])
+	if !o.heldBy(from, s) {
+		c.stats.Rejected++ // only a holder of the shard can hand it over
+		return
+	}
+	a := o.awaiting[s]
+	if a == nil || (c.cfg.Mode == Sync && msg.Round != a.round) {
+		if o.held.has(s) {
+			c.send(from, &wire.Core{Op: wire.CoreAck, Req: msg.Req}) // a copy sent again
+		} else {
+			c.stats.Stale++
+		}
+		return
+	}
+	if msg.RowWidth != c.m.StateWidth(true) {
+		c.stats.Rejected++
+		return
+	}
+	if err := c.m.ImportRows(s, true, &msg.Rows); err != nil {
+		c.stats.Rejected++
+		return
+	}
+	if c.cfg.Mode == Sync {
+		o.through[s] = msg.Round
+	} else {
+		clear(o.applied[s])
+		for _, mc := range msg.Clocks {
+			if mc.Member&doneBit != 0 {
+				id := mc.Member &^ doneBit
+				if d, ok := o.doneAt[id]; !ok || mc.Clock < d {
+					o.doneAt[id] = mc.Clock
+				}
+				continue
+			}
+			o.applied[s][mc.Member] = mc.Clock
+		}
+	}
+	o.held.add(s)
+	delete(o.awaiting, s)
+	c.stats.Received++
+	c.trace(TraceEvent{Kind: TraceInstall, Shards: msg.Shards, Peer: from, Req: msg.Req, Round: msg.Round})
+	c.event(Event{Kind: EvReceived, Shards: 1, Peer: from, Text: fmt.Sprintf("shard %d", s)})
+	c.send(from, &wire.Core{Op: wire.CoreAck, Req: msg.Req})
+}
+
+// heldBy reports whether peer p holds shard s in some configuration this
+// peer knows (the only peers that may hand it over).
+func (o *owner) heldBy(p string, s int) bool {
+	for _, t := range o.c.cs.list {
+		if t.holds(p, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// needed reports whether this peer still needs shard s: it holds it in the
+// newest configuration, or (sync) applies or replicates rounds of it not
+// applied yet.
+func (o *owner) needed(s int) bool {
+	c := o.c
+	if c.cs.cur().holds(c.cfg.Self, s) {
+		return true
+	}
+	if c.cfg.Mode == Sync {
+		return slices.Contains(c.holdersAt(s, o.through[s]), c.cfg.Self)
+	}
+	return false
+}
+
+// maybeFree drops shard s's state once nobody needs it here: not held in
+// the newest configuration, every round of it this peer applies applied,
+// handed over.
+func (o *owner) maybeFree(s int) {
+	c := o.c
+	if !o.held.has(s) || o.needed(s) {
+		return
+	}
+	for _, w := range o.owes {
+		if w.shard == s {
+			return
+		}
+	}
+	for _, x := range o.xfer {
+		if x.shard == s {
+			return
+		}
+	}
+	o.held.del(s)
+	clear(o.applied[s])
+	c.trace(TraceEvent{Kind: TraceFree, Shards: []uint32{uint32(s)}})
+	if c.cfg.Gather == Full {
+		c.m.Disown(s) // the weights stay as the read copy
+	} else {
+		c.m.ResetShard(s)
+	}
+}
+
+// promoteLost restarts shards whose every possible holder crashed (or
+// that waited too long), and frees shards no longer needed.
+func (o *owner) promoteLost() bool {
+	c := o.c
+	progress := false
+	for _, s := range sortedInts(o.awaiting) {
+		a := o.awaiting[s]
+		timeout := c.tick-a.since > uint64(16*c.cfg.RetryTicks)
+		if !timeout && o.mayStillCome(s) {
+			continue
+		}
+		delete(o.awaiting, s)
+		if c.cfg.Gather == Full {
+			c.m.Disown(s)
+			c.m.Own(s) // weights from the read copy, fresh optimizer state
+		} else {
+			c.m.ResetShard(s)
+			if c.cfg.InitShard != nil {
+				c.cfg.InitShard(c.m, s)
+			}
+			c.m.Own(s)
+		}
+		o.held.add(s)
+		if c.cfg.Mode == Sync {
+			o.through[s] = a.round
+		} else {
+			clear(o.applied[s])
+		}
+		c.stats.Promoted++
+		c.trace(TraceEvent{Kind: TracePromote, Shards: []uint32{uint32(s)}, Round: a.round})
+		c.event(Event{Kind: EvPromoted, Shards: 1, Text: fmt.Sprintf("shard %d", s)})
+		progress = true
+	}
+	for s := range c.shards {
+		if o.held.has(s) && !o.needed(s) {
+			o.maybeFree(s)
+		}
+	}
+	return progress
+}
+
+// mayStillCome reports whether a peer that may hold shard s's state is
+// alive: in sync mode a holder of round Start-1 (its route follows crashes
+// to the replica a configuration promoted), otherwise a holder of the
+// configuration before the one that gave the shard to this peer.
+func (o *owner) mayStillCome(s int) bool {
+	c := o.c
+	a := o.awaiting[s]
+	if c.cfg.Mode == Sync {
+		if a.round == 0 {
+			return false
+		}
+		for _, h := range c.holdersAt(s, a.round-1) {
+			if h != c.cfg.Self {
+				return true
+			}
+		}
+		return false
+	}
+	for _, m := range a.from {
+		if m.Peer != c.cfg.Self && !c.cs.crashed[m.ID] {
+			return true
+		}
+	}
+	return false
+}
+
+func sortedInts[V any](m map[int]V) []int {
+	out := make([]int, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+var _ = model.Sparse{}

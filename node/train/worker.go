@@ -1,0 +1,821 @@
+package train
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+
+	"github.com/gossiptrain/gossiptrain/gossip/wire"
+	"github.com/gossiptrain/gossiptrain/model"
+)
+
+// The worker half of the core (docs/protocol.md, "Rounds").
+//
+// A worker computes round c on the values of its batch's rows as of
+// through(c) rounds (sync: c; ssp: c-s; async: any), gathered from the
+// rows' owners. It gets them by asking, with its contribution to round
+// c-P, for the rows of batch c (P = 1 in sync, Config.Prefetch otherwise):
+// one push to every owner the round routes shards to, carrying the
+// gradient rows of that owner's shards and the rows of batch c+P it wants
+// from that owner. The owner answers when the values are as fresh as asked
+// (sync: once round c-P is applied), and that answer is also the
+// acknowledgement that the contribution is applied (and replicated), so a
+// worker keeps every push until it is answered and sends it again to the
+// shard's new owner when its owner crashes or hands it over. Round c may be
+// computed once every push of round c-P is answered.
+
+type batch struct {
+	round    uint64
+	keys     []uint32
+	examples int
+}
+
+// workset gathers the values of one round's batch.
+type workset struct {
+	round   uint64
+	keys    []uint32
+	vals    []float32
+	pending int    // requests not answered yet
+	through uint64 // the least progress among the answers (staleness)
+	final   bool
+}
+
+// request is a push or pull sent and not yet answered.
+type request struct {
+	id       uint64
+	to       string
+	op       wire.CoreOp
+	flags    wire.CoreFlags
+	round    uint64 // push: the round contributed; pull: the round the values are for
+	through  uint64 // values wanted as of this many rounds
+	examples uint64
+	shards   []uint32
+	rows     model.Sparse // push: the rows (kept to send again)
+	want     []uint32
+	pos      []int32 // positions of want in the workset's or fetch's keys
+	ws       *workset
+	fetch    *fetch
+	sentAt   uint64
+	tries    int
+}
+
+// fetch is a Fetch or FetchHashes of the driver.
+type fetch struct {
+	id      uint64
+	keys    []uint32
+	vals    []float32
+	all     bool
+	hashes  bool
+	rows    model.Sparse
+	hashOut []uint64
+	pending int
+	final   bool
+	sent    bool
+}
+
+type worker struct {
+	c        *Core
+	started  bool
+	first    uint64 // the round this worker started at
+	clock    uint64 // next round to compute (rounds before it are pushed)
+	batches  []*batch
+	nextRnd  uint64 // round of the next batch supplied
+	ended    bool   // EndOfData
+	dataDone bool   // every batch pushed: done pushes from now
+	lastData uint64 // the first round without data (valid once ended)
+
+	computing bool
+	stash     *computedGrad
+	ws        map[uint64]*workset
+	reqs      map[uint64]*request
+	nextReq   uint64
+	fetches   []*fetch
+
+	final   bool // an owner answered FlagFinal: training is over
+	leaving bool
+	left    bool
+	stopAt  uint64 // leaving: the first round this worker does not push (once agreed)
+	pollAt  uint64 // async done worker: when to poll again
+
+	split    []model.Sparse // per owner, reused
+	wantBuf  [][]uint32
+	posBuf   [][]int32
+	shardBuf [][]uint32
+}
+
+type computedGrad struct {
+	round uint64
+	grad  []float32
+	loss  float64
+}
+
+func (w *worker) init(c *Core) {
+	w.c = c
+	w.ws = map[uint64]*workset{}
+	w.reqs = map[uint64]*request{}
+}
+
+func (w *worker) String() string {
+	return fmt.Sprintf("clock %d started %v computing %v stash %v batches %d ended %v dataDone %v final %v reqs %d ws %d",
+		w.clock, w.started, w.computing, w.stash != nil, len(w.batches), w.ended, w.dataDone, w.final, len(w.reqs), len(w.ws))
+}
+
+// start begins work at round r (the configuration that added this member).
+func (w *worker) start(r uint64) {
+	w.started, w.first, w.clock, w.nextRnd = true, r, r, r
+	// Batches given before the start are renumbered from r.
+	for i, b := range w.batches {
+		b.round = r + uint64(i)
+	}
+	w.nextRnd = r + uint64(len(w.batches))
+	if w.ended {
+		w.lastData = w.nextRnd
+	}
+}
+
+func (w *worker) wantBatches() int {
+	if w.ended || w.final || w.leaving {
+		return 0
+	}
+	return max(0, int(w.c.cfg.prefetch())+2-len(w.batches))
+}
+
+func (w *worker) addBatch(keys []uint32, examples int) {
+	if w.ended || examples <= 0 {
+		return
+	}
+	w.batches = append(w.batches, &batch{round: w.nextRnd, keys: slices.Clone(keys), examples: examples})
+	w.nextRnd++
+}
+
+func (w *worker) endOfData() {
+	if !w.ended {
+		w.ended = true
+		w.lastData = w.nextRnd
+	}
+}
+
+// batchOf returns the batch of round r, or nil.
+func (w *worker) batchOf(r uint64) *batch {
+	for _, b := range w.batches {
+		if b.round == r {
+			return b
+		}
+	}
+	return nil
+}
+
+// known reports whether it is known what round r holds: a batch, or none
+// (the data ended before it).
+func (w *worker) known(r uint64) bool {
+	return w.batchOf(r) != nil || (w.ended && r >= w.lastData)
+}
+
+// throughFor is the progress the values of round r must reflect.
+func (w *worker) throughFor(r uint64) uint64 {
+	s := w.c.cfg.staleness()
+	if r <= s {
+		return 0
+	}
+	return r - s
+}
+
+// routeOf returns shard s's owner for round r: its route in sync mode, the
+// newest configuration's primary otherwise.
+func (w *worker) routeOf(s int, r uint64) string {
+	c := w.c
+	if c.cfg.Mode == Sync {
+		return c.cs.route(s, r)
+	}
+	return c.cs.cur().primary(s)
+}
+
+// owners returns the distinct owners round r routes shards to, sorted, and
+// per shard the index of its owner.
+func (w *worker) owners(r uint64, idx []int) ([]string, []int) {
+	c := w.c
+	var os []string
+	idx = idx[:0]
+	for s := range c.shards {
+		o := w.routeOf(s, r)
+		i := slices.Index(os, o)
+		if i < 0 {
+			i = len(os)
+			os = append(os, o)
+		}
+		idx = append(idx, i)
+	}
+	return os, idx
+}
+
+func (w *worker) tick() {
+	c := w.c
+	for _, id := range sortedKeys(w.reqs) {
+		r := w.reqs[id]
+		wait := uint64(c.cfg.RetryTicks) << min(r.tries, 3)
+		if c.tick-r.sentAt >= wait {
+			r.tries++
+			c.stats.Resent++
+			w.sendReq(r)
+		}
+	}
+}
+
+// work advances the worker as far as it can. It reports progress.
+func (w *worker) work() bool {
+	c := w.c
+	if !w.started || w.left || c.err != nil {
+		return false
+	}
+	progress := false
+	// Values for the first rounds come from pulls; later ones ride on pushes.
+	for r := w.first; r < w.first+c.cfg.prefetch(); r++ {
+		if r < w.clock || w.ws[r] != nil || w.final || !w.known(r) || w.stoppedAt(r) {
+			continue
+		}
+		w.pullRound(r)
+		progress = true
+	}
+	if w.final {
+		return w.serveFetches() || progress
+	}
+	if w.stash != nil {
+		if w.tryPush() {
+			progress = true
+		}
+	} else if !w.computing && !w.stoppedAt(w.clock) {
+		ws := w.ws[w.clock]
+		switch {
+		case ws == nil || ws.pending > 0:
+		case w.batchOf(w.clock) != nil:
+			w.compute(ws)
+			progress = true
+		case w.ended && w.clock >= w.lastData:
+			w.dataDone = true
+			if w.c.cfg.Mode == Sync || c.tick >= w.pollAt {
+				w.stash = &computedGrad{round: w.clock}
+				if w.tryPush() {
+					progress = true
+				}
+			}
+		}
+	}
+	if w.serveFetches() {
+		progress = true
+	}
+	if w.leaving && w.stopAt > 0 && w.clock >= w.stopAt && !w.left && len(w.reqs) == 0 && w.stash == nil && !w.computing {
+		w.left = true
+		progress = true
+	}
+	return progress
+}
+
+// stoppedAt reports whether this leaving worker does not take part in
+// round r.
+func (w *worker) stoppedAt(r uint64) bool { return w.leaving && w.stopAt > 0 && r >= w.stopAt }
+
+// compute asks the driver for the gradient of round ws.round.
+func (w *worker) compute(ws *workset) {
+	c := w.c
+	b := w.batchOf(ws.round)
+	w.computing = true
+	if c.cfg.Gather == Full {
+		// The read copy is the values: gather them now (own shards are
+		// as of this round: they cannot move before this push).
+		ws.vals = ws.vals[:0]
+		for _, k := range b.keys {
+			ws.vals = append(ws.vals, c.m.Row(k)...)
+		}
+	}
+	if ws.round > ws.through && c.cfg.Mode != Sync {
+		if st := ws.round - ws.through; st > c.stats.MaxStaleness {
+			c.stats.MaxStaleness = st
+		}
+	}
+	c.rd.Compute = &ComputeReq{Round: ws.round, Keys: b.keys, Weights: ws.vals, Examples: b.examples}
+}
+
+func (w *worker) computed(round uint64, grad []float32, loss float64) {
+	if !w.computing || round != w.clock {
+		return
+	}
+	w.computing = false
+	w.stash = &computedGrad{round: round, grad: grad, loss: loss}
+}
+
+// holding reports whether the next push must wait: a proposed
+// configuration (the leader's fence) or, in sync mode, a fetch that reads
+// the values of the current round.
+func (w *worker) holding() bool {
+	if w.c.ag.holdPush() {
+		return true
+	}
+	if w.c.cfg.Mode == Sync {
+		for _, f := range w.fetches {
+			if f.pending > 0 || !f.sent {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// tryPush sends the stashed round's pushes, once the batch P rounds on is
+// known and nothing holds them.
+func (w *worker) tryPush() bool {
+	c := w.c
+	g := w.stash
+	P := c.cfg.prefetch()
+	next := g.round + P
+	if !w.known(next) || w.holding() {
+		return false
+	}
+	cur := c.cs.cur()
+	if me, ok := cur.member(c.cfg.Self); (!ok || me.ID != c.cfg.ID) && !w.leaving {
+		return false // not (yet) a worker of the newest configuration
+	}
+	w.stash = nil
+	b := w.batchOf(g.round)
+	nb := w.batchOf(next)
+	owners, idx := w.owners(g.round, nil)
+	n := len(owners)
+	w.split = grow(w.split, n)
+	w.wantBuf = grow(w.wantBuf, n)
+	w.posBuf = grow(w.posBuf, n)
+	w.shardBuf = grow(w.shardBuf, n)
+	for i := range n {
+		w.split[i].Reset()
+		w.wantBuf[i] = w.wantBuf[i][:0]
+		w.posBuf[i] = w.posBuf[i][:0]
+		w.shardBuf[i] = w.shardBuf[i][:0]
+	}
+	for s := range c.shards {
+		w.shardBuf[idx[s]] = append(w.shardBuf[idx[s]], uint32(s))
+	}
+	width := c.width
+	var examples uint64
+	flags := wire.CoreFlags(0)
+	if b != nil {
+		examples = uint64(b.examples)
+		for i, k := range b.keys {
+			w.split[idx[c.shardOf(k)]].Append(k, g.grad[i*width:(i+1)*width])
+		}
+		c.stats.Examples += examples
+	} else {
+		flags |= wire.FlagDone
+	}
+	var ws *workset
+	if nb != nil && !w.stoppedAt(next) {
+		ws = &workset{round: next, keys: nb.keys, pending: n, through: Final}
+		if c.cfg.Gather == Need {
+			ws.vals = make([]float32, len(nb.keys)*width)
+			for i, k := range nb.keys {
+				o := idx[c.shardOf(k)]
+				w.wantBuf[o] = append(w.wantBuf[o], k)
+				w.posBuf[o] = append(w.posBuf[o], int32(i))
+			}
+		}
+	} else if !w.stoppedAt(next) {
+		ws = &workset{round: next, pending: n, through: Final} // a barrier only
+	}
+	if ws != nil {
+		w.ws[next] = ws
+	}
+	for i, o := range owners {
+		r := &request{
+			id: w.newReq(), to: o, op: wire.CorePush, flags: flags, round: g.round, through: w.throughFor(next),
+			examples: examples, shards: slices.Clone(w.shardBuf[i]), ws: ws,
+		}
+		if b != nil {
+			r.rows = model.Sparse{Idx: slices.Clone(w.split[i].Idx), Val: slices.Clone(w.split[i].Val)}
+		}
+		if ws != nil && c.cfg.Gather == Need {
+			r.want = slices.Clone(w.wantBuf[i])
+			r.pos = slices.Clone(w.posBuf[i])
+		}
+		if flags&wire.FlagDone != 0 && c.cfg.Mode != Sync {
+			r.through = 0
+		}
+		w.reqs[r.id] = r
+		w.sendReq(r)
+	}
+	delete(w.ws, g.round)
+	w.dropBatch(g.round)
+	w.clock = g.round + 1
+	c.stats.Rounds++
+	if flags&wire.FlagDone != 0 && c.cfg.Mode != Sync {
+		w.pollAt = c.tick + uint64(c.cfg.RetryTicks)/8
+	}
+	return true
+}
+
+// pullRound asks for the values of round r's batch without a contribution
+// (the first rounds of a worker).
+func (w *worker) pullRound(r uint64) {
+	c := w.c
+	b := w.batchOf(r)
+	ws := &workset{round: r, through: Final}
+	w.ws[r] = ws
+	if b == nil {
+		return // no data: nothing to wait for
+	}
+	ws.keys = b.keys
+	vr := r
+	if vr > 0 {
+		vr-- // values as of round r-1's end live where round r-1 is applied
+	}
+	owners, idx := w.owners(vr, nil)
+	if c.cfg.Gather == Full {
+		// The first round reads the read copy: it must hold every shard
+		// as of the start (a joiner copies it).
+		if r == 0 || c.cfg.Initial != nil && r == c.cfg.Start {
+			return
+		}
+		for i, o := range owners {
+			var shards []uint32
+			for s := range c.shards {
+				if idx[s] == i {
+					shards = append(shards, uint32(s))
+				}
+			}
+			req := &request{id: w.newReq(), to: o, op: wire.CorePull, flags: wire.FlagAll, round: vr, through: w.throughFor(r), shards: shards, ws: ws}
+			ws.pending++
+			w.reqs[req.id] = req
+			w.sendReq(req)
+		}
+		return
+	}
+	ws.vals = make([]float32, len(b.keys)*c.width)
+	wants := make([][]uint32, len(owners))
+	pos := make([][]int32, len(owners))
+	shards := make([][]uint32, len(owners))
+	for s := range c.shards {
+		shards[idx[s]] = append(shards[idx[s]], uint32(s))
+	}
+	for i, k := range b.keys {
+		o := idx[c.shardOf(k)]
+		wants[o] = append(wants[o], k)
+		pos[o] = append(pos[o], int32(i))
+	}
+	for i, o := range owners {
+		if len(wants[i]) == 0 {
+			continue
+		}
+		req := &request{id: w.newReq(), to: o, op: wire.CorePull, round: vr, through: w.throughFor(r), shards: shards[i], want: wants[i], pos: pos[i], ws: ws}
+		ws.pending++
+		w.reqs[req.id] = req
+		w.sendReq(req)
+	}
+}
+
+func (w *worker) newReq() uint64 {
+	w.nextReq++
+	return w.nextReq
+}
+
+func (w *worker) dropBatch(r uint64) {
+	w.batches = slices.DeleteFunc(w.batches, func(b *batch) bool { return b.round <= r })
+}
+
+// sendReq sends (or sends again) request r.
+func (w *worker) sendReq(r *request) {
+	c := w.c
+	r.sentAt = c.tick
+	msg := &wire.Core{Op: r.op, Flags: r.flags, Round: r.round, Through: r.through, Req: r.id,
+		Examples: r.examples, Shards: r.shards, Want: r.want}
+	if r.op == wire.CorePush {
+		msg.Rows, msg.RowWidth = r.rows, c.width
+	}
+	if r.op == wire.CoreHash {
+		msg.Flags &^= wire.FlagReply
+	}
+	c.send(r.to, msg)
+}
+
+// reply takes an owner's answer.
+func (w *worker) reply(from string, msg *wire.Core) {
+	c := w.c
+	r := w.reqs[msg.Req]
+	if r == nil || r.to != from {
+		if r == nil && msg.Req <= w.nextReq {
+			c.stats.Stale++ // answered twice (a request sent again)
+			return
+		}
+		c.stats.Rejected++
+		return
+	}
+	if msg.Flags&wire.FlagMoved != 0 {
+		c.stats.Moved++
+		w.reroute(r, msg.Shards)
+		return
+	}
+	width := c.width
+	switch {
+	case r.fetch != nil && r.fetch.all:
+		if msg.Flags&wire.FlagRows == 0 || msg.RowWidth != width || !w.rowsIn(&msg.Rows, r.shards) {
+			c.stats.Rejected++
+			return
+		}
+		r.fetch.rows.Idx = append(r.fetch.rows.Idx, msg.Rows.Idx...)
+		r.fetch.rows.Val = append(r.fetch.rows.Val, msg.Rows.Val...)
+	case msg.Flags&wire.FlagRows != 0:
+		// Full gather: rows of the answering owner's shards, into the read
+		// copy (never over rows this peer holds: its own are newer).
+		if msg.RowWidth != width || !w.rowsIn(&msg.Rows, r.shards) {
+			c.stats.Rejected++
+			return
+		}
+		c.o.setRows(&msg.Rows)
+	default:
+		if len(msg.Values) != len(r.want)*width {
+			c.stats.Rejected++
+			return
+		}
+		var dst []float32
+		if r.ws != nil {
+			dst = r.ws.vals
+		} else if r.fetch != nil {
+			dst = r.fetch.vals
+		}
+		if dst != nil {
+			for i, p := range r.pos {
+				copy(dst[int(p)*width:int(p+1)*width], msg.Values[i*width:(i+1)*width])
+			}
+		}
+	}
+	delete(w.reqs, r.id)
+	final := msg.Flags&wire.FlagFinal != 0
+	if ws := r.ws; ws != nil {
+		ws.pending--
+		ws.through = min(ws.through, msg.Through)
+		ws.final = ws.final || final
+	}
+	if f := r.fetch; f != nil {
+		f.pending--
+		f.final = f.final || final
+	}
+	if final && r.op == wire.CorePush && !w.final {
+		w.final = true
+		c.event(Event{Kind: EvFinal})
+	}
+}
+
+// rowsIn reports whether every row of rows lies in one of shards.
+func (w *worker) rowsIn(rows *model.Sparse, shards []uint32) bool {
+	for _, k := range rows.Idx {
+		if _, ok := slices.BinarySearch(shards, uint32(w.c.shardOf(k))); !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// reroute sends the part of request r for shards (all of its shards when
+// nil) to their current owner, as a new request, and narrows r to the rest.
+func (w *worker) reroute(r *request, moved []uint32) {
+	c := w.c
+	if moved == nil {
+		moved = r.shards
+	}
+	width := c.width
+	byOwner := map[string][]uint32{}
+	var keep []uint32
+	for _, s := range r.shards {
+		if _, ok := slices.BinarySearch(moved, s); !ok {
+			keep = append(keep, s)
+			continue
+		}
+		o := w.routeOf(int(s), r.round)
+		if r.op == wire.CorePull && r.round > 0 {
+			o = w.routeOf(int(s), r.round)
+		}
+		if o == r.to {
+			keep = append(keep, s)
+			continue
+		}
+		byOwner[o] = append(byOwner[o], s)
+	}
+	if len(byOwner) == 0 {
+		if len(moved) > 0 && len(keep) == len(r.shards) {
+			r.tries++ // its owner says moved, we say not: ask again later
+		}
+		return
+	}
+	owners := make([]string, 0, len(byOwner))
+	for o := range byOwner {
+		owners = append(owners, o)
+	}
+	sort.Strings(owners)
+	for _, o := range owners {
+		ss := byOwner[o]
+		nr := &request{id: w.newReq(), to: o, op: r.op, flags: r.flags | wire.FlagResend, round: r.round,
+			through: r.through, examples: r.examples, shards: ss, ws: r.ws, fetch: r.fetch}
+		nr.rows = filterRows(&r.rows, ss, width, c.mask)
+		for i, k := range r.want {
+			if _, ok := slices.BinarySearch(ss, uint32(c.shardOf(k))); ok {
+				nr.want = append(nr.want, k)
+				nr.pos = append(nr.pos, r.pos[i])
+			}
+		}
+		if nr.ws != nil {
+			nr.ws.pending++
+		}
+		if nr.fetch != nil {
+			nr.fetch.pending++
+		}
+		w.reqs[nr.id] = nr
+		c.stats.Resent++
+		w.sendReq(nr)
+	}
+	if len(keep) == 0 {
+		delete(w.reqs, r.id)
+		if r.ws != nil {
+			r.ws.pending--
+		}
+		if r.fetch != nil {
+			r.fetch.pending--
+		}
+		return
+	}
+	r.shards = keep
+	r.rows = filterRows(&r.rows, keep, width, c.mask)
+	var want []uint32
+	var pos []int32
+	for i, k := range r.want {
+		if _, ok := slices.BinarySearch(keep, uint32(c.shardOf(k))); ok {
+			want = append(want, k)
+			pos = append(pos, r.pos[i])
+		}
+	}
+	r.want, r.pos = want, pos
+}
+
+// filterRows returns the rows of rs in shards (sorted).
+func filterRows(rs *model.Sparse, shards []uint32, width int, mask uint32) model.Sparse {
+	var out model.Sparse
+	for i, k := range rs.Idx {
+		if _, ok := slices.BinarySearch(shards, k&mask); ok {
+			out.Append(k, rs.Val[i*width:(i+1)*width])
+		}
+	}
+	return out
+}
+
+// rerouteAll moves every outstanding request whose shards now route
+// elsewhere (a configuration took effect).
+func (w *worker) rerouteAll() {
+	for _, id := range sortedKeys(w.reqs) {
+		r := w.reqs[id]
+		if r == nil {
+			continue
+		}
+		if r.op == wire.CoreHash {
+			continue
+		}
+		w.reroute(r, nil)
+	}
+}
+
+// fetch starts a driver fetch.
+func (w *worker) fetch(id uint64, keys []uint32, all, hashes bool) {
+	f := &fetch{id: id, keys: slices.Clone(keys), all: all, hashes: hashes}
+	if hashes {
+		f.hashOut = make([]uint64, w.c.shards)
+	}
+	w.fetches = append(w.fetches, f)
+}
+
+// serveFetches sends fetches not sent yet (once values of the current
+// round exist) and delivers those answered.
+func (w *worker) serveFetches() bool {
+	c := w.c
+	progress := false
+	if !w.started {
+		return false
+	}
+	for _, f := range w.fetches {
+		if f.sent {
+			continue
+		}
+		f.sent = true
+		progress = true
+		through := uint64(0)
+		if c.cfg.Mode == Sync {
+			through = w.clock
+		}
+		if w.final {
+			through = Final
+		}
+		vr := w.clock
+		if vr > 0 {
+			vr--
+		}
+		owners, idx := w.owners(vr, nil)
+		if !w.final && c.cfg.Mode != Sync {
+			owners, idx = w.owners(0, nil)
+		}
+		if f.hashes || f.all {
+			for i, o := range owners {
+				var shards []uint32
+				for s := range c.shards {
+					if idx[s] == i {
+						shards = append(shards, uint32(s))
+					}
+				}
+				r := &request{id: w.newReq(), to: o, op: wire.CorePull, flags: wire.FlagAll, round: vr, through: through, shards: shards, fetch: f}
+				if f.hashes {
+					r.op, r.flags = wire.CoreHash, 0
+				}
+				f.pending++
+				w.reqs[r.id] = r
+				w.sendReq(r)
+			}
+			continue
+		}
+		f.vals = make([]float32, len(f.keys)*c.width)
+		wants := make([][]uint32, len(owners))
+		pos := make([][]int32, len(owners))
+		shards := make([][]uint32, len(owners))
+		for s := range c.shards {
+			shards[idx[s]] = append(shards[idx[s]], uint32(s))
+		}
+		for i, k := range f.keys {
+			o := idx[c.shardOf(k)]
+			wants[o] = append(wants[o], k)
+			pos[o] = append(pos[o], int32(i))
+		}
+		for i, o := range owners {
+			if len(wants[i]) == 0 {
+				continue
+			}
+			r := &request{id: w.newReq(), to: o, op: wire.CorePull, round: vr, through: through, shards: shards[i], want: wants[i], pos: pos[i], fetch: f}
+			f.pending++
+			w.reqs[r.id] = r
+			w.sendReq(r)
+		}
+	}
+	keep := w.fetches[:0]
+	for _, f := range w.fetches {
+		if f.sent && f.pending == 0 {
+			res := FetchResult{ID: f.id, Keys: f.keys, Values: f.vals, Rows: f.rows, Final: f.final || w.final}
+			if f.hashes {
+				res.Hashes = f.hashOut
+			}
+			if f.all {
+				sortRows(&res.Rows, c.width)
+			}
+			c.rd.Fetched = append(c.rd.Fetched, res)
+			progress = true
+			continue
+		}
+		keep = append(keep, f)
+	}
+	w.fetches = keep
+	return progress
+}
+
+// hashReply takes an owner's shard hashes.
+func (w *worker) hashReply(from string, msg *wire.Core) {
+	c := w.c
+	r := w.reqs[msg.Req]
+	if r == nil || r.to != from || r.op != wire.CoreHash || r.fetch == nil {
+		c.stats.Rejected++
+		return
+	}
+	for _, h := range msg.Clocks {
+		if _, ok := slices.BinarySearch(r.shards, uint32(h.Member)); !ok {
+			c.stats.Rejected++
+			return
+		}
+	}
+	for _, h := range msg.Clocks {
+		r.fetch.hashOut[h.Member] = h.Clock
+	}
+	delete(w.reqs, r.id)
+	r.fetch.pending--
+}
+
+// sortRows sorts rows (gathered from several owners) by index.
+func sortRows(rows *model.Sparse, width int) {
+	n := rows.Len()
+	if n < 2 {
+		return
+	}
+	perm := make([]int, n)
+	for i := range perm {
+		perm[i] = i
+	}
+	sort.Slice(perm, func(a, b int) bool { return rows.Idx[perm[a]] < rows.Idx[perm[b]] })
+	var out model.Sparse
+	for _, i := range perm {
+		out.Append(rows.Idx[i], rows.Val[i*width:(i+1)*width])
+	}
+	*rows = out
+}
+
+func grow[T any](s []T, n int) []T {
+	if len(s) < n {
+		s = append(s, make([]T, n-len(s))...)
+	}
+	return s
+}
