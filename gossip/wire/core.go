@@ -53,8 +53,8 @@ const (
 	CoreFinished CoreOp = 11
 	// CoreHash: asks an owner for the hashes of its shards (Shards), or
 	// with FlagReply answers with them (Clocks: shard -> hash).
-	CoreHash CoreOp = 12
-	coreOpLast      = CoreHash
+	CoreHash   CoreOp = 12
+	coreOpLast        = CoreHash
 )
 
 func (o CoreOp) String() string {
@@ -139,11 +139,11 @@ type Core struct {
 	// row, strictly ascending indices.
 	Rows     model.Sparse
 	RowWidth int
-	Want     []uint32    // strictly ascending rows wanted
-	Values   []float32   // reply: values of the request's Want, row-major
+	Want     []uint32      // strictly ascending rows wanted
+	Values   []float32     // reply: values of the request's Want, row-major
 	Clocks   []MemberClock // strictly ascending by Member
-	Blob     []byte      // raft message bytes
-	Text     string      // join reply: the leader's peer ID, or why not
+	Blob     []byte        // raft message bytes
+	Text     string        // join reply: the leader's peer ID, or why not
 }
 
 // Reset empties m, keeping its slices' capacity.

@@ -313,11 +313,11 @@ type TraceKind uint8
 
 // Trace kinds.
 const (
-	TraceApply    TraceKind = iota + 1 // contributions applied to shards
-	TraceSend                          // a shard's state sent to Peer
-	TraceInstall                       // a shard's state installed from Peer
-	TracePromote                       // a shard restarted from nothing
-	TraceFree                          // a shard's state dropped here
+	TraceApply   TraceKind = iota + 1 // contributions applied to shards
+	TraceSend                         // a shard's state sent to Peer
+	TraceInstall                      // a shard's state installed from Peer
+	TracePromote                      // a shard restarted from nothing
+	TraceFree                         // a shard's state dropped here
 )
 
 // MemberID is the member (and raft node) ID of a process of peer that

@@ -143,11 +143,11 @@ type Core struct {
 	w  worker
 	o  owner
 
-	rd       Ready
-	stats    Stats
-	finished map[string]bool // members that sent CoreFinished
-	finishing bool           // Finish was called
-	doneSent  bool           // Ready.Done reported
+	rd        Ready
+	stats     Stats
+	finished  map[string]bool // members that sent CoreFinished
+	finishing bool            // Finish was called
+	doneSent  bool            // Ready.Done reported
 	err       error
 }
 

@@ -160,21 +160,21 @@ type msgInFlight struct {
 }
 
 type sim struct {
-	o       Options
-	r       rng
-	tick    int
-	procs   []*proc
-	byPeer  map[string]*proc // the running process of each peer
-	net     []msgInFlight
-	seq     int
-	cut     map[[2]string]bool // partitioned pairs
-	lastSeen map[[2]string]int
-	aliveSet map[string]string // last alive set fed, per proc key
-	res     Result
-	confs   map[uint64]string
-	events  []scheduled
-	nextPeer int
-	sentLedger map[string]map[[2]uint64]bool // peer/req -> ledger snapshot
+	o           Options
+	r           rng
+	tick        int
+	procs       []*proc
+	byPeer      map[string]*proc // the running process of each peer
+	net         []msgInFlight
+	seq         int
+	cut         map[[2]string]bool // partitioned pairs
+	lastSeen    map[[2]string]int
+	aliveSet    map[string]string // last alive set fed, per proc key
+	res         Result
+	confs       map[uint64]string
+	events      []scheduled
+	nextPeer    int
+	sentLedger  map[string]map[[2]uint64]bool // peer/req -> ledger snapshot
 	lossAllowed bool
 	anyLoss     bool
 	finalModel  *model.Model
