@@ -111,8 +111,12 @@ const (
 	// FlagReply: the answer of an op that has no reply op of its own (hash).
 	FlagReply CoreFlags = 1 << 6
 	// FlagAll: a pull of every row of Shards (a full copy).
-	FlagAll   CoreFlags = 1 << 7
-	coreFlags           = 1<<8 - 1
+	FlagAll CoreFlags = 1 << 7
+	// FlagAsk: a state message that asks for the shard (Shards, as of
+	// Round) instead of carrying it: a new holder whose handoff has not
+	// come asks the peer that now applies the round before.
+	FlagAsk   CoreFlags = 1 << 8
+	coreFlags           = 1<<9 - 1
 )
 
 // MemberClock is one entry of a per-worker list: a member (its raft ID) and

@@ -43,9 +43,10 @@ type agreement struct {
 	sub    int
 
 	// Joining.
-	contact string
-	askedAt uint64
-	asked   bool
+	contact  string
+	askedAt  uint64
+	asked    bool
+	answered uint64 // tick anything was last heard while joining
 
 	// Leader.
 	joins  map[uint64]string // admitted raft IDs not yet workers -> peer
@@ -86,34 +87,40 @@ func (a *agreement) init(c *Core) error {
 	a.joins = map[uint64]string{}
 	a.leaves = map[uint64]bool{}
 	a.rng = c.cfg.Seed ^ c.cfg.ID ^ 0x9e3779b97f4a7c15
-	applied := uint64(0)
-	var first *tconf
 	if c.cfg.Initial != nil {
-		// Every initial member writes the same snapshot at index 1: the
-		// first configuration, the first Voters members (by peer ID) as
-		// voters, the rest as learners.
-		first = &tconf{ID: 1, Start: c.cfg.Start, Members: slices.Clone(c.cfg.Initial)}
+		// Every initial member starts from the same log: the raft
+		// membership (the first Voters members by peer ID as voters, the
+		// rest as learners) and the first configuration, committed at
+		// term 1. A log, not a snapshot: a joiner gets it by plain
+		// appends (raft refuses a snapshot whose membership lacks it).
+		first := &tconf{ID: 1, Start: c.cfg.Start, Members: slices.Clone(c.cfg.Initial)}
 		for i := range first.Members {
 			first.Members[i].Since = c.cfg.Start
 		}
-		cs := &pb.ConfState{}
+		var ents []*pb.Entry
 		for i, m := range first.Members {
-			if i < c.cfg.Voters {
-				cs.Voters = append(cs.Voters, m.ID)
-			} else {
-				cs.Learners = append(cs.Learners, m.ID)
+			typ := pb.ConfChangeAddNode
+			if i >= c.cfg.Voters {
+				typ = pb.ConfChangeAddLearnerNode
 			}
+			data, err := proto.Marshal(&pb.ConfChange{Type: typ.Enum(), NodeId: new(m.ID), Context: []byte(m.Peer)})
+			if err != nil {
+				return err
+			}
+			ents = append(ents, &pb.Entry{Type: pb.EntryConfChange.Enum(), Term: new(uint64(1)), Index: new(uint64(len(ents) + 1)), Data: data})
 		}
-		snap := &pb.Snapshot{Data: first.encode(nil), Metadata: &pb.SnapshotMetadata{ConfState: cs, Index: new(uint64(1)), Term: new(uint64(1))}}
-		if err := a.store.ApplySnapshot(snap); err != nil {
+		ents = append(ents, &pb.Entry{Type: pb.EntryNormal.Enum(), Term: new(uint64(1)), Index: new(uint64(len(ents) + 1)), Data: first.encode(nil)})
+		if err := a.store.Append(ents); err != nil {
 			return err
 		}
-		applied = 1
+		if err := a.store.SetHardState(&pb.HardState{Term: new(uint64(1)), Commit: new(uint64(len(ents)))}); err != nil {
+			return err
+		}
 	} else {
 		a.contact = c.cfg.Contact
 	}
 	rn, err := raft.NewRawNode(&raft.Config{
-		ID: c.cfg.ID, Storage: a.store, Applied: applied,
+		ID: c.cfg.ID, Storage: a.store,
 		HeartbeatTick: c.cfg.HeartbeatTicks,
 		ElectionTick:  1 << 30, // elections are this core's (see above)
 		MaxSizePerMsg: 256 << 10, MaxInflightMsgs: 64,
@@ -125,15 +132,7 @@ func (a *agreement) init(c *Core) error {
 	}
 	a.rn = rn
 	a.newWait()
-	if first != nil {
-		a.applySnapshotData(first.encode(nil), snapConf(a.store))
-	}
 	return nil
-}
-
-func snapConf(st *raft.MemoryStorage) *pb.ConfState {
-	_, cs, _ := st.InitialState()
-	return cs
 }
 
 // next returns a pseudo-random number (splitmix64).
@@ -195,12 +194,16 @@ func (a *agreement) receive(from string, msg *wire.Core) {
 		if m.GetFrom() == a.lead {
 			a.heard = c.tick
 		}
+		a.answered = c.tick
 		if err := a.rn.Step(&m); err != nil {
 			c.stats.Rejected++
 		}
 	case wire.CoreJoin:
 		a.onJoin(from, msg)
 	case wire.CoreJoinReply:
+		if msg.Flags&wire.FlagRefused == 0 || msg.Text != "" {
+			a.answered = c.tick
+		}
 		if a.contact == "" || (from != a.contact && from != a.leaderPeer()) || a.c.joined {
 			return // not asked, or admitted already
 		}
@@ -286,6 +289,13 @@ func (a *agreement) work() bool {
 	c := a.c
 	progress := false
 	if !c.joined && a.contact != "" && (!a.asked || c.tick-a.askedAt >= uint64(c.cfg.RetryTicks)/4) {
+		if !a.asked {
+			a.answered = c.tick
+		}
+		if c.tick-a.answered > uint64(16*c.cfg.RetryTicks) {
+			c.fail(fmt.Errorf("%w: no member of the run answered for %d ticks (the run may have ended)", ErrRefused, c.tick-a.answered))
+			return false
+		}
 		a.asked, a.askedAt = true, c.tick
 		c.send(a.contact, &wire.Core{Op: wire.CoreJoin})
 	}
@@ -390,7 +400,7 @@ func (a *agreement) apply(e *pb.Entry) {
 			return
 		}
 		cur := c.cs.cur()
-		if cur == nil || t.ID != cur.ID+1 {
+		if cur == nil && t.ID != 1 || cur != nil && t.ID != cur.ID+1 {
 			return // proposed twice (a leader change): the first one counts
 		}
 		c.applyConfig(t)
@@ -508,17 +518,38 @@ func (a *agreement) reconcileGroup(cur *tconf) {
 			a.ccAt = c.tick
 		}
 	}
+	// A dead voter first: every voter the group keeps that cannot vote
+	// brings it closer to losing its quorum at the next failure.
+	if c.aliveOK && len(a.voters) > 2 {
+		for _, id := range a.voters {
+			if id != c.cfg.ID && !c.alive[id] {
+				propose(pb.ConfChangeRemoveNode, id, "")
+				return
+			}
+		}
+	}
 	for _, id := range sortedKeys(a.joins) {
 		if _, ok := a.group[id]; !ok {
 			propose(pb.ConfChangeAddLearnerNode, id, a.joins[id])
 			return
 		}
 	}
+	// Members of the configuration the group lost (removed as dead voters
+	// while the configuration still had them) come back as learners.
+	for _, m := range cur.Members {
+		if _, ok := a.group[m.ID]; !ok && c.isAlive(m.ID) {
+			propose(pb.ConfChangeAddLearnerNode, m.ID, m.Peer)
+			return
+		}
+	}
+	// Peers no configuration needs leave the group once gone: a leaver
+	// still serves its last rounds (and must learn the configurations
+	// that come meanwhile), a peer removed while cut off learns it was.
 	for _, id := range sortedKeys(a.group) {
 		if _, pending := a.joins[id]; pending {
 			continue
 		}
-		if !cur.isMember(a.group[id], id) && id != c.cfg.ID {
+		if !cur.isMember(a.group[id], id) && id != c.cfg.ID && c.aliveOK && !c.alive[id] {
 			propose(pb.ConfChangeRemoveNode, id, "")
 			return
 		}

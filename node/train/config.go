@@ -108,6 +108,10 @@ var (
 	ErrRemoved = errors.New("removed from the training configuration while alive: join again")
 	// ErrRefused: the run would not take this peer (Ready.Err says why).
 	ErrRefused = errors.New("the run refused this peer")
+	// ErrAlone: every other member of this peer's configuration has been
+	// gone for a long time: the run went on without this peer (it was
+	// cut off) and has ended, or every other peer crashed.
+	ErrAlone = errors.New("every other member of the run is gone")
 )
 
 // Member is a peer of the run as the configurations name it: its peer ID

@@ -227,18 +227,25 @@ func (cs *configs) add(t *tconf) {
 // crashed, the primary the configuration that removed it promoted (and so
 // on, should that one have crashed too).
 func (cs *configs) route(s int, r uint64) string {
+	p, _ := cs.routeConf(s, r)
+	return p
+}
+
+// routeConf is route, with the configuration that names the peer (its
+// member there is the one that applies the round).
+func (cs *configs) routeConf(s int, r uint64) (string, *tconf) {
 	t := cs.at(r)
 	for range len(cs.list) {
 		p := t.primary(s)
 		m, _ := t.member(p)
 		if !cs.crashed[m.ID] {
-			return p
+			return p, t
 		}
 		next := cs.removedIn[m.ID]
 		if next == nil || next.ID <= t.ID {
-			return p
+			return p, t
 		}
 		t = next
 	}
-	return t.primary(s)
+	return t.primary(s), t
 }

@@ -3,6 +3,7 @@ package train
 import (
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/gossiptrain/gossiptrain/gossip/wire"
 	"github.com/gossiptrain/gossiptrain/model"
@@ -148,6 +149,7 @@ type Core struct {
 	finished  map[string]bool // members that sent CoreFinished
 	finishing bool            // Finish was called
 	doneSent  bool            // Ready.Done reported
+	company   uint64          // tick some other member was last alive
 	err       error
 }
 
@@ -184,6 +186,23 @@ func (c *Core) Tick() {
 	if c.finishing && !c.doneSent && c.tick%uint64(max(1, c.cfg.RetryTicks/4)) == 0 {
 		c.sendFinished() // a lost CoreFinished would keep the others waiting
 	}
+	if t := c.cs.cur(); t != nil && len(t.Members) > 1 && c.aliveOK {
+		// A peer cut off from a majority of its configuration waits for
+		// the partition to heal; if that majority has gone for good (the
+		// run ended without it, or they crashed), it fails loudly.
+		n := 0
+		for _, m := range t.Members {
+			if m.ID == c.cfg.ID || c.alive[m.ID] {
+				n++
+			}
+		}
+		if 2*n > len(t.Members) {
+			c.company = c.tick
+		}
+		if c.tick-c.company > uint64(30*c.cfg.RetryTicks) && !c.doneSent {
+			c.fail(fmt.Errorf("%w: no majority of the configuration alive for %d ticks", ErrAlone, c.tick-c.company))
+		}
+	}
 	c.flush()
 }
 
@@ -191,9 +210,20 @@ func (c *Core) Tick() {
 // view, as member IDs). The raft leader removes members of the current
 // configuration that are not.
 func (c *Core) Alive(ids []uint64) {
+	back := false
+	for _, id := range ids {
+		if c.aliveOK && !c.alive[id] {
+			back = true
+		}
+	}
 	clear(c.alive)
 	for _, id := range ids {
 		c.alive[id] = true
+	}
+	if back {
+		// A peer came back (a partition healed): what waits for it may
+		// have been lost; ask again now rather than at the next backoff.
+		c.w.retryAll()
 	}
 	c.alive[c.cfg.ID] = true
 	c.aliveOK = true
@@ -455,6 +485,27 @@ func (c *Core) allFinished() bool {
 	return true
 }
 
+// isMeIn reports whether peer p, as configuration t names it, is this
+// process: the peer ID is shared by every incarnation of a peer, so a peer
+// named by a configuration of before this process joined is its
+// predecessor.
+func (c *Core) isMeIn(p string, t *tconf) bool {
+	return p == c.cfg.Self && t.isMember(p, c.cfg.ID)
+}
+
+// routeMe reports whether this process applies shard s's round r (sync).
+func (c *Core) routeMe(s int, r uint64) bool {
+	p, t := c.cs.routeConf(s, r)
+	return c.isMeIn(p, t)
+}
+
+// isPrimary reports whether this process is shard s's primary in the
+// newest configuration.
+func (c *Core) isPrimary(s int) bool {
+	t := c.cs.cur()
+	return c.joined && t.primary(s) == c.cfg.Self && t.isMember(c.cfg.Self, c.cfg.ID)
+}
+
 // isAlive reports whether member id is alive as far as the core knows.
 func (c *Core) isAlive(id uint64) bool { return !c.aliveOK || c.alive[id] }
 
@@ -487,4 +538,49 @@ func shortAll(ids []string) []string {
 		out[i] = short(out[i])
 	}
 	return out
+}
+
+// Debug describes the core's state in detail (the simulator prints it for
+// a stuck run).
+func (c *Core) Debug() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s\n", c.String())
+	o := &c.o
+	for s := range c.shards {
+		if !o.held.has(s) && o.awaiting[s] == nil {
+			continue
+		}
+		fmt.Fprintf(&b, "  shard %d held %v through %d", s, o.held.has(s), o.through[s])
+		if a := o.awaiting[s]; a != nil {
+			fmt.Fprintf(&b, " awaiting round %d takeover %v from %v", a.round, a.takeover, a.from)
+		}
+		if t := c.cs.cur(); t != nil && c.cfg.Mode == Sync {
+			fmt.Fprintf(&b, " route(%d)=%s", o.through[s], short(c.cs.route(s, o.through[s])))
+		}
+		b.WriteString("\n")
+	}
+	for _, w := range o.owes {
+		fmt.Fprintf(&b, "  owes shard %d to %s at round %d takeover %v\n", w.shard, short(w.to), w.round, w.takeover)
+	}
+	for r, ra := range o.rounds {
+		t := c.cs.at(r)
+		var req []string
+		for _, m := range t.Members {
+			if !c.cs.crashed[m.ID] {
+				req = append(req, fmt.Sprintf("%s/%x", short(m.Peer), m.ID&0xffff))
+			}
+		}
+		fmt.Fprintf(&b, "  round %d (configuration %d) requires %v\n", r, t.ID, req)
+		for _, k := range ra.contrib {
+			fmt.Fprintf(&b, "  round %d contribution from %s/%x shards %v\n", r, short(k.from), k.member&0xffff, k.shards)
+		}
+	}
+	for _, t := range c.cs.list {
+		fmt.Fprintf(&b, "  configuration %d start %d members %d crashed %d left %d\n", t.ID, t.Start, len(t.Members), len(t.Crashed), len(t.Left))
+	}
+	for _, id := range sortedKeys(c.w.reqs) {
+		r := c.w.reqs[id]
+		fmt.Fprintf(&b, "  request %d %s to %s round %d through %d shards %v tries %d\n", id, r.op, short(r.to), r.round, r.through, r.shards, r.tries)
+	}
+	return b.String()
 }

@@ -68,21 +68,24 @@ type stateOut struct {
 // owe is a shard this owner must send to a new holder once it has applied
 // every round before round (sync) or at once (async).
 type owe struct {
-	to    string
-	shard int
-	round uint64
+	to       string
+	shard    int
+	round    uint64
+	takeover bool // sync: the state as it is, to the peer taking over a crashed primary's rounds
 }
 
 // await is a shard whose state this owner waits for.
 type await struct {
-	round uint64   // sync: the round the state must be as of
-	since uint64   // tick
-	from  []Member // ssp/async: who may send it
+	round    uint64   // sync: the round the state must be as of
+	since    uint64   // tick
+	from     []Member // who may send it (sync: takeovers; ssp/async: all)
+	takeover bool     // sync: taking over a crashed primary's rounds, as of whatever round its survivors have
 }
 
 type owner struct {
 	c        *Core
 	held     shardSet
+	fresh    shardSet // sync: restarted from nothing, no round applied since
 	through  []uint64 // sync: rounds applied, per shard
 	awaiting map[int]*await
 	rounds   map[uint64]*roundAcc
@@ -94,6 +97,7 @@ type owner struct {
 	fwd      map[uint64]*fwdOut
 	xfer     map[uint64]*stateOut
 	owes     []owe
+	paid     map[owe]bool
 	nextReq  uint64
 	final    bool
 	changed  map[uint64][]uint32 // sync full gather: rows changed by round
@@ -110,6 +114,7 @@ type deferredMsg struct {
 func (o *owner) init(c *Core) {
 	o.c = c
 	o.held = newShardSet(c.shards)
+	o.fresh = newShardSet(c.shards)
 	o.through = make([]uint64, c.shards)
 	o.awaiting = map[int]*await{}
 	o.rounds = map[uint64]*roundAcc{}
@@ -120,6 +125,7 @@ func (o *owner) init(c *Core) {
 	o.doneAt = map[uint64]uint64{}
 	o.fwd = map[uint64]*fwdOut{}
 	o.xfer = map[uint64]*stateOut{}
+	o.paid = map[owe]bool{}
 	o.changed = map[uint64][]uint32{}
 }
 
@@ -144,6 +150,9 @@ func (o *owner) newReq() uint64 {
 
 func (o *owner) tick() {
 	c := o.c
+	if c.tick%uint64(c.cfg.RetryTicks) == 0 {
+		o.askState()
+	}
 	for _, id := range sortedKeys(o.fwd) {
 		f := o.fwd[id]
 		if c.tick-f.sentAt >= uint64(c.cfg.RetryTicks)<<min(f.tries, 3) {
@@ -188,6 +197,13 @@ func (o *owner) receive(from string, msg *wire.Core) {
 	m, ok := o.memberOf(from, msg.Member)
 	if !ok {
 		c.stats.Rejected++
+		return
+	}
+	if c.cs.crashed[m.ID] && !cur.isMember(from, m.ID) {
+		// A member the run removed as dead (a partition's minority): tell
+		// it, so it joins again instead of waiting for answers forever.
+		c.stats.Rejected++
+		c.send(from, &wire.Core{Op: wire.CoreReply, Flags: wire.FlagRefused, Req: msg.Req, Round: msg.Round})
 		return
 	}
 	if msg.Op == wire.CorePush && c.cfg.Mode == Sync {
@@ -253,7 +269,7 @@ func (o *owner) receive(from string, msg *wire.Core) {
 		k.rows = model.Sparse{Idx: slices.Clone(msg.Rows.Idx), Val: slices.Clone(msg.Rows.Val)}
 	}
 	if msg.Op == wire.CorePull {
-		o.pending = append(o.pending, k)
+		o.addPending(k)
 		return
 	}
 	if c.cfg.Mode == Sync {
@@ -269,13 +285,22 @@ func (o *owner) receive(from string, msg *wire.Core) {
 func (o *owner) routesHere(s int, msg *wire.Core) bool {
 	c := o.c
 	if c.cfg.Mode == Sync {
-		return c.cs.route(s, msg.Round) == c.cfg.Self
+		return c.routeMe(s, msg.Round)
 	}
-	return c.cs.cur().primary(s) == c.cfg.Self
+	return c.isPrimary(s)
 }
 
 // pushSync records a sync contribution.
 func (o *owner) pushSync(k *contribution) {
+	// A shard restarted from nothing has no history: a worker that sends
+	// a later round than it waits at was answered that round by the
+	// holder that crashed, and will never send the earlier one. Restart
+	// at the later round; earlier sends are answered as applied.
+	for _, s := range k.shards {
+		if o.fresh.has(int(s)) && o.held.has(int(s)) && k.round > o.through[s] {
+			o.through[s] = k.round
+		}
+	}
 	dup := true
 	for _, s := range k.shards {
 		if o.through[s] <= k.round {
@@ -284,7 +309,7 @@ func (o *owner) pushSync(k *contribution) {
 	}
 	if dup {
 		k.applied = true // already applied: answer with the values now
-		o.pending = append(o.pending, k)
+		o.addPending(k)
 		return
 	}
 	ra := o.rounds[k.round]
@@ -300,6 +325,17 @@ func (o *owner) pushSync(k *contribution) {
 		}
 	}
 	ra.contrib = append(ra.contrib, k)
+	o.addPending(k)
+}
+
+// addPending queues contribution k for an answer, once per request (a
+// request sent again while its answer waits is answered once).
+func (o *owner) addPending(k *contribution) {
+	for _, p := range o.pending {
+		if p.from == k.from && p.req == k.req && p.op == k.op {
+			return
+		}
+	}
 	o.pending = append(o.pending, k)
 }
 
@@ -331,7 +367,7 @@ func (o *owner) pushAsync(k *contribution) {
 	switch state {
 	case 2:
 		k.applied = true
-		o.pending = append(o.pending, k)
+		o.addPending(k)
 		return
 	case 3:
 		o.deferred = append(o.deferred, deferredMsg{k.from, o.asMsg(k), c.tick})
@@ -355,7 +391,7 @@ func (o *owner) pushAsync(k *contribution) {
 	}
 	k.applied = true
 	o.forwardAsync(k)
-	o.pending = append(o.pending, k)
+	o.addPending(k)
 }
 
 // asMsg rebuilds a contribution's message (to handle it again later).
@@ -494,7 +530,7 @@ func (o *owner) applyRound(r uint64) bool {
 	// Shards this peer applies in round r now.
 	ready := newShardSet(c.shards)
 	for s := range c.shards {
-		if o.through[s] == r && o.held.has(s) && o.awaiting[s] == nil && c.cs.route(s, r) == c.cfg.Self {
+		if o.through[s] == r && o.held.has(s) && o.awaiting[s] == nil && c.routeMe(s, r) {
 			ready.add(s)
 		}
 	}
@@ -511,8 +547,21 @@ func (o *owner) applyRound(r uint64) bool {
 		}
 		cs.or(k.set)
 	}
+	cur := c.cs.cur()
 	for _, m := range required {
-		if cs := cover[m.ID]; cs != nil {
+		cs := cover[m.ID]
+		if !cur.isMember(m.Peer, m.ID) && !o.fresh.empty() {
+			// A member gone since (it left, its rounds answered) will not
+			// send again: a shard restarted from nothing does not wait
+			// for it.
+			x := newShardSet(c.shards)
+			x.copyFrom(o.fresh)
+			if cs != nil {
+				x.or(cs)
+			}
+			cs = x
+		}
+		if cs != nil {
 			ready.and(cs)
 		} else {
 			ready.clear()
@@ -550,7 +599,7 @@ func (o *owner) applyRound(r uint64) bool {
 	// A round is done when every shard this peer applies in it is.
 	left := false
 	for s := range c.shards {
-		if o.through[s] == r && o.held.has(s) && c.cs.route(s, r) == c.cfg.Self {
+		if o.through[s] == r && o.held.has(s) && c.routeMe(s, r) {
 			left = true
 		}
 	}
@@ -609,6 +658,7 @@ func (o *owner) applyGroup(r uint64, t *tconf, ra *roundAcc, g shardSet) {
 	shards := g.list(nil)
 	for _, s := range shards {
 		o.through[s] = r + 1
+		o.fresh.del(int(s))
 	}
 	c.trace(TraceEvent{Kind: TraceApply, Shards: shards, Round: r, Members: ids})
 	if c.cfg.Gather == Full {
@@ -996,7 +1046,7 @@ func (o *owner) hash(from string, msg *wire.Core) {
 		k.set.add(int(s))
 	}
 	k.shards = k.set.list(nil)
-	o.pending = append(o.pending, k)
+	o.addPending(k)
 }
 
 // checkFinalAsync declares the values final once every worker of the
@@ -1013,13 +1063,13 @@ func (o *owner) checkFinalAsync() bool {
 			return false
 		}
 		for s := range c.shards {
-			if cur.primary(s) == c.cfg.Self && o.held.has(s) && o.appliedOf(s, m.ID) < d+1 {
+			if c.isPrimary(s) && o.held.has(s) && o.appliedOf(s, m.ID) < d+1 {
 				return false
 			}
 		}
 	}
 	for s := range c.shards {
-		if cur.primary(s) == c.cfg.Self && (!o.held.has(s) || o.awaiting[s] != nil) {
+		if c.isPrimary(s) && (!o.held.has(s) || o.awaiting[s] != nil) {
 			return false
 		}
 	}

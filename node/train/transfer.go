@@ -32,6 +32,15 @@ func (c *Core) applyConfig(t *tconf) {
 		return
 	}
 	prev := c.cs.cur()
+	// Where round Start-1 of each shard went before t: a crash in t moves
+	// it to a promoted peer, which takes the shard over.
+	var oldRoute [][]string
+	if prev != nil && c.cfg.Mode == Sync && t.Start > 0 && len(t.Crashed) > 0 {
+		oldRoute = make([][]string, c.shards)
+		for s := range oldRoute {
+			oldRoute[s] = c.holdersAt(s, t.Start-1)
+		}
+	}
 	c.cs.add(t)
 	c.stats.ConfigChanges++
 	self := c.cfg.Self
@@ -60,6 +69,7 @@ func (c *Core) applyConfig(t *tconf) {
 		me, _ := t.member(self)
 		c.w.start(me.Since)
 	}
+	c.o.takeovers(oldRoute, t)
 	c.o.configChanged(prev, t)
 	if c.w.started {
 		c.w.rerouteAll()
@@ -109,10 +119,67 @@ func (c *Core) holdersAt(s int, r uint64) []string {
 	return out
 }
 
+// takeovers acts on shards whose round Start-1 moved to another peer
+// because its route crashed (sync): the new route waits for the shard from
+// the survivors that held it (the first of them owes it, as it is), or,
+// when none survived, restarts it at the first round it is sent.
+func (o *owner) takeovers(oldRoute [][]string, t *tconf) {
+	c := o.c
+	if oldRoute == nil || !c.joined {
+		return
+	}
+	crashed := map[string]bool{}
+	for _, m := range t.Crashed {
+		crashed[m.Peer] = true
+	}
+	for s := range c.shards {
+		old := oldRoute[s]
+		if !crashed[old[0]] {
+			continue
+		}
+		nr := c.cs.route(s, t.Start-1)
+		var survivors []string
+		for _, h := range old[1:] {
+			if !crashed[h] {
+				survivors = append(survivors, h)
+			}
+		}
+		if c.routeMe(s, t.Start-1) && !o.held.has(s) {
+			a := &await{since: c.tick, takeover: true}
+			prev := c.cs.at(t.Start - 1)
+			for _, h := range survivors {
+				if m, ok := prev.member(h); ok {
+					a.from = append(a.from, m)
+				} else if m, ok := t.member(h); ok {
+					a.from = append(a.from, m)
+				}
+			}
+			o.awaiting[s] = a
+			continue
+		}
+		if len(survivors) > 0 && c.isMeIn(survivors[0], c.cs.at(t.Start-1)) && !c.routeMe(s, t.Start-1) && o.held.has(s) {
+			o.addOwe(owe{to: nr, shard: s, takeover: true})
+		}
+	}
+}
+
+// holdsAt reports whether this process holds shard s while round r is
+// applied (sync).
+func (c *Core) holdsAt(s int, r uint64) bool {
+	if c.routeMe(s, r) {
+		return true
+	}
+	t := c.cs.at(r)
+	return t.holds(c.cfg.Self, s) && c.isMeIn(c.cfg.Self, t) && !c.cs.crashed[c.cfg.ID]
+}
+
 // configChanged updates what this owner holds, owes and waits for.
 func (o *owner) configChanged(prev, t *tconf) {
 	c := o.c
 	self := c.cfg.Self
+	if !c.joined {
+		return // configurations before this process joined are its predecessors'
+	}
 	if prev == nil {
 		// The first configuration: shards start fresh, or as loaded from
 		// a checkpoint.
@@ -136,7 +203,7 @@ func (o *owner) configChanged(prev, t *tconf) {
 				if !t.holds(self, s) || o.awaiting[s] != nil {
 					continue
 				}
-				if slices.Contains(c.holdersAt(s, t.Start-1), self) {
+				if c.holdsAt(s, t.Start-1) {
 					continue // it applies round Start-1 itself
 				}
 				if o.held.has(s) && o.through[s] >= t.Start {
@@ -145,7 +212,7 @@ func (o *owner) configChanged(prev, t *tconf) {
 				o.await(s, t.Start, prev)
 			}
 		}
-		o.recomputeOwes()
+		o.owesOf(t)
 	} else {
 		for s := range c.shards {
 			newHolders := []string{}
@@ -154,7 +221,7 @@ func (o *owner) configChanged(prev, t *tconf) {
 					newHolders = append(newHolders, h)
 				}
 			}
-			if len(newHolders) > 0 && o.senderAsync(prev, t, s) == self {
+			if len(newHolders) > 0 && o.senderAsync(prev, t, s) == self && prev.isMember(self, c.cfg.ID) {
 				for _, h := range newHolders {
 					if h != self {
 						o.addOwe(owe{to: h, shard: s})
@@ -166,10 +233,27 @@ func (o *owner) configChanged(prev, t *tconf) {
 			}
 		}
 	}
-	// Waiting for a shard whose every possible sender crashed: promote.
+	// Forwards and handoffs to peers that crashed will never be
+	// acknowledged: drop them (nothing waits for a dead replica).
+	for _, m := range t.Crashed {
+		for id, f := range o.fwd {
+			if f.to == m.Peer {
+				delete(o.fwd, id)
+				for _, k := range f.of {
+					k.acks--
+				}
+			}
+		}
+		for id, x := range o.xfer {
+			if x.to == m.Peer {
+				delete(o.xfer, id)
+			}
+		}
+	}
 	for s := range c.shards {
 		o.maybeFree(s)
 	}
+	o.askState()
 }
 
 // await starts waiting for shard s's state (as of round r in sync).
@@ -195,6 +279,9 @@ func (o *owner) senderAsync(prev, t *tconf, s int) string {
 }
 
 func (o *owner) addOwe(w owe) {
+	if o.paid[w] {
+		return
+	}
 	for _, x := range o.owes {
 		if x == w {
 			return
@@ -203,34 +290,71 @@ func (o *owner) addOwe(w owe) {
 	o.owes = append(o.owes, w)
 }
 
-// recomputeOwes lists, in sync mode, the shards this peer must hand over:
-// for every configuration whose start it has not passed, the shards whose
-// round Start-1 it applies, to their holders new in it.
-func (o *owner) recomputeOwes() {
+// owesOf lists, in sync mode, the shards this peer must hand over for
+// configuration t: those whose round Start-1 it applies, to their holders
+// new in t. (An older configuration's handoff that a crash rerouted is
+// asked for by its receiver: askState.)
+func (o *owner) owesOf(t *tconf) {
 	c := o.c
-	self := c.cfg.Self
-	lo := uint64(Final)
-	for s := range c.shards {
-		if o.held.has(s) || o.awaiting[s] != nil {
-			lo = min(lo, o.through[s])
-		}
+	if t.Start == 0 {
+		return
 	}
-	for _, t := range c.cs.list[1:] {
-		if t.Start == 0 || t.Start < lo {
+	for s := range c.shards {
+		if !c.routeMe(s, t.Start-1) {
 			continue
 		}
-		for s := range c.shards {
-			if c.cs.route(s, t.Start-1) != self || o.through[s] > t.Start {
-				continue
-			}
-			holders := c.holdersAt(s, t.Start-1)
-			for _, h := range t.owners[s] {
-				if !slices.Contains(holders, h) && !o.crashedPeer(t, h) {
-					o.addOwe(owe{to: h, shard: s, round: t.Start})
-				}
+		holders := c.holdersAt(s, t.Start-1)
+		for _, h := range t.owners[s] {
+			if !slices.Contains(holders, h) && !o.crashedPeer(t, h) {
+				o.addOwe(owe{to: h, shard: s, round: t.Start})
 			}
 		}
 	}
+}
+
+// askState asks, for every shard this peer waits for (sync, not a
+// takeover), the peer that now applies the round before the handoff; it
+// runs when configurations change and every RetryTicks.
+func (o *owner) askState() {
+	c := o.c
+	if c.cfg.Mode != Sync {
+		return
+	}
+	for _, s := range sortedInts(o.awaiting) {
+		a := o.awaiting[s]
+		if a.takeover || a.round == 0 {
+			continue
+		}
+		p, t := c.cs.routeConf(s, a.round-1)
+		if c.isMeIn(p, t) {
+			continue
+		}
+		c.send(p, &wire.Core{Op: wire.CoreState, Flags: wire.FlagAsk, Shards: []uint32{uint32(s)}, Round: a.round})
+	}
+}
+
+// onAsk takes a new holder's request for a shard: owed once this peer has
+// applied the round before (if it applies it), unless sent already.
+func (o *owner) onAsk(from string, msg *wire.Core) {
+	c := o.c
+	if c.cfg.Mode != Sync || len(msg.Shards) != 1 || int(msg.Shards[0]) >= c.shards || msg.Round == 0 {
+		c.stats.Rejected++
+		return
+	}
+	s := int(msg.Shards[0])
+	cur := c.cs.cur()
+	if cur == nil || !c.joined {
+		return // it asks again
+	}
+	if !cur.isMember(from, msg.Member) || !cur.holds(from, s) || !c.routeMe(s, msg.Round-1) {
+		c.stats.Rejected++
+		return
+	}
+	w := owe{to: from, shard: s, round: msg.Round}
+	if o.paid[w] {
+		return // sent, and sent again until acknowledged
+	}
+	o.addOwe(w)
 }
 
 // payOwes sends the shards that are due.
@@ -248,17 +372,15 @@ func (o *owner) payOwes() bool {
 			keep = append(keep, w)
 			continue
 		}
-		if c.cfg.Mode == Sync {
-			if o.through[w.shard] < w.round {
-				keep = append(keep, w)
-				continue
-			}
-			if o.through[w.shard] > w.round {
-				c.fail(fmt.Errorf("train: shard %d was applied past round %d before its handoff to %s", w.shard, w.round, short(w.to)))
-				return false
-			}
+		if c.cfg.Mode == Sync && !w.takeover && o.through[w.shard] < w.round {
+			keep = append(keep, w)
+			continue
 		}
+		// (Past the round: this peer applied later rounds too, so the new
+		// holder is a replica that gets the state as it is now, then the
+		// forwards of the rounds after.)
 		o.sendState(w)
+		o.paid[w] = true
 		progress = true
 	}
 	clear(o.owes[len(keep):])
@@ -312,6 +434,10 @@ const doneBit = 1 << 63
 // state takes a shard handed over.
 func (o *owner) state(from string, msg *wire.Core) {
 	c := o.c
+	if msg.Flags&wire.FlagAsk != 0 {
+		o.onAsk(from, msg)
+		return
+	}
 	cur := c.cs.cur()
 	if cur == nil || msg.Config > cur.ID {
 		o.deferred = append(o.deferred, deferredMsg{from, msg.Clone(), c.tick})
@@ -327,7 +453,7 @@ func (o *owner) state(from string, msg *wire.Core) {
 		return
 	}
 	a := o.awaiting[s]
-	if a == nil || (c.cfg.Mode == Sync && msg.Round != a.round) {
+	if a == nil || (c.cfg.Mode == Sync && !a.takeover && msg.Round < a.round) {
 		if o.held.has(s) {
 			c.send(from, &wire.Core{Op: wire.CoreAck, Req: msg.Req}) // a copy sent again
 		} else {
@@ -386,7 +512,7 @@ func (o *owner) needed(s int) bool {
 		return true
 	}
 	if c.cfg.Mode == Sync {
-		return slices.Contains(c.holdersAt(s, o.through[s]), c.cfg.Self)
+		return c.holdsAt(s, o.through[s])
 	}
 	return false
 }
@@ -430,6 +556,18 @@ func (o *owner) promoteLost() bool {
 		if !timeout && o.mayStillCome(s) {
 			continue
 		}
+		round := a.round
+		if a.takeover {
+			// Every holder crashed: restart the shard at the latest round
+			// a worker sends it (the rounds before were answered by the
+			// holders that crashed, their values are gone with them).
+			r, ok := o.lastRoundFor(s)
+			if !ok {
+				continue
+			}
+			round = r
+			o.fresh.add(s)
+		}
 		delete(o.awaiting, s)
 		if c.cfg.Gather == Full {
 			c.m.Disown(s)
@@ -443,13 +581,14 @@ func (o *owner) promoteLost() bool {
 		}
 		o.held.add(s)
 		if c.cfg.Mode == Sync {
-			o.through[s] = a.round
+			o.through[s] = round
 		} else {
 			clear(o.applied[s])
 		}
 		c.stats.Promoted++
-		c.trace(TraceEvent{Kind: TracePromote, Shards: []uint32{uint32(s)}, Round: a.round})
-		c.event(Event{Kind: EvPromoted, Shards: 1, Text: fmt.Sprintf("shard %d", s)})
+		c.trace(TraceEvent{Kind: TracePromote, Shards: []uint32{uint32(s)}, Round: round})
+		c.event(Event{Kind: EvPromoted, Shards: 1, Text: fmt.Sprintf("shard %d (waited for round %d, takeover %v, timeout %v, from %v, holders %v)",
+			s, a.round, a.takeover, timeout, a.from, c.holdersAt(s, max(a.round, 1)-1))})
 		progress = true
 	}
 	for s := range c.shards {
@@ -460,6 +599,20 @@ func (o *owner) promoteLost() bool {
 	return progress
 }
 
+// lastRoundFor returns the highest round a contribution to shard s waits
+// to be applied at (sync).
+func (o *owner) lastRoundFor(s int) (uint64, bool) {
+	best, ok := uint64(0), false
+	for r, ra := range o.rounds {
+		for _, k := range ra.contrib {
+			if k.set.has(s) && (!ok || r > best) {
+				best, ok = r, true
+			}
+		}
+	}
+	return best, ok
+}
+
 // mayStillCome reports whether a peer that may hold shard s's state is
 // alive: in sync mode a holder of round Start-1 (its route follows crashes
 // to the replica a configuration promoted), otherwise a holder of the
@@ -467,12 +620,13 @@ func (o *owner) promoteLost() bool {
 func (o *owner) mayStillCome(s int) bool {
 	c := o.c
 	a := o.awaiting[s]
-	if c.cfg.Mode == Sync {
+	if c.cfg.Mode == Sync && !a.takeover {
 		if a.round == 0 {
 			return false
 		}
-		for _, h := range c.holdersAt(s, a.round-1) {
-			if h != c.cfg.Self {
+		hs := c.holdersAt(s, a.round-1)
+		for i, h := range hs {
+			if i == 0 && !c.routeMe(s, a.round-1) || i > 0 && !c.isMeIn(h, c.cs.at(a.round-1)) {
 				return true
 			}
 		}

@@ -134,10 +134,15 @@ func (w *worker) start(r uint64) {
 }
 
 func (w *worker) wantBatches() int {
-	if w.ended || w.final || w.leaving {
+	if w.ended || w.final {
 		return 0
 	}
-	return max(0, int(w.c.cfg.prefetch())+2-len(w.batches))
+	n := int(w.c.cfg.prefetch()) + 2 - len(w.batches)
+	if w.leaving && w.stopAt > 0 {
+		// A leaver trains up to the round its leave takes effect.
+		n = min(n, int(w.stopAt)-int(w.nextRnd))
+	}
+	return max(0, n)
 }
 
 func (w *worker) addBatch(keys []uint32, examples int) {
@@ -218,6 +223,16 @@ func (w *worker) tick() {
 			c.stats.Resent++
 			w.sendReq(r)
 		}
+	}
+}
+
+// retryAll sends every outstanding request again now.
+func (w *worker) retryAll() {
+	for _, id := range sortedKeys(w.reqs) {
+		r := w.reqs[id]
+		r.tries = 0
+		w.c.stats.Resent++
+		w.sendReq(r)
 	}
 }
 
@@ -327,7 +342,7 @@ func (w *worker) tryPush() bool {
 	g := w.stash
 	P := c.cfg.prefetch()
 	next := g.round + P
-	if !w.known(next) || w.holding() {
+	if !w.known(next) && !w.stoppedAt(next) || w.holding() {
 		return false
 	}
 	cur := c.cs.cur()
@@ -337,6 +352,9 @@ func (w *worker) tryPush() bool {
 	w.stash = nil
 	b := w.batchOf(g.round)
 	nb := w.batchOf(next)
+	if w.stoppedAt(next) {
+		nb = nil
+	}
 	owners, idx := w.owners(g.round, nil)
 	n := len(owners)
 	w.split = grow(w.split, n)
@@ -502,6 +520,15 @@ func (w *worker) reply(from string, msg *wire.Core) {
 			return
 		}
 		c.stats.Rejected++
+		return
+	}
+	if msg.Flags&wire.FlagRefused != 0 {
+		// The owner's newer configuration removed this peer as dead (it
+		// was cut off). Believe a member of this peer's own newest
+		// configuration only.
+		if cur := c.cs.cur(); msg.Config > cur.ID && cur.isMember(from, msg.Member) {
+			c.fail(ErrRemoved)
+		}
 		return
 	}
 	if msg.Flags&wire.FlagMoved != 0 {

@@ -31,6 +31,7 @@
 package sim
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -148,6 +149,7 @@ type proc struct {
 	batches   map[uint64]bool
 	ledger    map[int]map[[2]uint64]bool
 	removed   bool
+	refused   bool
 	startTick int
 }
 
@@ -643,6 +645,12 @@ func (s *sim) handle(p *proc) {
 				sort.SliceStable(s.events, func(i, j int) bool { return s.events[i].at < s.events[j].at })
 				return
 			}
+			if errors.Is(rd.Err, train.ErrRefused) || errors.Is(rd.Err, train.ErrAlone) {
+				s.logf("%s/%x refused: %v", p.peer, p.member&0xffff, rd.Err)
+				p.running, p.refused = false, true
+				delete(s.byPeer, p.peer)
+				return
+			}
 			s.violate("%s: %v", p.peer, rd.Err)
 			p.running = false
 			return
@@ -750,6 +758,9 @@ func (s *sim) onEvent(p *proc, e train.Event) {
 			s.violate("configuration %d differs: %s at %s, %s before", e.Config, fp, p.peer, old)
 		}
 		s.confs[e.Config] = fp
+		if len(e.Crashed) >= max(1, s.o.Replicas) {
+			s.lossAllowed = true // every holder of some shard may be among them
+		}
 		s.logf("%s/%x applies configuration %d: start %d members %v crashed %v left %v %s", p.peer, p.member&0xffff, e.Config, e.Start, e.Members, e.Crashed, e.Left, e.Text)
 	case train.EvFinal:
 		s.logf("%s/%x final", p.peer, p.member&0xffff)
@@ -875,6 +886,7 @@ func (s *sim) finish() {
 			s.res.Examples[p.peer] += int64(st.Examples)
 			if !p.done {
 				s.violate("%s/%x did not finish: %s", p.peer, p.member&0xffff, p.core.String())
+				s.logf("%s", p.core.Debug())
 				continue
 			}
 			if !p.left {
