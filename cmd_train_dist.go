@@ -19,6 +19,7 @@ import (
 	"github.com/gossiptrain/gossiptrain/model"
 	"github.com/gossiptrain/gossiptrain/node"
 	"github.com/gossiptrain/gossiptrain/node/ring"
+	"github.com/gossiptrain/gossiptrain/peerlog"
 	"github.com/gossiptrain/gossiptrain/report"
 	"github.com/gossiptrain/gossiptrain/sgd"
 )
@@ -147,9 +148,9 @@ func (j *trainJob) runDistributed(tf *trainFlags) error {
 	}
 	defer n.Close()
 	self := n.Self().String()
-	log.Info().Str("peer_id", self).Strs("addrs", n.Addrs()).Msg("peer started")
+	log.Info().Str("peer_id", self).Strs("addrs", n.Addrs()).Msg(peerlog.Started)
 
-	log.Info().Int("min_peers", ncfg.MinPeers).Msg("waiting for the cluster to form")
+	log.Info().Int("min_peers", ncfg.MinPeers).Msg(peerlog.Waiting)
 	startCtx, stopStart := context.WithCancel(ctx)
 	go func() {
 		select {
@@ -175,7 +176,7 @@ func (j *trainJob) runDistributed(tf *trainFlags) error {
 	if err != nil {
 		return err
 	}
-	log.Info().Uint64("epoch", st.View.Epoch).Int("members", len(st.View.Members)).Str("topology", string(ncfg.Topology)).Msg("members agreed")
+	log.Info().Uint64("epoch", st.View.Epoch).Int("members", len(st.View.Members)).Str("topology", string(ncfg.Topology)).Msg(peerlog.Training)
 
 	tr, err := p2p.New(n.Host(), n.PubSub(), p2pConfig(n, j.model))
 	if err != nil {
@@ -354,7 +355,7 @@ func (j *trainJob) runDistributed(tf *trainFlags) error {
 		Str("sent", humanCount(float64(bwOut))+"B").Str("received", humanCount(float64(bwIn))+"B").
 		Uint64("repaired", xs.Repaired).Int64("resend_requests", sum.Pokes).Int64("resend_requests_deferred", sum.PokesDeferred).
 		Int64("rejected", s.Rejected).Int("shards_covered", sum.Covered).
-		Str("resources", res.String()).Msg("done")
+		Str("resources", res.String()).Msg(peerlog.Done)
 	if rej := x.Rejected(); rej.Total() > 0 {
 		log.Warn().Interface("rejected", rej.Map()).Msg("messages were rejected")
 	}

@@ -27,6 +27,7 @@ import (
 
 	"github.com/gossiptrain/gossiptrain/node/membership"
 	"github.com/gossiptrain/gossiptrain/node/ring"
+	"github.com/gossiptrain/gossiptrain/peerlog"
 )
 
 // memberTag protects member connections from the connection manager's
@@ -226,7 +227,7 @@ func (n *Node) startNet(psk pnet.PSK) error {
 	}
 
 	for _, a := range fullAddrs(h) {
-		n.log.Info().Str("addr", a).Msg("listening; dial this peer at")
+		n.log.Info().Str("addr", a).Msg(peerlog.Listening)
 	}
 	if psk != nil {
 		n.log.Info().Str("swarm_key", n.cfg.SwarmKey).Msg("private swarm: only peers with the same swarm key can connect (TCP only)")
