@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"io"
 	"math"
+	"runtime"
 	"strings"
 	"testing"
+	"time"
 )
 
 type nopCloser struct{ io.Writer }
@@ -45,11 +47,33 @@ func TestReadNamesTheBadLine(t *testing.T) {
 	}
 }
 
+// CPU use over windows of a few milliseconds is measured, not rounded to
+// the kernel's 10ms ticks: it used to read 0% or, on 2 cores, 600%.
+func TestSamplerCPUOnShortWindows(t *testing.T) {
+	limit := 100*float64(runtime.NumCPU())*1.05 + 1
+	x := 0.0
+	for i := range 40 {
+		s := NewSampler()
+		for start := time.Now(); time.Since(start) < 2*time.Millisecond; {
+			for j := range 1000 {
+				x += math.Sqrt(float64(j))
+			}
+		}
+		pct := float64(s.Sample().CPUPercent)
+		if pct <= 0 || pct > limit {
+			t.Fatalf("window %d of 2ms spinning: CPU %.1f%%, want above 0 and at most %.0f%% (%d CPUs)", i, pct, limit, runtime.NumCPU())
+		}
+	}
+	if x == 0 {
+		t.Fatal("no work done")
+	}
+}
+
 func TestSamplerReadsThisProcess(t *testing.T) {
 	s := NewSampler()
-	// Burn CPU until the kernel's tick-granular counter has moved.
+	// Burn 5ms of CPU.
 	x := 0.0
-	for start := processCPU(); processCPU() == start; {
+	for start := processCPU(); processCPU()-start < 5*time.Millisecond; {
 		for i := 0; i < 1_000_000; i++ {
 			x += math.Sqrt(float64(i))
 		}
