@@ -604,7 +604,7 @@ func (j *trainJob) openReport(peerID string) (*report.Writer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--report: %w", err)
 	}
-	w.Write(report.Start{Type: report.TypeStart, Time: time.Now().UTC().Format(time.RFC3339), PeerID: peerID, Version: version, Config: j.c.flagValues()})
+	w.Write(report.Start{Type: report.TypeStart, Time: time.Now().UTC().Format(time.RFC3339), PeerID: peerID, Version: version, Config: j.c.flagValues(), Effective: effectiveSettings(j.model)})
 	return w, nil
 }
 

@@ -66,21 +66,30 @@ type Refusal struct {
 const maxRefusals = 16
 
 // Formed reports whether the cluster has formed: the member count is at
-// least MinPeers and every member agrees on the view.
-func (d Diagnosis) Formed() bool { return d.Agreed && d.Members >= d.MinPeers }
+// least MinPeers, every member agrees on the view, and a bootstrap peer
+// (when there are any) is connected.
+func (d Diagnosis) Formed() bool { return d.Agreed && d.Members >= d.MinPeers && d.metBootstrap() }
+
+func (d Diagnosis) metBootstrap() bool {
+	return len(d.Bootstrap) == 0 || slices.ContainsFunc(d.Bootstrap, func(b BootstrapPeer) bool { return b.Connected })
+}
 
 // Reasons says in sentences what the peer has found and why the cluster
 // has not formed, the most useful first: the member count, then each
 // bootstrap peer, peers of other jobs and refused peers, then hints.
 func (d Diagnosis) Reasons() []string {
 	var out []string
+	metBoot := d.metBootstrap()
 	switch {
 	case d.Members < d.MinPeers:
 		out = append(out, fmt.Sprintf("%d of --min-peers %d members (this peer included), %d peers connected", d.Members, d.MinPeers, d.Connected))
 	case !d.Agreed:
-		out = append(out, fmt.Sprintf("%d members (--min-peers %d), not yet agreed on who is in", d.Members, d.MinPeers))
+		out = append(out, fmt.Sprintf("%s (--min-peers %d), not yet agreed on who is in", plural(d.Members, "member"), d.MinPeers))
+	case !metBoot:
+		out = append(out, fmt.Sprintf("%s (--min-peers %d), but no --peer reached yet: this peer waits to meet the job through one rather than train alone",
+			plural(d.Members, "member"), d.MinPeers))
 	default:
-		out = append(out, fmt.Sprintf("%d members agree (--min-peers %d)", d.Members, d.MinPeers))
+		out = append(out, fmt.Sprintf("%s agree (--min-peers %d)", plural(d.Members, "member"), d.MinPeers))
 	}
 	handshake := false
 	for _, b := range d.Bootstrap {
@@ -120,7 +129,7 @@ func (d Diagnosis) Reasons() []string {
 			out = append(out, "this peer has no --swarm-key: if the others use one, give this peer the same key file")
 		}
 	}
-	if len(d.Bootstrap) == 0 && d.Connected == 0 {
+	if len(d.Bootstrap) == 0 && d.Connected == 0 && len(d.Refused) == 0 {
 		out = append(out, "no --peer given and nobody has connected yet: this peer waits for the others to dial it (give them --peer with an address it logged at start), or use --mdns or --dht")
 	}
 	return out
@@ -128,6 +137,13 @@ func (d Diagnosis) Reasons() []string {
 
 func (d Diagnosis) isBootstrap(id string) bool {
 	return slices.ContainsFunc(d.Bootstrap, func(b BootstrapPeer) bool { return b.ID == id })
+}
+
+func plural(n int, word string) string {
+	if n == 1 {
+		return "1 " + word
+	}
+	return fmt.Sprintf("%d %ss", n, word)
 }
 
 func roundAgo(t time.Time) time.Duration {

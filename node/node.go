@@ -622,7 +622,7 @@ func (n *Node) dialed(p peer.ID, err error) {
 		if h := dialHint(line); h != "" {
 			ev = ev.Str("hint", h)
 		}
-		ev.Dur("retry_up_to_every", n.cfg.RedialMax).Msg("cannot reach a bootstrap peer (--peer); retrying with backoff")
+		ev.Str("retry_up_to_every", n.cfg.RedialMax.String()).Msg("cannot reach a bootstrap peer (--peer); retrying with backoff")
 	}
 }
 

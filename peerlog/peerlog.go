@@ -50,3 +50,6 @@ const (
 // cluster" sends it to every peer on Ctrl-C or when a peer fails. By hand:
 // kill -USR1 PID on every peer of the job.
 const StopSignal = syscall.SIGUSR1
+
+// StopSignalName is StopSignal's name, for messages and help texts.
+const StopSignalName = "SIGUSR1"
