@@ -9,14 +9,20 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/gossiptrain/gossiptrain/data"
+	"github.com/gossiptrain/gossiptrain/report"
 )
 
 // clusterData generates a data set for cluster runs of a few seconds.
@@ -80,4 +86,133 @@ func TestClusterProgressFollowsRealPeers(t *testing.T) {
 	if !bytes.Contains([]byte(out), []byte("model hashes agree: yes")) {
 		t.Errorf("no result table:\n%s", out)
 	}
+}
+
+// Issue 12: Ctrl-C on "cluster --peers 4" stops every peer within about 2s
+// (none is left after 3s) and never needs SIGKILL: cluster sends the stop
+// signal (peerlog.StopSignal), on which the peers stop at once instead of
+// leaving gracefully one by one. Every peer writes its report marked
+// partial, and cluster still prints the table of the run.
+func TestClusterCtrlCStopsEveryPeerAtOnce(t *testing.T) {
+	bin := binary(t)
+	train, test, dim := clusterData(t, 40000)
+	run := filepath.Join(t.TempDir(), "run")
+	cmd := exec.Command(bin, "cluster", "--peers", "4", "--dir", run, "--train", train, "--test", test,
+		"--dim", fmt.Sprint(dim), "--epochs", "200", "--progress-every", "200ms")
+	var out, errb lockedBuffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-done
+		for _, pid := range processesMentioning(t, run) {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+	// Wait until every peer trains: a round line in each report.
+	deadline := time.Now().Add(2 * time.Minute)
+	for trained := 0; trained < 4; {
+		trained = 0
+		for i := range 4 {
+			if lastRound(filepath.Join(run, fmt.Sprintf("peer-%d.jsonl", i))) >= 5 {
+				trained++
+			}
+		}
+		select {
+		case <-done:
+			t.Fatalf("cluster ended before every peer trained:\n%s", tail(errb.String(), 3000))
+		case <-time.After(50 * time.Millisecond): // the reports grow in other processes
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the peers did not all train within 2 minutes:\n%s", tail(errb.String(), 3000))
+		}
+	}
+	var peers []int
+	for _, pid := range processesMentioning(t, run) {
+		if pid != cmd.Process.Pid {
+			peers = append(peers, pid)
+		}
+	}
+	if len(peers) != 4 {
+		t.Fatalf("found %d peer processes mentioning %s, want 4", len(peers), run)
+	}
+	start := time.Now()
+	cmd.Process.Signal(syscall.SIGINT)
+	var left []int
+	for time.Since(start) < 3*time.Second {
+		left = nil
+		for _, pid := range peers {
+			if processAlive(pid) {
+				left = append(left, pid)
+			}
+		}
+		if len(left) == 0 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond) // other processes exiting; nothing to wait on
+	}
+	gone := time.Since(start)
+	if len(left) > 0 {
+		t.Fatalf("peers %v still run 3s after Ctrl-C:\n%s", left, tail(errb.String(), 3000))
+	}
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Fatalf("cluster still runs a minute after Ctrl-C:\n%s", tail(errb.String(), 3000))
+	}
+	t.Logf("every peer gone %v after Ctrl-C; cluster exit %d", gone.Round(time.Millisecond), cmd.ProcessState.ExitCode())
+	if code := cmd.ProcessState.ExitCode(); code != 130 {
+		t.Errorf("cluster exit %d after Ctrl-C, want 130", code)
+	}
+	if strings.Contains(errb.String(), "SIGKILL") && strings.Contains(errb.String(), "still running after the grace period") {
+		t.Errorf("cluster needed SIGKILL:\n%s", tail(errb.String(), 3000))
+	}
+	for i := range 4 {
+		r, err := report.ReadFile(filepath.Join(run, fmt.Sprintf("peer-%d.jsonl", i)))
+		if err != nil || r.Summary == nil {
+			t.Errorf("peer %d: no summary after Ctrl-C (%v)", i, err)
+			continue
+		}
+		s := r.Summary
+		if !s.Partial || s.Stopped != "job stopped" || s.StoppedAt < 5 || !math.IsNaN(float64(s.TestLogLoss)) {
+			t.Errorf("peer %d summary: partial %v, stopped %q at %d, test log-loss %v; want a partial run with null metrics",
+				i, s.Partial, s.Stopped, s.StoppedAt, s.TestLogLoss)
+		}
+	}
+	if o := out.String(); !strings.Contains(o, "every peer stopped before the end of training") {
+		t.Errorf("cluster's table does not say the run was stopped:\n%s", o)
+	}
+}
+
+// processAlive reports whether pid runs and is not a zombie.
+func processAlive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	return i < 0 || i+2 >= len(b) || b[i+2] != 'Z'
+}
+
+// lockedBuffer is a bytes.Buffer safe for a process's output and a test
+// reading it at once.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

@@ -94,15 +94,20 @@ func fakePeer(args []string) int {
 	if behaviour == "" {
 		behaviour = "ok"
 	}
-	// Like gossiptrain, leave on SIGTERM from the start (status 130).
+	// Like gossiptrain, stop at once on peerlog.StopSignal and leave on
+	// SIGTERM, from the start (status 130).
 	term := make(chan os.Signal, 1)
 	if behaviour == "ignore-term" {
-		signal.Ignore(syscall.SIGTERM)
+		signal.Ignore(syscall.SIGTERM, peerlog.StopSignal)
 	} else {
-		signal.Notify(term, syscall.SIGTERM)
+		signal.Notify(term, syscall.SIGTERM, peerlog.StopSignal)
 		go func() {
-			<-term
-			logf("info", "signal received: leaving the cluster")
+			sig := <-term
+			if sig == peerlog.StopSignal {
+				logf("warn", "the whole job is stopping: stopping at once, without a graceful leave")
+			} else {
+				logf("info", "signal received: leaving the cluster")
+			}
 			os.Exit(130)
 		}()
 	}

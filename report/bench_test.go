@@ -2,6 +2,7 @@ package report
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -241,6 +242,40 @@ func TestWarnings(t *testing.T) {
 				t.Errorf("ModelHashesAgree = %v, want %v", b.ModelHashesAgree, agree)
 			}
 		})
+	}
+}
+
+// A peer that left early has a model of its own: its hash is not compared
+// (the report used to say "model hashes disagree"), its null metrics are
+// not the configuration's, and a warning and its table row say where it
+// stopped.
+func TestPartialPeerNotCompared(t *testing.T) {
+	var specs []peerSpec
+	for i := 1; i <= 4; i++ {
+		specs = append(specs, peerSpec{id: fmt.Sprintf("r%d", i), topology: "ring", mode: "sync", batch: 10,
+			examples: 100, seconds: 1, rounds: 10, hash: "bbbb", evalErr: []float64{0.3, 0.2}})
+	}
+	specs[0].hash, specs[0].rounds, specs[0].examples, specs[0].stopped = "cccc", 4, 40, "left"
+	cfgs, err := GroupRuns(writeFixture(t, t.TempDir(), specs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := Summarize(cfgs)[0]
+	if !b.ModelHashesAgree || b.PartialPeers != 1 {
+		t.Errorf("hashes agree %v, partial peers %d; want agreement among the 3 that ran to the end, 1 partial", b.ModelHashesAgree, b.PartialPeers)
+	}
+	if len(b.Warnings) != 1 || !strings.Contains(b.Warnings[0], "peer r1 stopped early (left) at round 4: its model is partial") {
+		t.Errorf("warnings %q: want one saying r1 left at round 4", b.Warnings)
+	}
+	if !near(float64(b.TestError), 0.2) {
+		t.Errorf("test error %v: want a complete peer's 0.2, not the partial peer's null", b.TestError)
+	}
+	p := b.Peers[0]
+	if !p.Partial || p.StoppedAt != 4 || p.Stopped != "left" || !math.IsNaN(float64(p.TestLogLoss)) {
+		t.Errorf("partial peer %+v: want partial, stopped at 4 (left), null metrics", p)
+	}
+	if row := strings.Join(peerRow(p), " "); !strings.Contains(row, "r1 (partial: left at round 4)") {
+		t.Errorf("table row %q does not say the peer is partial", row)
 	}
 }
 

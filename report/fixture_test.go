@@ -2,6 +2,7 @@ package report
 
 import (
 	"fmt"
+	"math"
 	"path/filepath"
 	"testing"
 )
@@ -27,6 +28,7 @@ type peerSpec struct {
 	flags               map[string]string
 	summaryPeers        int // Summary.Peers, 0 means the number of peers of the fixture's config
 	noTopologyInSummary bool
+	stopped             string // partial: why it stopped early ("" ran to the end), at round rounds
 }
 
 // writeFixture writes a report file per peer into dir and reads them back.
@@ -76,6 +78,11 @@ func writeFixture(t *testing.T, dir string, specs []peerSpec) []*Run {
 			if n > 0 {
 				e := s.evalErr[n-1]
 				sum.Metrics = Metrics{TestExamples: 100, TestLogLoss: Num(e + 0.3), TestError: Num(e), TestAUC: Num(1 - e), TestAccuracy: Num(1 - e)}
+			}
+			if s.stopped != "" {
+				nan := Num(math.NaN())
+				sum.Metrics = Metrics{TestLogLoss: nan, TestError: nan, TestAUC: nan, TestAccuracy: nan}
+				sum.Partial, sum.StoppedAt, sum.Stopped = true, s.rounds, s.stopped
 			}
 			if s.noTopologyInSummary {
 				sum.Topology, sum.Mode, sum.Batch = "", "", 0

@@ -76,8 +76,11 @@ var peerHeader = []string{"peer", "examples", "CPU %", "peak RSS MiB", "net out 
 
 func peerRow(p BenchPeer) []string {
 	name := peerName(p)
-	if !p.Finished {
+	switch {
+	case !p.Finished:
 		name += " (no summary)"
+	case p.Partial:
+		name += fmt.Sprintf(" (partial: %s at round %d)", p.Stopped, p.StoppedAt)
 	}
 	return []string{name, fmt.Sprint(p.Examples), fmtNum(float64(p.CPUPercent)),
 		fmtNum(float64(p.PeakRSSBytes) / (1 << 20)), fmtNum(float64(p.NetOutMBps)), fmtNum(float64(p.NetInMBps)),
