@@ -28,7 +28,8 @@ type peerSpec struct {
 	flags               map[string]string
 	summaryPeers        int // Summary.Peers, 0 means the number of peers of the fixture's config
 	noTopologyInSummary bool
-	stopped             string // partial: why it stopped early ("" ran to the end), at round rounds
+	stopped             string            // partial: why it stopped early ("" ran to the end), at round rounds
+	effective           map[string]string // Start.Effective
 }
 
 // writeFixture writes a report file per peer into dir and reads them back.
@@ -50,7 +51,7 @@ func writeFixture(t *testing.T, dir string, specs []peerSpec) []*Run {
 		for k, v := range s.flags {
 			flags[k] = v
 		}
-		w.Write(Start{Type: TypeStart, Time: "2026-01-02T03:04:05Z", PeerID: s.id, Version: "test", Config: flags})
+		w.Write(Start{Type: TypeStart, Time: "2026-01-02T03:04:05Z", PeerID: s.id, Version: "test", Config: flags, Effective: s.effective})
 		n := len(s.evalErr)
 		for j, e := range s.evalErr {
 			frac := float64(j+1) / float64(n)

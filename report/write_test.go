@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"encoding/xml"
 	"errors"
+	"fmt"
 	"image"
 	_ "image/png" // registers the PNG decoder for image.DecodeConfig
 	"io"
@@ -114,7 +115,8 @@ func TestWriteBenchWritesJSONMarkdownAndPlots(t *testing.T) {
 		"# gossiptrain benchmark report",
 		"8 peer reports in 2 configurations",
 		"- command: `gossiptrain bench --peers 4`",
-		"- data: train `data/train-*.svm`, dim `1024`",
+		"- data: train `data/train-*.svm`\n",
+		"- model: dim `1024`\n",
 		"ring throughput is 2.5x master's; the master's busiest peer sent 4.0x the bytes of ring's busiest peer",
 		"| configuration | peers | examples | seconds | examples/s | rounds/s | test log-loss | test error | test AUC | bytes/example |",
 		"| master/sync/b100 | 4 | 4000 | 20.00 | 200 | 0.5000 | 0.5000 | 0.2000 | 0.8000 | 2750 |",
@@ -212,5 +214,41 @@ func TestOptionsValidate(t *testing.T) {
 	}
 	if err := WriteBench(t.TempDir(), nil); !errors.Is(err, ErrConfig) {
 		t.Fatalf("no configurations: %v; want ErrConfig", err)
+	}
+}
+
+// report.md shows the values a run used, not the flags' literal ones
+// ("lr 0" for the optimizer's default, "classes 0" for logreg), and no
+// empty "Flags that differ" table when nothing differs.
+func TestMarkdownShowsEffectiveValues(t *testing.T) {
+	var specs []peerSpec
+	for i := 1; i <= 2; i++ {
+		specs = append(specs, peerSpec{id: fmt.Sprintf("r%d", i), topology: "ring", mode: "sync", batch: 10,
+			examples: 100, seconds: 1, rounds: 10, hash: "bbbb", evalErr: []float64{0.3, 0.2},
+			flags:     map[string]string{"lr": "0", "classes": "0", "model": "auto", "optimizer": "adagrad", "l2": "auto"},
+			effective: map[string]string{"lr": "0.1", "classes": "2", "model": "logreg", "optimizer": "adagrad", "l2": "5e-05"}})
+	}
+	tmp := t.TempDir()
+	cfgs, err := GroupRuns(writeFixture(t, tmp, specs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var md bytes.Buffer
+	if err := WriteMarkdown(&md, cfgs, Summarize(cfgs), nil, DefaultOptions()); err != nil {
+		t.Fatal(err)
+	}
+	text := md.String()
+	for _, want := range []string{
+		"- model: model `logreg`, dim `1024`, classes `2`, optimizer `adagrad`, lr `0.1`, l2 `5e-05`\n",
+		"| lr | 0.1 (given: 0) |", "| classes | 2 (given: 0) |", "| l2 | 5e-05 (given: auto) |", "| optimizer | adagrad |",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("report.md lacks %q", want)
+		}
+	}
+	for _, bad := range []string{"lr `0`", "classes `0`", "Flags that differ"} {
+		if strings.Contains(text, bad) {
+			t.Errorf("report.md has %q:\n%s", bad, text)
+		}
 	}
 }
