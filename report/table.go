@@ -154,7 +154,7 @@ func WriteMarkdown(w io.Writer, cfgs []*Config, bs []BenchConfig, plots []PlotFi
 	}
 	pf("\n")
 	if len(common) > 0 {
-		pf("<details><summary>Flags every peer ran with (from the reports' start lines; the values in effect, "+
+		pf("<details><summary>Flags every peer ran with (from the reports' start lines; the values in effect, " +
 			"where a flag left them to a default or to inference)</summary>\n\n")
 		pf("| flag | value |\n|---|---|\n")
 		for _, k := range sortedMapKeys(common) {
