@@ -276,7 +276,15 @@ features), and the table compares the result with the planted model.
 
 --netns runs every peer in its own network namespace with a shaped link
 (root): --rate 100mbit makes a master topology's link the bottleneck it is on
-real VMs.`
+real VMs.
+
+Ctrl-C stops the whole job at once: cluster sends every peer SIGUSR1, on which
+a peer stops without the graceful leave SIGTERM starts (handing shards to peers
+that stop too would only wait for them), writes its report marked partial
+(null test metrics, the round it stopped at) and exits, within about a second;
+cluster then prints the table of what they did and exits with status 130. A
+peer that fails stops the others the same way. A peer still running 10s after
+the signal gets SIGKILL.`
 	c.example = `  gossiptrain cluster                                   # 4 peers on a generated data set
   gossiptrain cluster --peers 3 --topology master --mode async
   gossiptrain cluster --train 'data/train-*.svm' --test data/test.svm --dim 16777216 --batch 1000

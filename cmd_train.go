@@ -193,6 +193,7 @@ the model shards the consistent-hash ring gives it, and exchanges gradients and
 parameters with the others over libp2p gossipsub, in --mode sync, ssp or async.
 Peers may join mid-run; SIGTERM (Ctrl-C) hands this peer's shards over and
 leaves; a crashed peer's shards are taken over after --dead-after.`
+	c.help += stopHelp // cmd_stop.go
 	c.example = `  gossiptrain gen --out data --rows 1000000 --test-rows 100000
   gossiptrain train --train 'data/train*.svm' --test data/test.svm --dim 16777216 \
       --report run.jsonl --save model.gt
