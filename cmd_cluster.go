@@ -459,10 +459,12 @@ func writeClusterTable(w io.Writer, res *cluster.Result, bs []report.BenchConfig
 func writeHashLine(w io.Writer, b report.BenchConfig) {
 	var stopped []string
 	hash := ""
+	same := len(b.Peers) > 0
 	for i, p := range b.Peers {
 		switch {
 		case p.Partial:
 			stopped = append(stopped, fmt.Sprintf("peer %d %s at round %d", i, p.Stopped, p.StoppedAt))
+			same = same && p.Stopped == b.Peers[0].Stopped && p.StoppedAt == b.Peers[0].StoppedAt
 		case p.Finished && hash == "":
 			hash = p.ModelHash
 		}
@@ -472,6 +474,9 @@ func writeHashLine(w io.Writer, b report.BenchConfig) {
 		note = " (stopped early, partial models not compared: " + strings.Join(stopped, ", ") + ")"
 	}
 	switch {
+	case len(b.Peers) > 0 && len(stopped) == len(b.Peers) && same:
+		fmt.Fprintf(w, "every peer stopped before the end of training (%s at round %d): the models are partial, not compared\n",
+			b.Peers[0].Stopped, b.Peers[0].StoppedAt)
 	case len(b.Peers) > 0 && len(stopped) == len(b.Peers):
 		fmt.Fprintf(w, "every peer stopped before the end of training: the models are partial%s\n", note)
 	case b.ModelHashesAgree && hash != "" && len(stopped) == 0:

@@ -298,8 +298,6 @@ func summarize(c *Config) BenchConfig {
 		}
 		if p.Partial {
 			b.PartialPeers++
-			b.Warnings = append(b.Warnings, fmt.Sprintf("peer %s stopped early (%s) at round %d: its model is partial, so its test "+
-				"metrics are null and its model hash is not compared", name, p.Stopped, p.StoppedAt))
 		}
 		if p.Finished && !p.Partial && p.ModelHash != "" {
 			if hashes[p.ModelHash] == nil {
@@ -315,6 +313,7 @@ func summarize(c *Config) BenchConfig {
 			b.Warnings = append(b.Warnings, fmt.Sprintf("peer %s rejected %d messages that failed validation", name, p.Rejected))
 		}
 	}
+	b.Warnings = append(b.Warnings, partialWarnings(b.Peers)...)
 	b.ModelHashesAgree = len(hashOrder) <= 1
 	if !b.ModelHashesAgree {
 		parts := make([]string, len(hashOrder))
@@ -347,6 +346,28 @@ func summarize(c *Config) BenchConfig {
 		b.Curve = curve(c.Peers[ref], b.Peers[ref], b.Examples)
 	}
 	return b
+}
+
+// partialWarnings says which peers stopped early: one warning when every
+// peer stopped at the same round for the same reason (the job was
+// stopped), else one per peer.
+func partialWarnings(ps []BenchPeer) []string {
+	var out []string
+	same := len(ps) > 1
+	for _, p := range ps {
+		if !p.Partial {
+			same = false
+			continue
+		}
+		same = same && p.Stopped == ps[0].Stopped && p.StoppedAt == ps[0].StoppedAt
+		out = append(out, fmt.Sprintf("peer %s stopped early (%s) at round %d: its model is partial, so its test "+
+			"metrics are null and its model hash is not compared", peerName(p), p.Stopped, p.StoppedAt))
+	}
+	if same {
+		return []string{fmt.Sprintf("every peer stopped early (%s) at round %d: the models are partial, so the test "+
+			"metrics are null and the model hashes are not compared", ps[0].Stopped, ps[0].StoppedAt)}
+	}
+	return out
 }
 
 // benchPeer is a run's figures: its summary's, or for a run without one,

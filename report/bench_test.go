@@ -330,3 +330,18 @@ func TestPeerName(t *testing.T) {
 		}
 	}
 }
+
+// A whole job stopped at one round gets one warning, not one per peer.
+func TestPartialWarnings(t *testing.T) {
+	stopped := func(id string, at int64) BenchPeer {
+		return BenchPeer{PeerID: id, Finished: true, Partial: true, Stopped: "job stopped", StoppedAt: at}
+	}
+	all := partialWarnings([]BenchPeer{stopped("a", 7), stopped("b", 7)})
+	if len(all) != 1 || !strings.Contains(all[0], "every peer stopped early (job stopped) at round 7") {
+		t.Errorf("every peer stopped at round 7: %q", all)
+	}
+	mixed := partialWarnings([]BenchPeer{stopped("a", 7), stopped("b", 8), {PeerID: "c", Finished: true}})
+	if len(mixed) != 2 || !strings.Contains(mixed[1], "peer b stopped early (job stopped) at round 8") {
+		t.Errorf("two peers stopped at different rounds: %q", mixed)
+	}
+}
