@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"os/signal"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/gossiptrain/gossiptrain/model"
 	"github.com/gossiptrain/gossiptrain/node"
 	"github.com/gossiptrain/gossiptrain/peerlog"
 	"github.com/gossiptrain/gossiptrain/report"
@@ -113,8 +115,28 @@ func markPartial(s *report.Summary, why string, round int64) {
 	s.Partial, s.StoppedAt, s.Stopped = true, round, why
 }
 
-// partialMeta is what a model file saved from a partial run says about it
-// (model.Model.Meta, shown by gossiptrain inspect).
-func partialMeta(why string, round int64) map[string]string {
-	return map[string]string{"partial": "true", "stopped_at_round": strconv.FormatInt(round, 10), "stopped": why}
+// markModelPartial records in a model's Meta (saved with it, shown by
+// gossiptrain inspect) that its run stopped early, why and at which round;
+// a run that did not (why "") leaves it alone.
+func markModelPartial(m *model.Model, why string, round int64) {
+	if why == "" {
+		return
+	}
+	meta := maps.Clone(m.Meta)
+	if meta == nil {
+		meta = map[string]string{}
+	}
+	meta["partial"], meta["stopped_at_round"], meta["stopped"] = "true", strconv.FormatInt(round, 10), why
+	m.Meta = meta
+}
+
+// logSaved logs a saved model, as a warning naming the round when the run
+// stopped early.
+func logSaved(log zerolog.Logger, file, why string, round int64) {
+	if why == "" {
+		log.Info().Str("file", file).Bool("partial", false).Msg("model saved")
+		return
+	}
+	log.Warn().Str("file", file).Bool("partial", true).Int64("stopped_at_round", round).Str("stopped", why).
+		Msg("model saved: partial, this peer stopped before the end of training")
 }

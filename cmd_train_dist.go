@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"maps"
 	"os"
 	"os/signal"
 	"slices"
@@ -378,21 +377,11 @@ func (j *trainJob) runDistributed(tf *trainFlags) error {
 		log.Warn().Interface("rejected", rej.Map()).Msg("messages were rejected")
 	}
 	if j.r.save != "" {
-		if stopped != "" {
-			j.model.Meta = maps.Clone(j.model.Meta)
-			if j.model.Meta == nil {
-				j.model.Meta = map[string]string{}
-			}
-			maps.Copy(j.model.Meta, partialMeta(stopped, sum.Rounds))
-		}
+		markModelPartial(j.model, stopped, sum.Rounds)
 		if err := j.model.SaveFile(j.r.save, model.SaveOptions{}); err != nil {
 			return fmt.Errorf("--save: %w", err)
 		}
-		ev := log.Info().Str("file", j.r.save)
-		if stopped != "" {
-			ev = log.Warn().Str("file", j.r.save).Int64("stopped_at_round", sum.Rounds).Str("stopped", stopped)
-		}
-		ev.Bool("partial", stopped != "").Msg("model saved")
+		logSaved(log, j.r.save, stopped, sum.Rounds)
 	}
 	if stopped == stopInterrupted || stopped == stopJobStopped {
 		return context.Cause(ctx) // exit status 130, after the report and the model
