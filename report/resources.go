@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"math"
 	"os"
 	"runtime"
 	"strconv"
@@ -26,14 +27,22 @@ func NewSampler() *Sampler {
 	return s
 }
 
+// minCPUWindow is the shortest time over which Sample reports CPU use.
+// The kernel brings a thread's runtime up to date when it is read, but the
+// runtime of the process's other threads only at their next tick or
+// context switch, so a reading can lag by a tick (4ms at HZ=250) per
+// running thread: over 2ms that read as 0% or over 200% on 2 cores. Over
+// 100ms the error is a few percent of a core.
+const minCPUWindow = 100 * time.Millisecond
+
 // Sample returns the resources used since NewSampler. CPUPercent is the
-// mean over that time: at most 100 times the CPUs the process could use,
-// however short the time.
+// mean over that time; NaN (null in a report) when the time is shorter
+// than minCPUWindow, too short to measure.
 func (s *Sampler) Sample() Resources {
 	cpu := processCPU() - s.startCPU
 	wall := time.Since(s.start)
-	var pct float64
-	if wall > 0 {
+	pct := math.NaN()
+	if wall >= minCPUWindow {
 		pct = 100 * cpu.Seconds() / wall.Seconds()
 	}
 	return Resources{
@@ -46,9 +55,8 @@ func (s *Sampler) Sample() Resources {
 // processCPU is the user+system CPU time of the process, all threads, in
 // microseconds (getrusage(RUSAGE_SELF)). It used to come from
 // /proc/self/stat, whose utime and stime are in clock ticks of 10ms: a
-// window of a few milliseconds then measured 0 or several ticks, which
-// read as 0% or, on a 2-core machine, 600%. getrusage's sum is the
-// scheduler's exact runtime.
+// short window then measured 0 or several ticks, which read as 0% or, on
+// a 2-core machine, 600%. getrusage's sum is the scheduler's runtime.
 func processCPU() time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
@@ -95,6 +103,10 @@ func procField(path, key string) int64 {
 
 // String formats r for logs.
 func (r Resources) String() string {
-	return fmt.Sprintf("cpu %.0f%%, peak RSS %.1f MiB, disk read %.1f MiB",
-		float64(r.CPUPercent), float64(r.PeakRSSBytes)/(1<<20), float64(r.DiskReadBytes)/(1<<20))
+	cpu := "-"
+	if c := float64(r.CPUPercent); !math.IsNaN(c) {
+		cpu = fmt.Sprintf("%.0f%%", c)
+	}
+	return fmt.Sprintf("cpu %s, peak RSS %.1f MiB, disk read %.1f MiB",
+		cpu, float64(r.PeakRSSBytes)/(1<<20), float64(r.DiskReadBytes)/(1<<20))
 }
