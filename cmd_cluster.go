@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -275,7 +276,15 @@ features), and the table compares the result with the planted model.
 
 --netns runs every peer in its own network namespace with a shaped link
 (root): --rate 100mbit makes a master topology's link the bottleneck it is on
-real VMs.`
+real VMs.
+
+Ctrl-C stops the whole job at once: cluster sends every peer SIGUSR1, on which
+a peer stops without the graceful leave SIGTERM starts (handing shards to peers
+that stop too would only wait for them), writes its report marked partial
+(null test metrics, the round it stopped at) and exits, within about a second;
+cluster then prints the table of what they did and exits with status 130. A
+peer that fails stops the others the same way. A peer still running 10s after
+the signal gets SIGKILL.`
 	c.example = `  gossiptrain cluster                                   # 4 peers on a generated data set
   gossiptrain cluster --peers 3 --topology master --mode async
   gossiptrain cluster --train 'data/train-*.svm' --test data/test.svm --dim 16777216 --batch 1000
@@ -363,6 +372,12 @@ real VMs.`
 		log.Info().Int("peers", peers).Str("dir", dir).Str("split", split.how).Msg("starting the cluster")
 		res, err := cluster.Run(ctx, cfg)
 		if err != nil {
+			if errors.Is(err, context.Canceled) && res != nil && len(res.Peers) > 0 {
+				// Interrupted: the peers wrote partial reports; show them.
+				if ferr := finishCluster(c.stdout(), res, meta, strings.Join(os.Args, " "), log); ferr != nil {
+					log.Warn().Err(ferr).Msg("no result table for the interrupted run")
+				}
+			}
 			return err
 		}
 		return finishCluster(c.stdout(), res, meta, strings.Join(os.Args, " "), log)
@@ -407,9 +422,9 @@ func writeClusterTable(w io.Writer, res *cluster.Result, bs []report.BenchConfig
 		var cpu float64
 		var rss int64
 		for i, p := range b.Peers {
-			fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%.1f\t%.1f\t%.0f\t%.0f\t%.2f\t%d\t\n", i, shortID(p.PeerID), p.Examples,
+			fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%.1f\t%.1f\t%s\t%.0f\t%.2f\t%d\t\n", i, shortID(p.PeerID), p.Examples,
 				humanCount(float64(p.ExamplesPerSec)), float64(p.BytesSent)/1e6, float64(p.BytesRecv)/1e6,
-				finiteOr(float64(p.CPUPercent)), float64(p.PeakRSSBytes)/(1<<20), p.WaitSeconds, p.OwnedShards)
+				percent(float64(p.CPUPercent)), float64(p.PeakRSSBytes)/(1<<20), p.WaitSeconds, p.OwnedShards)
 			cpu += finiteOr(float64(p.CPUPercent))
 			rss += p.PeakRSSBytes
 		}
@@ -433,13 +448,53 @@ func writeClusterTable(w io.Writer, res *cluster.Result, bs []report.BenchConfig
 			}
 			fmt.Fprintf(w, ", accuracy %.4f\n", float64(b.TestAccuracy))
 		}
-		if b.ModelHashesAgree && len(b.Peers) > 0 {
-			fmt.Fprintf(w, "model hashes agree: yes, every peer ends with model %s\n", b.Peers[0].ModelHash)
-		} else {
-			fmt.Fprintln(w, "model hashes agree: NO (see the warnings)")
-		}
+		writeHashLine(w, b)
 	}
 	return nil
+}
+
+// writeHashLine says whether the peers that ran to the end agree on the
+// model, and which stopped early (their models are partial, so they are
+// not compared).
+func writeHashLine(w io.Writer, b report.BenchConfig) {
+	var stopped []string
+	hash := ""
+	same := len(b.Peers) > 0
+	for i, p := range b.Peers {
+		switch {
+		case p.Partial:
+			stopped = append(stopped, fmt.Sprintf("peer %d %s at round %d", i, p.Stopped, p.StoppedAt))
+			same = same && p.Stopped == b.Peers[0].Stopped && p.StoppedAt == b.Peers[0].StoppedAt
+		case p.Finished && hash == "":
+			hash = p.ModelHash
+		}
+	}
+	note := ""
+	if len(stopped) > 0 {
+		note = " (stopped early, partial models not compared: " + strings.Join(stopped, ", ") + ")"
+	}
+	switch {
+	case len(b.Peers) > 0 && len(stopped) == len(b.Peers) && same:
+		fmt.Fprintf(w, "every peer stopped before the end of training (%s at round %d): the models are partial, not compared\n",
+			b.Peers[0].Stopped, b.Peers[0].StoppedAt)
+	case len(b.Peers) > 0 && len(stopped) == len(b.Peers):
+		fmt.Fprintf(w, "every peer stopped before the end of training: the models are partial%s\n", note)
+	case b.ModelHashesAgree && hash != "" && len(stopped) == 0:
+		fmt.Fprintf(w, "model hashes agree: yes, every peer ends with model %s\n", hash)
+	case b.ModelHashesAgree && hash != "":
+		fmt.Fprintf(w, "model hashes agree: yes, every peer that ran to the end has model %s%s\n", hash, note)
+	default:
+		fmt.Fprintf(w, "model hashes agree: NO (see the warnings)%s\n", note)
+	}
+}
+
+// percent formats a CPU percentage, "-" when it is unknown (a peer
+// without a summary line).
+func percent(f float64) string {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return "-"
+	}
+	return strconv.FormatFloat(f, 'f', 0, 64)
 }
 
 func shortID(id string) string {

@@ -230,8 +230,18 @@ func runPeer(ctx context.Context, cfg node.Config, log zerolog.Logger) error {
 	events, stop := n.Subscribe()
 	defer stop()
 	var lastRing uint64
+	// Until the cluster has formed, say every few seconds what this peer
+	// found and why it has not (cmd_wait.go).
+	why := time.NewTicker(5 * time.Second)
+	defer why.Stop()
 	for {
 		select {
+		case <-why.C:
+			if d := n.Diagnose(); d.Formed() {
+				why.Stop()
+			} else {
+				logDiagnosis(log, d)
+			}
 		case <-ctx.Done():
 			log.Info().Msg("signal received: leaving the cluster")
 			return n.Close()

@@ -193,6 +193,7 @@ the model shards the consistent-hash ring gives it, and exchanges gradients and
 parameters with the others over libp2p gossipsub, in --mode sync, ssp or async.
 Peers may join mid-run; SIGTERM (Ctrl-C) hands this peer's shards over and
 leaves; a crashed peer's shards are taken over after --dead-after.`
+	c.help += stopHelp // cmd_stop.go
 	c.example = `  gossiptrain gen --out data --rows 1000000 --test-rows 100000
   gossiptrain train --train 'data/train*.svm' --test data/test.svm --dim 16777216 \
       --report run.jsonl --save model.gt
@@ -604,7 +605,7 @@ func (j *trainJob) openReport(peerID string) (*report.Writer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--report: %w", err)
 	}
-	w.Write(report.Start{Type: report.TypeStart, Time: time.Now().UTC().Format(time.RFC3339), PeerID: peerID, Version: version, Config: j.c.flagValues()})
+	w.Write(report.Start{Type: report.TypeStart, Time: time.Now().UTC().Format(time.RFC3339), PeerID: peerID, Version: version, Config: j.c.flagValues(), Effective: effectiveSettings(j.model)})
 	return w, nil
 }
 

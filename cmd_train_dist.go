@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/gossiptrain/gossiptrain/data"
 	"github.com/gossiptrain/gossiptrain/gossip"
 	"github.com/gossiptrain/gossiptrain/gossip/p2p"
@@ -19,6 +21,7 @@ import (
 	"github.com/gossiptrain/gossiptrain/model"
 	"github.com/gossiptrain/gossiptrain/node"
 	"github.com/gossiptrain/gossiptrain/node/ring"
+	"github.com/gossiptrain/gossiptrain/peerlog"
 	"github.com/gossiptrain/gossiptrain/report"
 	"github.com/gossiptrain/gossiptrain/sgd"
 )
@@ -40,6 +43,7 @@ type distFlags struct {
 	checkpointEvery time.Duration
 	resume          bool
 	handoffTimeout  time.Duration
+	waitTimeout     time.Duration
 }
 
 func (f *distFlags) register(fs *flag.FlagSet) {
@@ -58,6 +62,7 @@ func (f *distFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.checkpointEvery, "checkpoint-every", 0, "checkpoint this often (the coordinator picks a round every peer writes at; 0: never)")
 	fs.BoolVar(&f.resume, "resume", false, "restart a whole job from the newest checkpoint every peer has in --checkpoint-dir (each peer\nreads its own files); training continues from that round and data position")
 	fs.DurationVar(&f.handoffTimeout, "handoff-timeout", def.HandoffTimeout, "longest wait for a shard's previous owner to hand it over; after it the shard starts\nfrom the read copy with fresh optimizer state")
+	registerWaitFlag(fs, &f.waitTimeout)
 }
 
 // distributed reports whether train runs as a peer of a cluster.
@@ -88,7 +93,8 @@ func ringFor(ncfg node.Config, master string, shards int) func([]string) (*ring.
 // --min-peers and an agreed member set, and runs the distributed loop,
 // which forms the first configuration with the others or joins the run
 // under way. The first SIGINT/SIGTERM leaves gracefully (shards handed
-// over); a second one stops at once.
+// over); a second one stops at once, as peerlog.StopSignal does from the
+// start (cmd_stop.go).
 func (j *trainJob) runDistributed(tf *trainFlags) error {
 	log := j.log
 	if tf.p.job == "" {
@@ -128,6 +134,10 @@ func (j *trainJob) runDistributed(tf *trainFlags) error {
 		return err
 	}
 	ncfg.Shards = j.model.Layout.Shards
+	ncfg.Spec = jobSpec(j.model, mode, tf.m.initSeed) // a peer of the job that differs is refused at connect
+	if tf.dist.waitTimeout < 0 {
+		return usageErr("wait-timeout", "%v: want 0 (wait for ever) or a positive duration", tf.dist.waitTimeout)
+	}
 	mt, closeMetrics, err := tf.mf.start(log)
 	if err != nil {
 		return err
@@ -140,16 +150,17 @@ func (j *trainJob) runDistributed(tf *trainFlags) error {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
+	defer stopOnSignal(cancel, log)()
 
 	n, err := node.New(ncfg, log)
 	if err != nil {
 		return flagError(err)
 	}
-	defer n.Close()
+	defer closeNode(ctx, n)
 	self := n.Self().String()
-	log.Info().Str("peer_id", self).Strs("addrs", n.Addrs()).Msg("peer started")
+	log.Info().Str("peer_id", self).Strs("addrs", n.Addrs()).Msg(peerlog.Started)
 
-	log.Info().Int("min_peers", ncfg.MinPeers).Msg("waiting for the cluster to form")
+	log.Info().Int("min_peers", ncfg.MinPeers).Msg(peerlog.Waiting)
 	startCtx, stopStart := context.WithCancel(ctx)
 	go func() {
 		select {
@@ -158,10 +169,6 @@ func (j *trainJob) runDistributed(tf *trainFlags) error {
 		case <-startCtx.Done():
 		}
 	}()
-	if err := n.WaitMinPeers(startCtx); err != nil {
-		stopStart()
-		return fmt.Errorf("waiting for %d peers: %w", ncfg.MinPeers, err)
-	}
 	// A peer told where the others are waits until it has met one of them,
 	// so a late starter joins the run under way instead of starting alone.
 	var boot []string
@@ -170,12 +177,12 @@ func (j *trainJob) runDistributed(tf *trainFlags) error {
 			boot = append(boot, ai.ID.String())
 		}
 	}
-	st, err := waitAgreed(startCtx, n, ncfg.MinPeers, boot)
+	st, err := waitForCluster(startCtx, n, ncfg.MinPeers, boot, tf.dist.waitTimeout, j.r.progressEvery, log)
 	stopStart()
 	if err != nil {
 		return err
 	}
-	log.Info().Uint64("epoch", st.View.Epoch).Int("members", len(st.View.Members)).Str("topology", string(ncfg.Topology)).Msg("members agreed")
+	log.Info().Uint64("epoch", st.View.Epoch).Int("members", len(st.View.Members)).Str("topology", string(ncfg.Topology)).Msg(peerlog.Training)
 
 	tr, err := p2p.New(n.Host(), n.PubSub(), p2pConfig(n, j.model))
 	if err != nil {
@@ -255,6 +262,7 @@ func (j *trainJob) runDistributed(tf *trainFlags) error {
 
 	// Run, and join again if a partition's majority removed this peer.
 	var sum sgd.DistSummary
+	var stopped string // why the run stopped before its end ("": it did not)
 	for attempt := 0; ; attempt++ {
 		d, err := sgd.NewDist(j.model, dcfg, hooks)
 		if err != nil {
@@ -305,9 +313,8 @@ func (j *trainJob) runDistributed(tf *trainFlags) error {
 		}
 		if errors.Is(err, sgd.ErrLeft) {
 			log.Info().Int64("examples", sum.Examples).Int64("rounds", sum.Rounds).Msg("left the job; the others train on")
-			err = nil
 		}
-		if err != nil {
+		if stopped, err = partialRun(ctx, err); err != nil {
 			x.Close()
 			if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
 				return cause
@@ -341,6 +348,9 @@ func (j *trainJob) runDistributed(tf *trainFlags) error {
 		JoinSeconds: sum.JoinSeconds, JoinBytes: sum.JoinBytes, HandoffBytes: sum.HandoffBytes,
 		Checkpoints: sum.Checkpoints, ResumedAt: sum.ResumedAt,
 	}
+	if stopped != "" {
+		markPartial(&s, stopped, sum.Rounds)
+	}
 	if err := rep.Write(s); err != nil {
 		return err
 	}
@@ -348,21 +358,33 @@ func (j *trainJob) runDistributed(tf *trainFlags) error {
 		Totals:  metrics.Totals{Repaired: xs.Repaired, PubsubDropped: pc.Dropped(), Rejected: x.Rejected().Map()},
 		Eval:    metrics.EvalFigures{LogLoss: sum.Final.LogLoss, Error: sum.Final.Error, AUC: sum.Final.AUC},
 		HasEval: sum.Final.Examples > 0})
-	logMetrics(log.Info(), sum.Final).Str("examples", humanCount(float64(sum.Examples))).Int64("rounds", sum.Rounds).
+	done, final := peerlog.Done, sum.Final
+	if stopped != "" {
+		done, final = peerlog.Stopped, sgd.Metrics{} // no final evaluation: the model is partial
+	}
+	logMetrics(log.Info(), final).Str("examples", humanCount(float64(sum.Examples))).Int64("rounds", sum.Rounds).
 		Float64("seconds", round4(sum.Seconds)).Str("examples_per_sec", humanCount(sum.ExamplesPerSec)).
 		Float64("wait_seconds", round4(sum.WaitSeconds)).Str("model_hash", s.ModelHash).
 		Str("sent", humanCount(float64(bwOut))+"B").Str("received", humanCount(float64(bwIn))+"B").
 		Uint64("repaired", xs.Repaired).Int64("resend_requests", sum.Pokes).Int64("resend_requests_deferred", sum.PokesDeferred).
 		Int64("rejected", s.Rejected).Int("shards_covered", sum.Covered).
-		Str("resources", res.String()).Msg("done")
+		Str("resources", res.String()).Func(func(e *zerolog.Event) {
+		if stopped != "" {
+			e.Str("stopped", stopped).Bool("partial", true)
+		}
+	}).Msg(done)
 	if rej := x.Rejected(); rej.Total() > 0 {
 		log.Warn().Interface("rejected", rej.Map()).Msg("messages were rejected")
 	}
 	if j.r.save != "" {
+		markModelPartial(j.model, stopped, sum.Rounds)
 		if err := j.model.SaveFile(j.r.save, model.SaveOptions{}); err != nil {
 			return fmt.Errorf("--save: %w", err)
 		}
-		log.Info().Str("file", j.r.save).Msg("model saved")
+		logSaved(log, j.r.save, stopped, sum.Rounds)
+	}
+	if stopped == stopInterrupted || stopped == stopJobStopped {
+		return context.Cause(ctx) // exit status 130, after the report and the model
 	}
 	return nil
 }

@@ -128,11 +128,11 @@ func TestFailingPeerStopsTheOthers(t *testing.T) {
 		}
 	}
 	if took := time.Since(start); took > cfg.Grace {
-		t.Errorf("Run took %v: the others should stop on SIGTERM, not after the %v grace period", took, cfg.Grace)
+		t.Errorf("Run took %v: the others should stop on the stop signal, not after the %v grace period", took, cfg.Grace)
 	}
 	for _, i := range []int{0, 1} {
 		if c := res.Peers[i].ExitCode; c != 130 {
-			t.Errorf("peer %d: exit code %d, want 130 (left on SIGTERM)", i, c)
+			t.Errorf("peer %d: exit code %d, want 130 (stopped on the stop signal)", i, c)
 		}
 	}
 	assertAllGone(t, res)
@@ -153,7 +153,7 @@ func cancelWhenTraining(n int, cancel context.CancelFunc) func([]PeerProgress) {
 	}
 }
 
-// Cancelling the context (Ctrl-C) stops every peer with SIGTERM.
+// Cancelling the context (Ctrl-C) stops every peer with the stop signal.
 func TestCancelStopsEveryPeer(t *testing.T) {
 	cfg := fakeConfig(t, 3, func(int) string { return "hang" })
 	ctx, cancel := context.WithCancel(context.Background())
@@ -175,13 +175,13 @@ func TestCancelStopsEveryPeer(t *testing.T) {
 	}
 	for _, p := range res.Peers {
 		if p.ExitCode != 130 {
-			t.Errorf("peer %d: %s, want exit status 130 (SIGTERM handled)", p.Index, p.Exit)
+			t.Errorf("peer %d: %s, want exit status 130 (stop signal handled)", p.Index, p.Exit)
 		}
 	}
 	assertAllGone(t, res)
 }
 
-// A peer that ignores SIGTERM is killed after the grace period.
+// A peer that ignores the stop signal is killed after the grace period.
 func TestSIGKILLAfterGrace(t *testing.T) {
 	cfg := fakeConfig(t, 2, func(int) string { return "ignore-term" })
 	cfg.Grace = 200 * time.Millisecond

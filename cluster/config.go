@@ -60,8 +60,9 @@ type Config struct {
 	// (it first checks its flags and may scan the training data); 0 waits
 	// as long as peer 0 runs.
 	StartTimeout time.Duration
-	// Grace is how long peers have to exit after SIGTERM (a gossiptrain
-	// peer leaves the cluster gracefully on SIGTERM) before SIGKILL.
+	// Grace is how long peers have to exit after peerlog.StopSignal (a
+	// gossiptrain peer stops at once on it, writing its report) before
+	// SIGKILL: a safety net for a peer that hangs, not a wait peers use.
 	Grace time.Duration
 	// TailLines is how many lines of a failed peer's log its error shows.
 	TailLines int
@@ -76,7 +77,7 @@ func DefaultConfig() Config {
 		Log:           zerolog.Nop(),    //
 		ProgressEvery: 5 * time.Second,  // a line a person can follow
 		StartTimeout:  0,                // a large data set's scan may take minutes
-		Grace:         10 * time.Second, // a graceful leave takes up to node's LeaveTimeout (3s)
+		Grace:         10 * time.Second, // peers stop in about a second; a peer still running after 10s hangs
 		TailLines:     15,               // enough for an error and its context
 	}
 }

@@ -29,9 +29,12 @@
 //  4. When every peer has exited, Run returns their report paths, exit
 //     statuses and durations. A peer that fails (exits non-zero) stops the
 //     others, and the error (a *PeerError, ErrPeerFailed) names the peer and
-//     shows the tail of its log. When ctx ends (Ctrl-C), every peer gets
-//     SIGTERM, which makes a gossiptrain peer leave the cluster gracefully,
-//     and SIGKILL after Config.Grace.
+//     shows the tail of its log. When ctx ends (Ctrl-C), or a peer fails,
+//     every peer gets peerlog.StopSignal (SIGUSR1): the whole job stops, so
+//     a gossiptrain peer stops at once, without the graceful leave that
+//     SIGTERM starts (handing shards to peers that are stopping too would
+//     only wait for them), writes its report marked partial and exits; a
+//     peer still running after Config.Grace gets SIGKILL.
 //
 // Peers are started in their own process group (a Ctrl-C at the terminal
 // reaches Run's process only, which then stops them in order) and with

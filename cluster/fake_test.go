@@ -2,8 +2,9 @@ package cluster
 
 // The test binary stands in for gossiptrain: with GOSSIPTRAIN_FAKE_PEER=1
 // in its environment it behaves as a peer of "gossiptrain train" as far as
-// Run can tell: it listens where --listen says and logs the address in
-// JSON, dials --peer (so a peer started before peer 0 listens fails),
+// Run can tell: it logs the messages a real peer logs (package peerlog;
+// cmd_cluster_test.go checks the real binary against the same reader), it
+// listens where --listen says and logs the address in JSON, dials --peer (so a peer started before peer 0 listens fails),
 // writes a report with round lines and a summary, and ends the way its
 // --fake flag says.
 
@@ -20,6 +21,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gossiptrain/gossiptrain/peerlog"
 )
 
 func TestMain(m *testing.M) {
@@ -91,15 +94,20 @@ func fakePeer(args []string) int {
 	if behaviour == "" {
 		behaviour = "ok"
 	}
-	// Like gossiptrain, leave on SIGTERM from the start (status 130).
+	// Like gossiptrain, stop at once on peerlog.StopSignal and leave on
+	// SIGTERM, from the start (status 130).
 	term := make(chan os.Signal, 1)
 	if behaviour == "ignore-term" {
-		signal.Ignore(syscall.SIGTERM)
+		signal.Ignore(syscall.SIGTERM, peerlog.StopSignal)
 	} else {
-		signal.Notify(term, syscall.SIGTERM)
+		signal.Notify(term, syscall.SIGTERM, peerlog.StopSignal)
 		go func() {
-			<-term
-			logf("info", "signal received: leaving the cluster")
+			sig := <-term
+			if sig == peerlog.StopSignal {
+				logf("warn", "the whole job is stopping: stopping at once, without a graceful leave")
+			} else {
+				logf("info", "signal received: leaving the cluster")
+			}
 			os.Exit(130)
 		}()
 	}
@@ -117,8 +125,8 @@ func fakePeer(args []string) int {
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
 	host := strings.Split(get("listen"), "/")[2]
-	logf("info", "listening; dial this peer at", "addr", fmt.Sprintf("/ip4/%s/tcp/%d/p2p/%s", host, port, id))
-	logf("info", "peer started", "peer_id", id)
+	logf("info", peerlog.Listening, "addr", fmt.Sprintf("/ip4/%s/tcp/%d/p2p/%s", host, port, id))
+	logf("info", peerlog.Started, "peer_id", id)
 	conns := make(chan struct{}, 64)
 	go func() {
 		for {
@@ -138,7 +146,7 @@ func fakePeer(args []string) int {
 		}
 		c.Close()
 	}
-	logf("info", "waiting for the cluster to form", "min_peers", get("min-peers"))
+	logf("info", peerlog.Waiting, "min_peers", get("min-peers"))
 	var n int
 	fmt.Sscan(get("min-peers"), &n)
 	if idx == 0 {
@@ -154,7 +162,7 @@ func fakePeer(args []string) int {
 			}
 		}
 	}
-	logf("info", "cluster agreed: training")
+	logf("info", peerlog.Training)
 	rep, err := os.Create(get("report"))
 	if err != nil {
 		logf("error", "report", "error", err.Error())
@@ -189,6 +197,6 @@ func fakePeer(args []string) int {
 	}
 	write(map[string]any{"type": "summary", "peer_id": id, "examples": 50, "seconds": time.Since(start).Seconds(),
 		"peers": n, "topology": "ring", "mode": "sync", "batch": 10, "rounds": 5, "model_hash": "00000000000000aa"})
-	logf("info", "done", "examples", "50")
+	logf("info", peerlog.Done, "examples", "50")
 	return 0
 }

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/gossiptrain/gossiptrain/peerlog"
 )
 
 // Peer states in PeerProgress.State.
@@ -112,22 +114,22 @@ func (p *proc) observe(line []byte) {
 		return
 	}
 	switch l.Message {
-	case "listening; dial this peer at":
+	case peerlog.Listening:
 		if p.addr == "" && strings.HasPrefix(l.Addr, p.addrPrefix) {
 			p.addr = l.Addr
 			close(p.addrReady)
 		}
-	case "peer started":
+	case peerlog.Started:
 		p.peerID = l.PeerID
-	case "status server listening":
+	case peerlog.StatusListening:
 		p.statusAddr = l.Addr
-	case "metrics server listening":
+	case peerlog.MetricsListening:
 		p.metricsAddr = l.Addr
-	case "waiting for the cluster to form":
+	case peerlog.Waiting:
 		p.phase = StateWaiting
-	case "cluster agreed: training":
+	case peerlog.Training:
 		p.phase = StateTraining
-	case "done":
+	case peerlog.Done:
 		p.phase = StateDone
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gossiptrain/gossiptrain/peerlog"
 	"github.com/gossiptrain/gossiptrain/report"
 )
 
@@ -176,7 +177,7 @@ func (r *runner) run(ctx context.Context) error {
 		}
 		stopping = true
 		for _, p := range r.procs {
-			p.signal(syscall.SIGTERM)
+			p.signal(peerlog.StopSignal)
 		}
 		t := time.NewTimer(r.cfg.Grace)
 		kill = t.C
@@ -205,7 +206,7 @@ func (r *runner) run(ctx context.Context) error {
 			if firstErr == nil {
 				firstErr = fmt.Errorf("cluster: interrupted: %w", ctx.Err())
 			}
-			log.Warn().Dur("grace", r.cfg.Grace).Msg("stopping the peers (SIGTERM, then SIGKILL after the grace period)")
+			log.Warn().Str("grace", r.cfg.Grace.String()).Msg("stopping the peers (" + peerlog.StopSignalName + ": the whole job stops at once; SIGKILL after the grace period)")
 			stopAll()
 		case <-kill:
 			kill = nil
@@ -222,11 +223,11 @@ func (r *runner) run(ctx context.Context) error {
 	return firstErr
 }
 
-// stop stops the first n peers (SIGTERM, SIGKILL after Grace) and waits for
-// them.
+// stop stops the first n peers (peerlog.StopSignal, SIGKILL after Grace)
+// and waits for them.
 func (r *runner) stop(ctx context.Context, n int) {
 	for _, p := range r.procs[:n] {
-		p.signal(syscall.SIGTERM)
+		p.signal(peerlog.StopSignal)
 	}
 	t := time.NewTimer(r.cfg.Grace)
 	defer t.Stop()

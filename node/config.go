@@ -118,6 +118,16 @@ type Config struct {
 	// and point the workers at it.
 	Master string
 
+	// Spec is what every peer of the job must agree on beyond the fields
+	// above: the model's kind, dimension and classes, the mode, the
+	// optimizer…, as flag name and value pairs (the CLI fills it from the
+	// model and flags; see Spec). The hello carries it with the ring's
+	// settings (Shards, Replicas, VNodes, Topology and the master), and a
+	// peer of the job that differs in any setting both name is refused on
+	// both sides, every difference logged. Empty: only the ring and the
+	// message size are compared (gossiptrain peer).
+	Spec Spec
+
 	// StatusAddr is the host:port of the HTTP status server (GET /status);
 	// port 0 picks a free port, logged at start. Empty turns it off.
 	StatusAddr string
@@ -162,7 +172,7 @@ type Config struct {
 	// before shutting down anyway. Default 3s.
 	LeaveTimeout time.Duration
 	// BlockFor is how long a peer refused at the hello (different
-	// MaxMessageSize) or disconnected for a bad gossipsub score stays
+	// settings) or disconnected for a bad gossipsub score stays
 	// blocked. Default 1m.
 	BlockFor time.Duration
 	// LibLogLevel is the least severe level of gossipsub's own log records
@@ -238,6 +248,12 @@ func (c Config) Validate() error {
 		if _, err := ParsePeerAddr(s); err != nil {
 			return fieldErr("Peers", "%v", err)
 		}
+	}
+	if err := c.Spec.Validate(); err != nil {
+		return fieldErr("Spec", "%v", err)
+	}
+	if len(c.Spec) > maxSpecItems-ringSpecItems {
+		return fieldErr("Spec", "%d settings, at most %d", len(c.Spec), maxSpecItems-ringSpecItems)
 	}
 	if c.Key != nil && c.Key.Type() != crypto.Ed25519 {
 		return fieldErr("Key", "a %v key: gossiptrain identities are Ed25519", c.Key.Type())
@@ -353,4 +369,7 @@ var (
 	ErrStatus = errors.New("node: status request failed")
 	// ErrHello marks a malformed hello from a peer.
 	ErrHello = errors.New("node: bad hello")
+	// ErrIncompatible marks a peer of the same job refused at the hello
+	// because its settings differ (see IncompatibleError).
+	ErrIncompatible = errors.New("node: incompatible peer")
 )

@@ -115,6 +115,10 @@ type dialer struct {
 	targets map[peer.ID]*target
 	kick    chan struct{}
 
+	// onDial, when set, is told of every finished dial (err nil on
+	// success); it is called from the dial's goroutine and must not block.
+	onDial func(id peer.ID, err error)
+
 	attempts, failures atomic.Uint64
 }
 
@@ -286,6 +290,9 @@ func (d *dialer) dial(ctx context.Context, ai peer.AddrInfo) {
 		}
 	}
 	d.mu.Unlock()
+	if ctx.Err() == nil && d.onDial != nil {
+		d.onDial(ai.ID, err)
+	}
 	if err != nil && ctx.Err() == nil {
 		d.failures.Add(1)
 		d.log.Debug().Str("peer", ai.ID.String()).Err(err).Msg("dial failed; retrying with backoff")

@@ -64,11 +64,24 @@
 //     rejected (ValidationReject, which lowers the forwarder's score),
 //     replays ignored. Every refusal is counted by reason (Status.RejectedBy).
 //   - /gossiptrain/hello/1.0.0 (HelloProtocol): on every new connection each
-//     side sends {job, max message size, wire version}. A peer of the same
-//     job with another max message size or wire version is refused: logged
-//     as an error, disconnected, blocked for Config.BlockFor. Beats
-//     forwarded by a peer that has not completed the hello are ignored, so a
-//     refused peer never enters a member set.
+//     side sends {job, max message size, wire version, settings}: the
+//     settings are the ring's (--shards, --replicas, --vnodes, --topology,
+//     the master) and Config.Spec (the CLI's: the model's kind, dimension,
+//     classes, hidden units, the mode, the optimizer and its rate). A peer
+//     of the same job that differs in any of them is refused by both sides:
+//     logged once as an error naming every flag that differs with both
+//     values ("--dim: this peer 1048576, peer 12D3…Ab3xyz 16777216"),
+//     disconnected, blocked for Config.BlockFor. Beats forwarded by a peer
+//     that has not completed the hello are ignored, so a refused peer never
+//     enters a member set. A peer of another job is let be (jobs may share
+//     a swarm) but noted: Diagnose reports it, and a bootstrap peer of
+//     another job is logged.
+//   - Diagnose (diagnose.go) says why a cluster has not formed: members
+//     against MinPeers, each bootstrap peer's dial attempts and last error
+//     with what it usually means (nothing listening, another peer at that
+//     address, a failed handshake from different swarm keys), peers of other
+//     jobs, peers refused at the hello. The first failed dial of a bootstrap
+//     peer is logged at once; the CLI logs the diagnosis while it waits.
 //   - Peer scoring: P4 (invalid messages) and P7 (protocol misbehaviour) on;
 //     delivery-rate and IP-colocation components off (bursty training
 //     topics, many peers behind one NAT). A peer whose messages keep being

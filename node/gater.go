@@ -26,11 +26,15 @@ func newGater() *gater {
 	return &gater{blocked: map[peer.ID]time.Time{}, now: time.Now}
 }
 
-// block refuses p until now+d.
-func (g *gater) block(p peer.ID, d time.Duration) {
+// block refuses p until now+d; it reports whether p was not blocked
+// before, so a peer refused by two hellos at once is reported once.
+func (g *gater) block(p peer.ID, d time.Duration) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.blocked[p] = g.now().Add(d)
+	now := g.now()
+	until, was := g.blocked[p]
+	g.blocked[p] = now.Add(d)
+	return !was || !now.Before(until)
 }
 
 // isBlocked reports whether p is blocked now, forgetting expired entries.

@@ -27,6 +27,7 @@ import (
 
 	"github.com/gossiptrain/gossiptrain/node/membership"
 	"github.com/gossiptrain/gossiptrain/node/ring"
+	"github.com/gossiptrain/gossiptrain/peerlog"
 )
 
 // memberTag protects member connections from the connection manager's
@@ -86,6 +87,8 @@ type Node struct {
 	helloMu sync.Mutex
 	hellos  map[peer.ID]bool // hello started with a connected peer
 	helloOK map[peer.ID]bool // hello completed and compatible
+	ours    hello            // what this peer says in its hello
+	diag    *diag            // what Diagnose reports
 
 	statusSrv  *http.Server
 	statusAddr string
@@ -141,6 +144,8 @@ func New(cfg Config, log zerolog.Logger) (*Node, error) {
 		helloOK:    map[peer.ID]bool{},
 	}
 	n.master = n.masterID()
+	n.ours = n.cfg.hello(n.master)
+	n.diag = newDiag(boot)
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	if err := n.startNet(psk); err != nil {
 		n.shutdown()
@@ -191,6 +196,7 @@ func (n *Node) startNet(psk pnet.PSK) error {
 	}
 	n.host = h
 	n.dialer = newDialer(h, &n.cfg, n.log) // before gossipsub: its score inspector may block peers
+	n.dialer.onDial = n.dialed
 	libLog := slog.New(zerolog.NewSlogHandler(n.log.With().Str("component", "pubsub").Logger().Level(max(n.log.GetLevel(), n.cfg.LibLogLevel))))
 	n.ps, err = newPubSub(n.ctx, h, &n.cfg, n.tr, libLog, n.inspectScores)
 	if err != nil {
@@ -226,7 +232,7 @@ func (n *Node) startNet(psk pnet.PSK) error {
 	}
 
 	for _, a := range fullAddrs(h) {
-		n.log.Info().Str("addr", a).Msg("listening; dial this peer at")
+		n.log.Info().Str("addr", a).Msg(peerlog.Listening)
 	}
 	if psk != nil {
 		n.log.Info().Str("swarm_key", n.cfg.SwarmKey).Msg("private swarm: only peers with the same swarm key can connect (TCP only)")
@@ -480,7 +486,7 @@ func (n *Node) sayHello(p peer.ID) {
 	}
 	defer s.Close()
 	_ = s.SetDeadline(time.Now().Add(helloTimeout))
-	if _, err := s.Write(appendHello(nil, n.cfg.hello())); err != nil {
+	if _, err := s.Write(appendHello(nil, n.ours)); err != nil {
 		s.Reset()
 		return
 	}
@@ -509,18 +515,36 @@ func (n *Node) handleHello(s network.Stream) {
 		n.log.Debug().Str("peer", p.String()).Err(err).Msg("bad hello")
 		return
 	}
-	if _, err := s.Write(appendHello(nil, n.cfg.hello())); err == nil {
+	if _, err := s.Write(appendHello(nil, n.ours)); err == nil {
 		_ = s.CloseWrite()
 		_, _ = io.Copy(io.Discard, io.LimitReader(s, maxHello)) // until the peer closes
 	}
 	n.checkHello(p, theirs)
 }
 
+// checkHello acts on a peer's hello: a peer of another job is noted (and
+// logged when it is a bootstrap peer: it will never be a member), a peer
+// of this job whose settings differ is refused.
 func (n *Node) checkHello(p peer.ID, theirs hello) {
-	if err := compatible(n.cfg.hello(), theirs); err != nil {
+	boot := n.diag.isBootstrap(p)
+	if n.diag.helloFrom(p, theirs.Job, n.cfg.Job) {
+		n.log.Warn().Str("peer", p.String()).Str("its_job", theirs.Job).Str("job", n.cfg.Job).
+			Msg("a --peer is in another job: it will never be a member of this one (check --job on both)")
+	} else if theirs.Job != n.cfg.Job {
+		n.log.Debug().Str("peer", p.String()).Str("its_job", theirs.Job).Msg("connected to a peer of another job")
+	}
+	if err := compatible(n.ours, theirs); err != nil {
+		var ie *IncompatibleError
+		if errors.As(err, &ie) {
+			ie.Peer = p.String()
+		}
+		if !n.block(p) {
+			return // refused already: each side says hello on the same connection
+		}
 		n.refused.Add(1)
-		n.log.Error().Str("peer", p.String()).Err(err).Dur("blocked_for", n.cfg.BlockFor).Msg("refusing peer")
-		n.block(p)
+		n.diag.refuse(p, err, time.Now())
+		n.log.Error().Str("peer", p.String()).Bool("bootstrap_peer", boot).Err(err).Dur("blocked_for", n.cfg.BlockFor).
+			Msg("refusing peer: its settings differ from this peer's")
 		return
 	}
 	if n.host.Network().Connectedness(p) != network.Connected {
@@ -547,14 +571,16 @@ func (n *Node) inspectScores(scores map[peer.ID]float64) {
 }
 
 // block disconnects p and refuses it for Config.BlockFor: connections are
-// gated, its pubsub messages dropped, the dialer forgets it.
-func (n *Node) block(p peer.ID) {
-	n.gater.block(p, n.cfg.BlockFor)
+// gated, its pubsub messages dropped, the dialer forgets it. It reports
+// whether p was not blocked already.
+func (n *Node) block(p peer.ID) bool {
+	newly := n.gater.block(p, n.cfg.BlockFor)
 	n.dialer.forget(p)
 	go func() {
 		n.ps.BlacklistPeer(p)
 		_ = n.host.Network().ClosePeer(p)
 	}()
+	return newly
 }
 
 // Leave announces a graceful departure on the members topic and waits
@@ -586,6 +612,20 @@ func (n *Node) leave(ctx context.Context) error {
 	}
 }
 
+// dialed is the dialer's report of a finished dial: the first failure to
+// reach a bootstrap peer is logged at once with what it usually means (the
+// later ones go to the diagnosis Diagnose returns).
+func (n *Node) dialed(p peer.ID, err error) {
+	line, first := n.diag.dialed(p, err)
+	if first {
+		ev := n.log.Warn().Str("peer", p.String()).Str("error", line)
+		if h := dialHint(line); h != "" {
+			ev = ev.Str("hint", h)
+		}
+		ev.Str("retry_up_to_every", n.cfg.RedialMax.String()).Msg("cannot reach a bootstrap peer (--peer); retrying with backoff")
+	}
+}
+
 // Close leaves gracefully (waiting at most Config.LeaveTimeout for the
 // others to acknowledge, unless Leave already ran), then stops discovery,
 // the driver, the status server, gossipsub and the host. It is idempotent.
@@ -600,6 +640,15 @@ func (n *Node) Close() error {
 		cancel()
 		n.closeErr = n.shutdown()
 	})
+	return n.closeErr
+}
+
+// CloseNow stops the node without leaving gracefully: for a peer whose
+// whole job is stopping, where waiting for the others' acknowledgement
+// would only wait for peers that are stopping too. The others notice after
+// Config.DeadAfter, as for a crash. Close after CloseNow does nothing.
+func (n *Node) CloseNow() error {
+	n.closeOnce.Do(func() { n.closeErr = n.shutdown() })
 	return n.closeErr
 }
 

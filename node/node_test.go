@@ -322,7 +322,7 @@ func TestMaxMessageSizeMismatchRefused(t *testing.T) {
 			t.Errorf("%s lists the refused peer as a member", n.Self())
 		}
 	}
-	if !strings.Contains(lb.String(), "max message size") {
+	if !strings.Contains(lb.String(), "--max-message-size: this peer") {
 		t.Error("the refusal is not explained in the log")
 	}
 }

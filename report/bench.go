@@ -172,11 +172,17 @@ func runPeerID(r *Run) string {
 // BenchPeer is one peer's figures in a configuration. Rates are over the
 // peer's own training time; MB is 10^6 bytes.
 type BenchPeer struct {
-	PeerID         string  `json:"peer_id"`  // libp2p peer ID ("" for a single-peer run)
-	File           string  `json:"file"`     // the report file
-	Finished       bool    `json:"finished"` // the report has a summary line
-	Examples       int64   `json:"examples"` // training examples this peer processed
-	Seconds        float64 `json:"seconds"`  // this peer's training time
+	PeerID   string `json:"peer_id"`  // libp2p peer ID ("" for a single-peer run)
+	File     string `json:"file"`     // the report file
+	Finished bool   `json:"finished"` // the report has a summary line
+	// Partial is set when the peer stopped before the end of training (it
+	// left, was interrupted, or the whole job was stopped): its model is
+	// partial, its test metrics null, its hash not compared.
+	Partial        bool    `json:"partial"`
+	StoppedAt      int64   `json:"stopped_at_round,omitempty"` // partial: the rounds it completed
+	Stopped        string  `json:"stopped,omitempty"`          // partial: why
+	Examples       int64   `json:"examples"`                   // training examples this peer processed
+	Seconds        float64 `json:"seconds"`                    // this peer's training time
 	ExamplesPerSec Num     `json:"examples_per_sec"`
 	Rounds         int64   `json:"rounds"`      // rounds (steps on a single peer)
 	BytesSent      int64   `json:"bytes_sent"`  // payload bytes published
@@ -222,7 +228,8 @@ type BenchConfig struct {
 	BusiestPeer      string       `json:"busiest_peer"`         // the peer that sent the most bytes
 	BusiestBytesSent int64        `json:"busiest_bytes_sent"`   // what it sent
 	BusiestNetOut    Num          `json:"busiest_net_out_mbps"` // its send rate, MB/s
-	ModelHashesAgree bool         `json:"model_hashes_agree"`   // every finished peer that reports a hash reports the same one
+	ModelHashesAgree bool         `json:"model_hashes_agree"`   // every peer that ran to the end and reports a hash reports the same one
+	PartialPeers     int          `json:"partial_peers"`        // peers that stopped before the end of training (not compared)
 	Metrics                       // final test figures of the reference peer's model
 	Peers            []BenchPeer  `json:"peers"`
 	Curve            []CurvePoint `json:"curve"`
@@ -238,8 +245,11 @@ type BenchConfig struct {
 //   - BytesPerExample = the sum of bytes_sent / Examples: bytes on the wire
 //     per training example.
 //   - The final test metrics are the reference peer's: the first peer (in
-//     GroupRuns order) that finished, else the first. All peers of a correct
-//     run end with the same model (ModelHashesAgree).
+//     GroupRuns order) that ran to the end, else the first that finished,
+//     else the first. All peers of a correct run that ran to the end finish
+//     with the same model (ModelHashesAgree); a peer that stopped early
+//     (Partial: it left, was interrupted) has a model of its own, which is
+//     not compared, and a warning says where it stopped.
 //   - Curve is the reference peer's evaluations (and its final one). Eval
 //     lines count the peer's own examples; the curve's Examples are all
 //     peers' examples, estimated as the peer's count times Examples over the
@@ -275,7 +285,7 @@ func summarize(c *Config) BenchConfig {
 		if p.BytesSent > b.BusiestBytesSent || b.BusiestPeer == "" {
 			b.BusiestBytesSent, b.BusiestPeer, b.BusiestNetOut = p.BytesSent, peerName(p), p.NetOutMBps
 		}
-		if p.Finished && ref < 0 {
+		if p.Finished && !p.Partial && ref < 0 {
 			ref = i
 		}
 		if r.Summary != nil {
@@ -286,7 +296,10 @@ func summarize(c *Config) BenchConfig {
 			b.Warnings = append(b.Warnings, fmt.Sprintf("peer %s (%s) has no summary line: it crashed or is still running; "+
 				"its figures are from its last round and eval lines (%d examples, %.1f s)", name, p.File, p.Examples, p.Seconds))
 		}
-		if p.Finished && p.ModelHash != "" {
+		if p.Partial {
+			b.PartialPeers++
+		}
+		if p.Finished && !p.Partial && p.ModelHash != "" {
 			if hashes[p.ModelHash] == nil {
 				hashOrder = append(hashOrder, p.ModelHash)
 			}
@@ -300,6 +313,7 @@ func summarize(c *Config) BenchConfig {
 			b.Warnings = append(b.Warnings, fmt.Sprintf("peer %s rejected %d messages that failed validation", name, p.Rejected))
 		}
 	}
+	b.Warnings = append(b.Warnings, partialWarnings(b.Peers)...)
 	b.ModelHashesAgree = len(hashOrder) <= 1
 	if !b.ModelHashesAgree {
 		parts := make([]string, len(hashOrder))
@@ -318,6 +332,11 @@ func summarize(c *Config) BenchConfig {
 	b.ExamplesPerSec = ratio(float64(b.Examples), b.Seconds)
 	b.RoundsPerSec = ratio(float64(b.Rounds), b.Seconds)
 	b.BytesPerExample = ratio(float64(b.BytesSent), float64(b.Examples))
+	for i, p := range b.Peers {
+		if ref < 0 && p.Finished {
+			ref = i
+		}
+	}
 	if ref < 0 && len(c.Peers) > 0 {
 		ref = 0
 	}
@@ -327,6 +346,28 @@ func summarize(c *Config) BenchConfig {
 		b.Curve = curve(c.Peers[ref], b.Peers[ref], b.Examples)
 	}
 	return b
+}
+
+// partialWarnings says which peers stopped early: one warning when every
+// peer stopped at the same round for the same reason (the job was
+// stopped), else one per peer.
+func partialWarnings(ps []BenchPeer) []string {
+	var out []string
+	same := len(ps) > 1
+	for _, p := range ps {
+		if !p.Partial {
+			same = false
+			continue
+		}
+		same = same && p.Stopped == ps[0].Stopped && p.StoppedAt == ps[0].StoppedAt
+		out = append(out, fmt.Sprintf("peer %s stopped early (%s) at round %d: its model is partial, so its test "+
+			"metrics are null and its model hash is not compared", peerName(p), p.Stopped, p.StoppedAt))
+	}
+	if same {
+		return []string{fmt.Sprintf("every peer stopped early (%s) at round %d: the models are partial, so the test "+
+			"metrics are null and the model hashes are not compared", ps[0].Stopped, ps[0].StoppedAt)}
+	}
+	return out
 }
 
 // benchPeer is a run's figures: its summary's, or for a run without one,
@@ -346,6 +387,7 @@ func benchPeer(r *Run) BenchPeer {
 		p.PubsubDropped, p.Repaired, p.Rejected = s.PubsubDropped, s.Repaired, s.Rejected
 		p.ModelHash = s.ModelHash
 		p.Metrics = s.Metrics
+		p.Partial, p.StoppedAt, p.Stopped = s.Partial, s.StoppedAt, s.Stopped
 	} else {
 		p.CPUPercent = Num(math.NaN())
 		for _, rd := range r.Rounds {

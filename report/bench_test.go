@@ -2,6 +2,7 @@ package report
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -244,6 +245,40 @@ func TestWarnings(t *testing.T) {
 	}
 }
 
+// A peer that left early has a model of its own: its hash is not compared
+// (the report used to say "model hashes disagree"), its null metrics are
+// not the configuration's, and a warning and its table row say where it
+// stopped.
+func TestPartialPeerNotCompared(t *testing.T) {
+	var specs []peerSpec
+	for i := 1; i <= 4; i++ {
+		specs = append(specs, peerSpec{id: fmt.Sprintf("r%d", i), topology: "ring", mode: "sync", batch: 10,
+			examples: 100, seconds: 1, rounds: 10, hash: "bbbb", evalErr: []float64{0.3, 0.2}})
+	}
+	specs[0].hash, specs[0].rounds, specs[0].examples, specs[0].stopped = "cccc", 4, 40, "left"
+	cfgs, err := GroupRuns(writeFixture(t, t.TempDir(), specs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := Summarize(cfgs)[0]
+	if !b.ModelHashesAgree || b.PartialPeers != 1 {
+		t.Errorf("hashes agree %v, partial peers %d; want agreement among the 3 that ran to the end, 1 partial", b.ModelHashesAgree, b.PartialPeers)
+	}
+	if len(b.Warnings) != 1 || !strings.Contains(b.Warnings[0], "peer r1 stopped early (left) at round 4: its model is partial") {
+		t.Errorf("warnings %q: want one saying r1 left at round 4", b.Warnings)
+	}
+	if !near(float64(b.TestError), 0.2) {
+		t.Errorf("test error %v: want a complete peer's 0.2, not the partial peer's null", b.TestError)
+	}
+	p := b.Peers[0]
+	if !p.Partial || p.StoppedAt != 4 || p.Stopped != "left" || !math.IsNaN(float64(p.TestLogLoss)) {
+		t.Errorf("partial peer %+v: want partial, stopped at 4 (left), null metrics", p)
+	}
+	if row := strings.Join(peerRow(p), " "); !strings.Contains(row, "r1 (partial: left at round 4)") {
+		t.Errorf("table row %q does not say the peer is partial", row)
+	}
+}
+
 func TestCompare(t *testing.T) {
 	cfgs, err := GroupRuns(writeFixture(t, t.TempDir(), benchFixture()))
 	if err != nil {
@@ -293,5 +328,20 @@ func TestPeerName(t *testing.T) {
 		if got := peerName(c.p); got != c.want {
 			t.Errorf("peerName(%+v) = %q, want %q", c.p, got, c.want)
 		}
+	}
+}
+
+// A whole job stopped at one round gets one warning, not one per peer.
+func TestPartialWarnings(t *testing.T) {
+	stopped := func(id string, at int64) BenchPeer {
+		return BenchPeer{PeerID: id, Finished: true, Partial: true, Stopped: "job stopped", StoppedAt: at}
+	}
+	all := partialWarnings([]BenchPeer{stopped("a", 7), stopped("b", 7)})
+	if len(all) != 1 || !strings.Contains(all[0], "every peer stopped early (job stopped) at round 7") {
+		t.Errorf("every peer stopped at round 7: %q", all)
+	}
+	mixed := partialWarnings([]BenchPeer{stopped("a", 7), stopped("b", 8), {PeerID: "c", Finished: true}})
+	if len(mixed) != 2 || !strings.Contains(mixed[1], "peer b stopped early (job stopped) at round 8") {
+		t.Errorf("two peers stopped at different rounds: %q", mixed)
 	}
 }

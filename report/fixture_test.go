@@ -2,6 +2,7 @@ package report
 
 import (
 	"fmt"
+	"math"
 	"path/filepath"
 	"testing"
 )
@@ -27,6 +28,8 @@ type peerSpec struct {
 	flags               map[string]string
 	summaryPeers        int // Summary.Peers, 0 means the number of peers of the fixture's config
 	noTopologyInSummary bool
+	stopped             string            // partial: why it stopped early ("" ran to the end), at round rounds
+	effective           map[string]string // Start.Effective
 }
 
 // writeFixture writes a report file per peer into dir and reads them back.
@@ -48,7 +51,7 @@ func writeFixture(t *testing.T, dir string, specs []peerSpec) []*Run {
 		for k, v := range s.flags {
 			flags[k] = v
 		}
-		w.Write(Start{Type: TypeStart, Time: "2026-01-02T03:04:05Z", PeerID: s.id, Version: "test", Config: flags})
+		w.Write(Start{Type: TypeStart, Time: "2026-01-02T03:04:05Z", PeerID: s.id, Version: "test", Config: flags, Effective: s.effective})
 		n := len(s.evalErr)
 		for j, e := range s.evalErr {
 			frac := float64(j+1) / float64(n)
@@ -76,6 +79,11 @@ func writeFixture(t *testing.T, dir string, specs []peerSpec) []*Run {
 			if n > 0 {
 				e := s.evalErr[n-1]
 				sum.Metrics = Metrics{TestExamples: 100, TestLogLoss: Num(e + 0.3), TestError: Num(e), TestAUC: Num(1 - e), TestAccuracy: Num(1 - e)}
+			}
+			if s.stopped != "" {
+				nan := Num(math.NaN())
+				sum.Metrics = Metrics{TestLogLoss: nan, TestError: nan, TestAUC: nan, TestAccuracy: nan}
+				sum.Partial, sum.StoppedAt, sum.Stopped = true, s.rounds, s.stopped
 			}
 			if s.noTopologyInSummary {
 				sum.Topology, sum.Mode, sum.Batch = "", "", 0

@@ -5,7 +5,9 @@ import (
 	"image/color"
 	"math"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strconv"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -18,6 +20,7 @@ import (
 const (
 	PlotErrorVsExamples   = "error_vs_examples"
 	PlotErrorVsSeconds    = "error_vs_seconds"
+	PlotLogLossVsExamples = "logloss_vs_examples"
 	PlotThroughput        = "throughput"
 	PlotPeerNetOut        = "peer_net_out"
 	PlotThroughputVsBatch = "throughput_vs_batch"
@@ -38,6 +41,7 @@ type PlotFile struct {
 //     configuration's curve against all peers' training examples and
 //     against wall-clock seconds (left out when no configuration has an
 //     evaluation);
+//   - logloss_vs_examples: test log-loss against all peers' examples;
 //   - throughput: examples/s per configuration (bars);
 //   - peer_net_out: every peer's network send rate (MB/s), grouped by
 //     configuration with the busiest peer first, so a master that saturates
@@ -63,8 +67,9 @@ func Plot(dir string, bs []BenchConfig, o Options) ([]PlotFile, error) {
 		fn   func([]BenchConfig, Options) (*plot.Plot, error)
 	}
 	for _, m := range []mk{
-		{PlotErrorVsExamples, func(bs []BenchConfig, o Options) (*plot.Plot, error) { return errorCurves(bs, o, false) }},
-		{PlotErrorVsSeconds, func(bs []BenchConfig, o Options) (*plot.Plot, error) { return errorCurves(bs, o, true) }},
+		{PlotErrorVsExamples, func(bs []BenchConfig, o Options) (*plot.Plot, error) { return curves(bs, o, testError, false) }},
+		{PlotErrorVsSeconds, func(bs []BenchConfig, o Options) (*plot.Plot, error) { return curves(bs, o, testError, true) }},
+		{PlotLogLossVsExamples, func(bs []BenchConfig, o Options) (*plot.Plot, error) { return curves(bs, o, testLogLoss, false) }},
 		{PlotThroughput, throughputBars},
 		{PlotPeerNetOut, peerNetOutBars},
 		{PlotThroughputVsBatch, throughputVsBatch},
@@ -99,49 +104,125 @@ func newPlot(title, x, y string) *plot.Plot {
 	return p
 }
 
-// errorCurves plots test error (%) against examples or seconds.
-func errorCurves(bs []BenchConfig, o Options, seconds bool) (*plot.Plot, error) {
-	title, x := "Test error vs training examples", "training examples, all peers"
+// metric is a test figure the curve plots show.
+type metric struct {
+	name  string // in titles: "Test error"
+	axis  string // the y axis label
+	value func(Metrics) float64
+	max   float64 // the largest value the figure can take (0: none)
+}
+
+var (
+	testError   = metric{"Test error", "test error (%)", func(m Metrics) float64 { return 100 * float64(m.TestError) }, 100}
+	testLogLoss = metric{"Test log-loss", "test log-loss", func(m Metrics) float64 { return float64(m.TestLogLoss) }, 0}
+)
+
+// curves plots a test figure of every configuration's curve against
+// examples or seconds (see curveSeries for how coinciding curves stay
+// visible). The y axis starts at 0: an error of 21.2-21.3% drawn on an
+// axis of its own range made noise look like a trend.
+func curves(bs []BenchConfig, o Options, m metric, seconds bool) (*plot.Plot, error) {
+	title, x := m.name+" vs training examples", "training examples, all peers"
 	if seconds {
-		title, x = "Test error vs time", "wall-clock time since training started (s)"
+		title, x = m.name+" vs time", "wall-clock time since training started (s)"
 	}
-	p := newPlot(title, x, "test error (%)")
+	ss, hi := curveSeries(bs, m, seconds)
+	if len(ss) == 0 {
+		return nil, nil
+	}
+	p := newPlot(title, x, m.axis)
 	p.X.Tick.Marker = siTicks{}
-	drawn := 0
+	p.Y.Tick.Marker = stepTicks{n: 6}
+	for _, s := range ss {
+		l, sc, err := plotter.NewLinePoints(s.xys)
+		if err != nil {
+			return nil, err
+		}
+		l.Color, sc.Color = plotutil.Color(s.index), plotutil.Color(s.index)
+		l.Dashes, sc.Shape = plotutil.Dashes(s.index), plotutil.Shape(s.index)
+		l.Width, sc.Radius = s.width, s.radius
+		p.Add(l, sc)
+		p.Legend.Add(s.label, l, sc)
+	}
+	p.X.Min = 0 // how soon each configuration got there
+	p.Y.Min = 0
+	p.Y.Max = hi * 1.1
+	if hi <= 0 {
+		p.Y.Max = 1
+	}
+	if m.max > 0 {
+		p.Y.Max = math.Min(p.Y.Max, m.max)
+	}
+	fitLegend(p, len(ss), o)
+	return p, nil
+}
+
+// series is one configuration's curve as a plot draws it.
+type series struct {
+	index  int    // the configuration's index: its colour, dashes and marker shape
+	label  string // its legend entry
+	xys    plotter.XYs
+	same   int // the series (index in the list) it repeats, -1 if none
+	width  vg.Length
+	radius vg.Length
+}
+
+// curveSeries returns the series of the configurations that have points,
+// and the largest value. Curves that coincide (a sync master and ring end
+// bit-identical, so their curves against examples are the same) stay
+// visible: the first is drawn widest with the largest markers, each copy
+// thinner with smaller markers of its own shape over it, so every one
+// shows around the next, and a copy's legend entry names the curve it
+// repeats.
+func curveSeries(bs []BenchConfig, m metric, seconds bool) ([]series, float64) {
+	var ss []series
+	hi := 0.0
 	for i, b := range bs {
 		var xys plotter.XYs
 		for _, c := range b.Curve {
-			e := float64(c.TestError)
-			if math.IsNaN(e) || math.IsInf(e, 0) {
+			v := m.value(c.Metrics)
+			if math.IsNaN(v) || math.IsInf(v, 0) {
 				continue
 			}
 			xv := float64(c.Examples)
 			if seconds {
 				xv = c.Seconds
 			}
-			xys = append(xys, plotter.XY{X: xv, Y: 100 * e})
+			xys = append(xys, plotter.XY{X: xv, Y: v})
+			hi = math.Max(hi, v)
 		}
 		if len(xys) == 0 {
 			continue
 		}
-		l, s, err := plotter.NewLinePoints(xys)
-		if err != nil {
-			return nil, err
+		s := series{index: i, label: b.Name, xys: xys, same: -1}
+		for k, d := range ss {
+			if d.same < 0 && slices.Equal(d.xys, xys) {
+				s.same = k
+				s.label += " (same curve as " + d.label + ")"
+				break
+			}
 		}
-		l.Color = plotutil.Color(i)
-		l.Dashes = plotutil.Dashes(i)
-		l.Width = vg.Points(1.5)
-		s.Color = plotutil.Color(i)
-		s.Shape = plotutil.Shape(i)
-		p.Add(l, s)
-		p.Legend.Add(b.Name, l, s)
-		drawn++
+		ss = append(ss, s)
 	}
-	if drawn == 0 {
-		return nil, nil
+	copies := make([]int, len(ss)) // copies drawn after series k
+	rank := make([]int, len(ss))   // for a copy: how many of its group precede it
+	for k, s := range ss {
+		if s.same >= 0 {
+			copies[s.same]++
+			rank[k] = copies[s.same]
+		}
 	}
-	fitLegend(p, drawn, o)
-	return p, nil
+	for k := range ss {
+		first := k
+		if ss[k].same >= 0 {
+			first = ss[k].same
+		}
+		// Steps of 1.5pt in width and 2pt in radius: visible at 96 dpi.
+		outer := float64(copies[first] - rank[k])
+		ss[k].width = vg.Points(1.5 + 1.5*outer)
+		ss[k].radius = vg.Points(3 + 2*outer)
+	}
+	return ss, hi
 }
 
 // throughputBars is a bar per configuration, labelled with its value.
@@ -330,6 +411,40 @@ func finite(f float64) float64 {
 		return 0
 	}
 	return f
+}
+
+// stepTicks labels about n ticks at a round step (1, 2 or 5 times a power
+// of ten: 0, 5, 10, … 25), with an unlabelled tick halfway between:
+// gonum's default ticks label only two or three values.
+type stepTicks struct{ n int }
+
+// Ticks implements plot.Ticker.
+func (t stepTicks) Ticks(lo, hi float64) []plot.Tick {
+	if !(hi > lo) || t.n < 1 || math.IsInf(hi-lo, 0) {
+		return plot.DefaultTicks{}.Ticks(lo, hi)
+	}
+	raw := (hi - lo) / float64(t.n)
+	mag := math.Pow(10, math.Floor(math.Log10(raw)))
+	step := 10 * mag
+	for _, m := range []float64{1, 2, 5} {
+		if m*mag >= raw {
+			step = m * mag
+			break
+		}
+	}
+	prec := max(0, -int(math.Floor(math.Log10(step)+1e-9)))
+	var ts []plot.Tick
+	for k := math.Ceil(lo/step - 1e-9); k*step <= hi+step*1e-9; k++ {
+		v := k * step
+		if v == 0 {
+			v = 0 // not -0
+		}
+		ts = append(ts, plot.Tick{Value: v, Label: strconv.FormatFloat(v, 'f', prec, 64)})
+		if half := v + step/2; half <= hi {
+			ts = append(ts, plot.Tick{Value: half})
+		}
+	}
+	return ts
 }
 
 // siTicks are gonum's default ticks labelled with k/M/G suffixes, so an

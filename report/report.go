@@ -65,6 +65,10 @@ type Start struct {
 	PeerID  string            `json:"peer_id,omitempty"`
 	Version string            `json:"version"`
 	Config  map[string]string `json:"config"` // every flag and its value
+	// Effective holds the values the run used where a flag left the choice
+	// to inference or a default (--model auto, --classes 0, --lr 0 for the
+	// optimizer's default, --l2 auto), by flag name.
+	Effective map[string]string `json:"effective,omitempty"`
 }
 
 // Eval is one evaluation on the test set.
@@ -155,6 +159,13 @@ type Summary struct {
 	HandoffBytes   int64   `json:"handoff_bytes"`   // shard state received from previous owners
 	Checkpoints    int     `json:"checkpoints"`     // checkpoints written
 	ResumedAt      uint64  `json:"resumed_at"`      // the checkpoint round a --resume continued from
+	// A run that stopped before the end of training (a graceful leave, an
+	// interrupt, the whole job stopping) is partial: its model is not the
+	// job's final one, so its test metrics are null, and Summarize leaves
+	// it out of the model-hash comparison.
+	Partial   bool   `json:"partial"`
+	StoppedAt int64  `json:"stopped_at_round,omitempty"` // partial: the rounds it completed
+	Stopped   string `json:"stopped,omitempty"`          // partial: "left", "interrupted" or "job stopped"
 }
 
 // Writer appends records to a report file, one JSON object per line, and

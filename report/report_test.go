@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"io"
 	"math"
+	"runtime"
 	"strings"
 	"testing"
+	"time"
 )
 
 type nopCloser struct{ io.Writer }
@@ -45,17 +47,51 @@ func TestReadNamesTheBadLine(t *testing.T) {
 	}
 }
 
+// CPU use is measured with the scheduler's precision, not in the kernel's
+// 10ms ticks (windows of a few milliseconds read 0% or, on 2 cores, 600%),
+// and a window too short to measure is reported as unknown.
+func TestSamplerCPU(t *testing.T) {
+	spin := func(d time.Duration) float64 {
+		x := 0.0
+		for start := time.Now(); time.Since(start) < d; {
+			for j := range 1000 {
+				x += math.Sqrt(float64(j))
+			}
+		}
+		return x
+	}
+	for i := range 10 {
+		s := NewSampler()
+		spin(2 * time.Millisecond)
+		if pct := float64(s.Sample().CPUPercent); !math.IsNaN(pct) {
+			t.Fatalf("window %d of 2ms: CPU %.1f%%, want unknown (NaN): too short to measure", i, pct)
+		}
+	}
+	limit := 100*float64(runtime.NumCPU())*1.1 + 1
+	for i := range 3 {
+		s := NewSampler()
+		spin(minCPUWindow + 20*time.Millisecond)
+		if pct := float64(s.Sample().CPUPercent); !(pct > 0 && pct <= limit) {
+			t.Fatalf("window %d of %v spinning: CPU %.1f%%, want above 0 and at most %.0f%% (%d CPUs)",
+				i, minCPUWindow+20*time.Millisecond, pct, limit, runtime.NumCPU())
+		}
+	}
+	if got := (Resources{CPUPercent: Num(math.NaN())}).String(); !strings.HasPrefix(got, "cpu -,") {
+		t.Errorf("unknown CPU formats as %q", got)
+	}
+}
+
 func TestSamplerReadsThisProcess(t *testing.T) {
 	s := NewSampler()
-	// Burn CPU until the kernel's tick-granular counter has moved.
+	// Burn CPU over a window long enough to measure.
 	x := 0.0
-	for start := processCPU(); processCPU() == start; {
-		for i := 0; i < 1_000_000; i++ {
+	for start := time.Now(); time.Since(start) < minCPUWindow; {
+		for i := 0; i < 100_000; i++ {
 			x += math.Sqrt(float64(i))
 		}
 	}
 	r := s.Sample()
-	if r.PeakRSSBytes <= 0 || float64(r.CPUPercent) <= 0 || x == 0 {
+	if r.PeakRSSBytes <= 0 || !(float64(r.CPUPercent) > 0) || x == 0 {
 		t.Fatalf("sample %+v: want positive peak RSS and CPU", r)
 	}
 }

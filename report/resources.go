@@ -4,15 +4,17 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"math"
 	"os"
 	"runtime"
 	"strconv"
+	"syscall"
 	"time"
 )
 
-// Sampler measures the resources of the current process from /proc. On
-// systems without /proc the figures it cannot read are zero (CPU falls back
-// to Go's runtime figures where possible).
+// Sampler measures the resources of the current process: CPU time from
+// getrusage, memory and disk figures from /proc (zero on systems without
+// it; peak memory falls back to Go's runtime figures).
 type Sampler struct {
 	start    time.Time
 	startCPU time.Duration
@@ -20,15 +22,27 @@ type Sampler struct {
 
 // NewSampler starts measuring now.
 func NewSampler() *Sampler {
-	return &Sampler{start: time.Now(), startCPU: processCPU()}
+	s := &Sampler{start: time.Now()}
+	s.startCPU = processCPU() // after the wall clock: the CPU window lies within the wall window
+	return s
 }
 
-// Sample returns the resources used since NewSampler.
+// minCPUWindow is the shortest time over which Sample reports CPU use.
+// The kernel brings a thread's runtime up to date when it is read, but the
+// runtime of the process's other threads only at their next tick or
+// context switch, so a reading can lag by a tick (4ms at HZ=250) per
+// running thread: over 2ms that read as 0% or over 200% on 2 cores. Over
+// 100ms the error is a few percent of a core.
+const minCPUWindow = 100 * time.Millisecond
+
+// Sample returns the resources used since NewSampler. CPUPercent is the
+// mean over that time; NaN (null in a report) when the time is shorter
+// than minCPUWindow, too short to measure.
 func (s *Sampler) Sample() Resources {
-	wall := time.Since(s.start)
 	cpu := processCPU() - s.startCPU
-	var pct float64
-	if wall > 0 {
+	wall := time.Since(s.start)
+	pct := math.NaN()
+	if wall >= minCPUWindow {
 		pct = 100 * cpu.Seconds() / wall.Seconds()
 	}
 	return Resources{
@@ -38,28 +52,17 @@ func (s *Sampler) Sample() Resources {
 	}
 }
 
-// clockTicks is USER_HZ, 100 on every Linux architecture Go supports.
-const clockTicks = 100
-
-// processCPU is user+system CPU time of the process.
+// processCPU is the user+system CPU time of the process, all threads, in
+// microseconds (getrusage(RUSAGE_SELF)). It used to come from
+// /proc/self/stat, whose utime and stime are in clock ticks of 10ms: a
+// short window then measured 0 or several ticks, which read as 0% or, on
+// a 2-core machine, 600%. getrusage's sum is the scheduler's runtime.
 func processCPU() time.Duration {
-	b, err := os.ReadFile("/proc/self/stat")
-	if err != nil {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0
 	}
-	// Fields after the command name, which is in parentheses and may contain spaces.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0
-	}
-	f := bytes.Fields(b[i+1:])
-	// f[0] is field 3 (state); utime and stime are fields 14 and 15.
-	if len(f) < 13 {
-		return 0
-	}
-	ut, _ := strconv.ParseInt(string(f[11]), 10, 64)
-	st, _ := strconv.ParseInt(string(f[12]), 10, 64)
-	return time.Duration(ut+st) * time.Second / clockTicks
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // peakRSS is VmHWM from /proc/self/status, in bytes.
@@ -100,6 +103,10 @@ func procField(path, key string) int64 {
 
 // String formats r for logs.
 func (r Resources) String() string {
-	return fmt.Sprintf("cpu %.0f%%, peak RSS %.1f MiB, disk read %.1f MiB",
-		float64(r.CPUPercent), float64(r.PeakRSSBytes)/(1<<20), float64(r.DiskReadBytes)/(1<<20))
+	cpu := "-"
+	if c := float64(r.CPUPercent); !math.IsNaN(c) {
+		cpu = fmt.Sprintf("%.0f%%", c)
+	}
+	return fmt.Sprintf("cpu %s, peak RSS %.1f MiB, disk read %.1f MiB",
+		cpu, float64(r.PeakRSSBytes)/(1<<20), float64(r.DiskReadBytes)/(1<<20))
 }

@@ -76,8 +76,11 @@ var peerHeader = []string{"peer", "examples", "CPU %", "peak RSS MiB", "net out 
 
 func peerRow(p BenchPeer) []string {
 	name := peerName(p)
-	if !p.Finished {
+	switch {
+	case !p.Finished:
 		name += " (no summary)"
+	case p.Partial:
+		name += fmt.Sprintf(" (partial: %s at round %d)", p.Stopped, p.StoppedAt)
 	}
 	return []string{name, fmt.Sprint(p.Examples), fmtNum(float64(p.CPUPercent)),
 		fmtNum(float64(p.PeakRSSBytes) / (1 << 20)), fmtNum(float64(p.NetOutMBps)), fmtNum(float64(p.NetInMBps)),
@@ -128,28 +131,42 @@ func WriteMarkdown(w io.Writer, cfgs []*Config, bs []BenchConfig, plots []PlotFi
 		pf("- **%s**: %s %s, %s mode, batch %d per step\n", b.Name, plural(b.PeerCount, "peer"), topologyWords(b.Topology), b.Mode, b.Batch)
 	}
 	common, perConfig := settings(cfgs)
-	var dataParts []string
-	for _, k := range []string{"train", "test", "format", "model", "dim", "classes"} {
+	given := givenFlags(cfgs, common)
+	var dataParts, modelParts []string
+	for _, k := range []string{"train", "test", "format"} {
 		if v := common[k]; v != "" {
 			dataParts = append(dataParts, fmt.Sprintf("%s `%s`", k, v))
 		}
 	}
+	for _, k := range []string{"model", "dim", "classes", "hidden", "optimizer", "lr", "l2", "epochs"} {
+		if v := common[k]; v != "" && !(k == "hidden" && common["model"] != "mlp") {
+			modelParts = append(modelParts, fmt.Sprintf("%s `%s`", k, v))
+		}
+	}
 	if len(dataParts) > 0 {
 		pf("- data: %s\n", strings.Join(dataParts, ", "))
+	}
+	if len(modelParts) > 0 {
+		pf("- model: %s\n", strings.Join(modelParts, ", "))
 	}
 	if o.Command != "" {
 		pf("- command: `%s`\n", o.Command)
 	}
 	pf("\n")
 	if len(common) > 0 {
-		pf("<details><summary>Flags every peer ran with (from the reports' start lines)</summary>\n\n")
+		pf("<details><summary>Flags every peer ran with (from the reports' start lines; the values in effect, " +
+			"where a flag left them to a default or to inference)</summary>\n\n")
 		pf("| flag | value |\n|---|---|\n")
 		for _, k := range sortedMapKeys(common) {
-			pf("| %s | %s |\n", mdCell(k), mdCell(common[k]))
+			v := common[k]
+			if g, ok := given[k]; ok {
+				v = fmt.Sprintf("%s (given: %s)", v, g)
+			}
+			pf("| %s | %s |\n", mdCell(k), mdCell(v))
 		}
 		pf("\n</details>\n\n")
 	}
-	if len(perConfig) > 0 {
+	if anyFlags(perConfig) {
 		pf("Flags that differ between configurations:\n\n| configuration | flags |\n|---|---|\n")
 		for _, c := range cfgs {
 			if m := perConfig[c.Name]; len(m) > 0 {
@@ -235,6 +252,60 @@ func mdCell(s string) string {
 	return strings.ReplaceAll(s, "\n", " ")
 }
 
+// anyFlags reports whether some configuration has flags of its own.
+func anyFlags(perConfig map[string]map[string]string) bool {
+	for _, m := range perConfig {
+		if len(m) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// effectiveFlags is a start line's flags with the values the run used
+// where it records them (Start.Effective): "--lr 0" becomes the
+// optimizer's default, "--classes 0" the inferred classes.
+func effectiveFlags(st *Start) map[string]string {
+	m := make(map[string]string, len(st.Config)+len(st.Effective))
+	for k, v := range st.Config {
+		m[k] = v
+	}
+	for k, v := range st.Effective {
+		m[k] = v
+	}
+	return m
+}
+
+// givenFlags are the literal flag values behind the common effective
+// values that differ from them (--lr 0 behind lr 0.1), when every run
+// gave the same.
+func givenFlags(cfgs []*Config, common map[string]string) map[string]string {
+	var given map[string]string
+	for _, c := range cfgs {
+		for _, r := range c.Peers {
+			if r.Start == nil {
+				continue
+			}
+			cur := map[string]string{}
+			for k, v := range common {
+				if g, ok := r.Start.Config[k]; ok && g != v {
+					cur[k] = g
+				}
+			}
+			if given == nil {
+				given = cur
+				continue
+			}
+			for k, g := range given {
+				if cur[k] != g {
+					delete(given, k)
+				}
+			}
+		}
+	}
+	return given
+}
+
 // settings splits the start lines' flags into those every run shares
 // (non-empty values only) and, per configuration, those constant within
 // it that are not shared by all. Flags that differ between the peers of
@@ -247,15 +318,13 @@ func settings(cfgs []*Config) (common map[string]string, perConfig map[string]ma
 			if r.Start == nil {
 				continue
 			}
+			flags := effectiveFlags(r.Start)
 			if m == nil {
-				m = map[string]string{}
-				for k, v := range r.Start.Config {
-					m[k] = v
-				}
+				m = flags
 				continue
 			}
 			for k, v := range m {
-				if w, ok := r.Start.Config[k]; !ok || w != v {
+				if w, ok := flags[k]; !ok || w != v {
 					delete(m, k)
 				}
 			}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"encoding/xml"
 	"errors"
+	"fmt"
 	"image"
 	_ "image/png" // registers the PNG decoder for image.DecodeConfig
 	"io"
@@ -13,6 +14,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"gonum.org/v1/plot/vg"
 )
 
 // checkPNG fails unless path is a PNG image with a positive size.
@@ -114,7 +117,8 @@ func TestWriteBenchWritesJSONMarkdownAndPlots(t *testing.T) {
 		"# gossiptrain benchmark report",
 		"8 peer reports in 2 configurations",
 		"- command: `gossiptrain bench --peers 4`",
-		"- data: train `data/train-*.svm`, dim `1024`",
+		"- data: train `data/train-*.svm`\n",
+		"- model: dim `1024`\n",
 		"ring throughput is 2.5x master's; the master's busiest peer sent 4.0x the bytes of ring's busiest peer",
 		"| configuration | peers | examples | seconds | examples/s | rounds/s | test log-loss | test error | test AUC | bytes/example |",
 		"| master/sync/b100 | 4 | 4000 | 20.00 | 200 | 0.5000 | 0.5000 | 0.2000 | 0.8000 | 2750 |",
@@ -135,7 +139,7 @@ func TestWriteBenchWritesJSONMarkdownAndPlots(t *testing.T) {
 		t.Error("report.md shows throughput vs batch with one batch size")
 	}
 
-	for _, name := range []string{PlotErrorVsExamples, PlotErrorVsSeconds, PlotThroughput, PlotPeerNetOut} {
+	for _, name := range []string{PlotErrorVsExamples, PlotErrorVsSeconds, PlotLogLossVsExamples, PlotThroughput, PlotPeerNetOut} {
 		checkPNG(t, filepath.Join(out, name+".png"))
 		checkSVG(t, filepath.Join(out, name+".svg"))
 	}
@@ -168,7 +172,7 @@ func TestThroughputVsBatchPlot(t *testing.T) {
 	for _, p := range plots {
 		names = append(names, p.Name)
 	}
-	want := []string{PlotErrorVsExamples, PlotErrorVsSeconds, PlotThroughput, PlotPeerNetOut, PlotThroughputVsBatch}
+	want := []string{PlotErrorVsExamples, PlotErrorVsSeconds, PlotLogLossVsExamples, PlotThroughput, PlotPeerNetOut, PlotThroughputVsBatch}
 	if !slices.Equal(names, want) {
 		t.Fatalf("plots %v, want %v", names, want)
 	}
@@ -212,5 +216,112 @@ func TestOptionsValidate(t *testing.T) {
 	}
 	if err := WriteBench(t.TempDir(), nil); !errors.Is(err, ErrConfig) {
 		t.Fatalf("no configurations: %v; want ErrConfig", err)
+	}
+}
+
+// report.md shows the values a run used, not the flags' literal ones
+// ("lr 0" for the optimizer's default, "classes 0" for logreg), and no
+// empty "Flags that differ" table when nothing differs.
+func TestMarkdownShowsEffectiveValues(t *testing.T) {
+	var specs []peerSpec
+	for i := 1; i <= 2; i++ {
+		specs = append(specs, peerSpec{id: fmt.Sprintf("r%d", i), topology: "ring", mode: "sync", batch: 10,
+			examples: 100, seconds: 1, rounds: 10, hash: "bbbb", evalErr: []float64{0.3, 0.2},
+			flags:     map[string]string{"lr": "0", "classes": "0", "model": "auto", "optimizer": "adagrad", "l2": "auto"},
+			effective: map[string]string{"lr": "0.1", "classes": "2", "model": "logreg", "optimizer": "adagrad", "l2": "5e-05"}})
+	}
+	tmp := t.TempDir()
+	cfgs, err := GroupRuns(writeFixture(t, tmp, specs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var md bytes.Buffer
+	if err := WriteMarkdown(&md, cfgs, Summarize(cfgs), nil, DefaultOptions()); err != nil {
+		t.Fatal(err)
+	}
+	text := md.String()
+	for _, want := range []string{
+		"- model: model `logreg`, dim `1024`, classes `2`, optimizer `adagrad`, lr `0.1`, l2 `5e-05`\n",
+		"| lr | 0.1 (given: 0) |", "| classes | 2 (given: 0) |", "| l2 | 5e-05 (given: auto) |", "| optimizer | adagrad |",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("report.md lacks %q", want)
+		}
+	}
+	for _, bad := range []string{"lr `0`", "classes `0`", "Flags that differ"} {
+		if strings.Contains(text, bad) {
+			t.Errorf("report.md has %q:\n%s", bad, text)
+		}
+	}
+}
+
+// The curve plots start their y axis at 0, so a flat 21.2-21.3% error is
+// drawn flat rather than zoomed into a trend; curves that coincide (sync
+// master and ring) are all visible: each copy is drawn thinner with
+// smaller markers, and its legend entry names the curve it repeats.
+func TestCurvePlots(t *testing.T) {
+	curve := func(errs ...float64) []CurvePoint {
+		var c []CurvePoint
+		for i, e := range errs {
+			c = append(c, CurvePoint{Examples: int64(1000 * (i + 1)), Seconds: float64(i + 1),
+				Metrics: Metrics{TestError: Num(e), TestLogLoss: Num(2 * e)}})
+		}
+		return c
+	}
+	same := curve(0.2125, 0.2131, 0.2128)
+	bs := []BenchConfig{
+		{Name: "master/sync/b100", Curve: same},
+		{Name: "ring/sync/b100", Curve: same},
+		{Name: "ring/async/b100", Curve: curve(0.25, 0.22, 0.215)},
+	}
+	p, err := curves(bs, DefaultOptions(), testError, false)
+	if err != nil || p == nil {
+		t.Fatalf("curves: %v, %v", p, err)
+	}
+	if p.Y.Min != 0 || p.Y.Max < 25 || p.Y.Max > 100 {
+		t.Errorf("y axis %g..%g: want it from 0 to above the largest error (25%%), at most 100", p.Y.Min, p.Y.Max)
+	}
+	ss, _ := curveSeries(bs, testError, false)
+	if len(ss) != 3 || ss[1].same != 0 || ss[2].same != -1 || !(ss[0].width > ss[1].width) || !(ss[0].radius > ss[1].radius) ||
+		ss[2].width != ss[1].width {
+		t.Errorf("series %+v: want ring/sync to repeat master/sync, drawn thinner with smaller markers over it", ss)
+	}
+	tmp := t.TempDir()
+	if err := p.Save(10*vg.Centimeter, 6*vg.Centimeter, filepath.Join(tmp, "c.svg")); err != nil {
+		t.Fatal(err)
+	}
+	svg, _ := os.ReadFile(filepath.Join(tmp, "c.svg"))
+	if !strings.Contains(string(svg), "ring/sync/b100 (same curve as master/sync/b100)") {
+		t.Errorf("the legend does not say the ring curve repeats the master's")
+	}
+	if strings.Contains(string(svg), "ring/async/b100 (same") {
+		t.Errorf("a different curve is called the same")
+	}
+	ll, err := curves(bs, DefaultOptions(), testLogLoss, false)
+	if err != nil || ll == nil || ll.Y.Min != 0 || ll.Y.Max < 0.5 {
+		t.Errorf("log-loss plot %v (y %v..%v), %v: want one from 0 to above 0.5", ll, ll.Y.Min, ll.Y.Max, err)
+	}
+}
+
+func TestStepTicks(t *testing.T) {
+	cases := []struct {
+		lo, hi float64
+		want   []string
+	}{
+		{0, 27.5, []string{"0", "5", "10", "15", "20", "25"}},
+		{0, 0.66, []string{"0.0", "0.2", "0.4", "0.6"}},
+		{21.2, 21.3, []string{"21.20", "21.22", "21.24", "21.26", "21.28", "21.30"}},
+		{0, 100, []string{"0", "20", "40", "60", "80", "100"}},
+	}
+	for _, c := range cases {
+		var got []string
+		for _, tk := range (stepTicks{n: 6}).Ticks(c.lo, c.hi) {
+			if tk.Label != "" {
+				got = append(got, tk.Label)
+			}
+		}
+		if !slices.Equal(got, c.want) {
+			t.Errorf("ticks of %g..%g: %v, want %v", c.lo, c.hi, got, c.want)
+		}
 	}
 }
