@@ -575,6 +575,15 @@ func (c *Core) Debug() string {
 			fmt.Fprintf(&b, "  round %d contribution from %s/%x shards %v\n", r, short(k.from), k.member&0xffff, k.shards)
 		}
 	}
+	for _, k := range o.pending {
+		fmt.Fprintf(&b, "  pending %s from %s/%x req %d round %d through %d shards %v applied %v acks %d\n", k.op, short(k.from), k.member&0xffff, k.req, k.round, k.through, k.shards, k.applied, k.acks)
+	}
+	for _, d := range o.deferred {
+		fmt.Fprintf(&b, "  deferred %s from %s round %d config %d shards %v\n", d.msg.Op, short(d.from), d.msg.Round, d.msg.Config, d.msg.Shards)
+	}
+	for _, f := range o.fwd {
+		fmt.Fprintf(&b, "  forward to %s round %d shards %v tries %d\n", short(f.to), f.round, f.shards, f.tries)
+	}
 	for _, t := range c.cs.list {
 		fmt.Fprintf(&b, "  configuration %d start %d members %d crashed %d left %d\n", t.ID, t.Start, len(t.Members), len(t.Crashed), len(t.Left))
 	}

@@ -105,6 +105,17 @@ type owner struct {
 	sum, tmp model.Sparse
 }
 
+// deferMsg keeps a message to handle again later (once per request: a
+// message sent again while it waits replaces nothing).
+func (o *owner) deferMsg(from string, msg *wire.Core) {
+	for _, d := range o.deferred {
+		if d.from == from && d.msg.Op == msg.Op && d.msg.Req == msg.Req && d.msg.Round == msg.Round {
+			return
+		}
+	}
+	o.deferred = append(o.deferred, deferredMsg{from, msg.Clone(), o.c.tick})
+}
+
 type deferredMsg struct {
 	from string
 	msg  *wire.Core
@@ -191,7 +202,7 @@ func (o *owner) receive(from string, msg *wire.Core) {
 	c := o.c
 	cur := c.cs.cur()
 	if cur == nil || msg.Config > cur.ID {
-		o.deferred = append(o.deferred, deferredMsg{from, msg.Clone(), c.tick})
+		o.deferMsg(from, msg)
 		return
 	}
 	m, ok := o.memberOf(from, msg.Member)
@@ -344,7 +355,7 @@ func (o *owner) pushAsync(k *contribution) {
 	c := o.c
 	for _, s := range k.shards {
 		if o.awaiting[int(s)] != nil || !o.held.has(int(s)) {
-			o.deferred = append(o.deferred, deferredMsg{k.from, o.asMsg(k), c.tick})
+			o.deferMsg(k.from, o.asMsg(k))
 			return
 		}
 	}
@@ -370,7 +381,7 @@ func (o *owner) pushAsync(k *contribution) {
 		o.addPending(k)
 		return
 	case 3:
-		o.deferred = append(o.deferred, deferredMsg{k.from, o.asMsg(k), c.tick})
+		o.deferMsg(k.from, o.asMsg(k))
 		return
 	}
 	if k.examples > 0 && k.rows.Len() > 0 {
@@ -530,7 +541,7 @@ func (o *owner) applyRound(r uint64) bool {
 	// Shards this peer applies in round r now.
 	ready := newShardSet(c.shards)
 	for s := range c.shards {
-		if o.through[s] == r && o.held.has(s) && o.awaiting[s] == nil && c.routeMe(s, r) {
+		if o.through[s] == r && o.usable(s, r) && c.routeMe(s, r) {
 			ready.add(s)
 		}
 	}
@@ -659,6 +670,9 @@ func (o *owner) applyGroup(r uint64, t *tconf, ra *roundAcc, g shardSet) {
 	for _, s := range shards {
 		o.through[s] = r + 1
 		o.fresh.del(int(s))
+		if a := o.awaiting[int(s)]; a != nil && !a.takeover && a.round <= r+1 {
+			delete(o.awaiting, int(s)) // it got there itself (its route changed)
+		}
 	}
 	c.trace(TraceEvent{Kind: TraceApply, Shards: shards, Round: r, Members: ids})
 	if c.cfg.Gather == Full {
@@ -740,6 +754,17 @@ func addSparse(dst, a, b *model.Sparse, w int) {
 	}
 }
 
+// usable reports whether shard s's state here serves round r: held, and
+// not waiting for a state as of round r or earlier (a holder may wait for
+// the shard as of a later round, after handing it over meanwhile).
+func (o *owner) usable(s int, r uint64) bool {
+	if !o.held.has(s) {
+		return false
+	}
+	a := o.awaiting[s]
+	return a == nil || o.c.cfg.Mode == Sync && !a.takeover && a.round > r && r != Final
+}
+
 // waitingForward reports whether a forward of shard s's round r (sync)
 // waits for its acknowledgement.
 func (o *owner) waitingForward(s uint32, r uint64) bool {
@@ -768,7 +793,7 @@ func (o *owner) answerable(k *contribution) bool {
 		return false
 	}
 	for _, s := range k.shards {
-		if !o.held.has(int(s)) || o.awaiting[int(s)] != nil {
+		if !o.usable(int(s), k.through) {
 			return false
 		}
 	}
@@ -891,7 +916,7 @@ func (o *owner) forward(from string, msg *wire.Core) {
 	c := o.c
 	cur := c.cs.cur()
 	if cur == nil || msg.Config > cur.ID {
-		o.deferred = append(o.deferred, deferredMsg{from, msg.Clone(), c.tick})
+		o.deferMsg(from, msg)
 		return
 	}
 	if _, ok := o.memberOf(from, msg.Member); !ok || msg.RowWidth != c.width && msg.Rows.Len() > 0 {
@@ -913,8 +938,19 @@ func (o *owner) forward(from string, msg *wire.Core) {
 		}
 	}
 	for _, s := range msg.Shards {
-		if o.awaiting[int(s)] != nil || !o.held.has(int(s)) {
-			o.deferred = append(o.deferred, deferredMsg{from, msg.Clone(), c.tick})
+		a := o.awaiting[int(s)]
+		switch {
+		case a != nil && c.cfg.Mode == Sync && !a.takeover && a.round > msg.Round && !o.held.has(int(s)):
+			// The state this holder waits for is as of a later round: it
+			// includes this one.
+			c.send(from, &wire.Core{Op: wire.CoreAck, Req: msg.Req})
+			return
+		case a == nil && !o.held.has(int(s)) && c.cfg.Mode == Sync:
+			// Not a holder any more (handed over): nothing to apply to.
+			c.send(from, &wire.Core{Op: wire.CoreAck, Req: msg.Req})
+			return
+		case !o.usable(int(s), msg.Round):
+			o.deferMsg(from, msg)
 			return
 		}
 	}
@@ -943,7 +979,17 @@ func (o *owner) forward(from string, msg *wire.Core) {
 			}
 			c.trace(TraceEvent{Kind: TraceApply, Shards: msg.Shards, Round: msg.Round, Members: ids, Replica: true, Peer: from})
 		case !dup:
-			o.deferred = append(o.deferred, deferredMsg{from, msg.Clone(), c.tick})
+			// A gap: this replica missed a round (its route changed under
+			// it). Ask the sender for the shard as it is after this round.
+			for _, sh := range msg.Shards {
+				if o.through[sh] < msg.Round {
+					if a := o.awaiting[int(sh)]; a == nil || a.round < msg.Round+1 {
+						o.awaiting[int(sh)] = &await{round: msg.Round + 1, since: c.tick}
+					}
+					c.send(from, &wire.Core{Op: wire.CoreState, Flags: wire.FlagAsk, Shards: []uint32{sh}, Round: msg.Round + 1})
+				}
+			}
+			o.deferMsg(from, msg)
 			return
 		}
 	} else {
@@ -987,7 +1033,7 @@ func (o *owner) forward(from string, msg *wire.Core) {
 			}
 			c.stats.Replicated++
 		case 3:
-			o.deferred = append(o.deferred, deferredMsg{from, msg.Clone(), c.tick})
+			o.deferMsg(from, msg)
 			return
 		}
 	}

@@ -34,11 +34,19 @@ func (c *Core) applyConfig(t *tconf) {
 	prev := c.cs.cur()
 	// Where round Start-1 of each shard went before t: a crash in t moves
 	// it to a promoted peer, which takes the shard over.
-	var oldRoute [][]string
-	if prev != nil && c.cfg.Mode == Sync && t.Start > 0 && len(t.Crashed) > 0 {
-		oldRoute = make([][]string, c.shards)
-		for s := range oldRoute {
-			oldRoute[s] = c.holdersAt(s, t.Start-1)
+	// The rounds that may still be unapplied somewhere: from the one
+	// before this worker's clock (sync workers are within one round of
+	// each other) to Start-1.
+	var oldRoute map[uint64][][]string
+	if prev != nil && c.cfg.Mode == Sync && t.Start > 0 && len(t.Crashed) > 0 && c.joined {
+		oldRoute = map[uint64][][]string{}
+		lo := max(c.w.first, c.w.clock) - min(max(c.w.first, c.w.clock), 1)
+		for r := lo; r < t.Start; r++ {
+			rs := make([][]string, c.shards)
+			for s := range rs {
+				rs[s] = c.holdersAt(s, r)
+			}
+			oldRoute[r] = rs
 		}
 	}
 	c.cs.add(t)
@@ -123,7 +131,7 @@ func (c *Core) holdersAt(s int, r uint64) []string {
 // because its route crashed (sync): the new route waits for the shard from
 // the survivors that held it (the first of them owes it, as it is), or,
 // when none survived, restarts it at the first round it is sent.
-func (o *owner) takeovers(oldRoute [][]string, t *tconf) {
+func (o *owner) takeovers(oldRoute map[uint64][][]string, t *tconf) {
 	c := o.c
 	if oldRoute == nil || !c.joined {
 		return
@@ -132,33 +140,40 @@ func (o *owner) takeovers(oldRoute [][]string, t *tconf) {
 	for _, m := range t.Crashed {
 		crashed[m.Peer] = true
 	}
+	rounds := make([]uint64, 0, len(oldRoute))
+	for r := range oldRoute {
+		rounds = append(rounds, r)
+	}
+	slices.Sort(rounds)
 	for s := range c.shards {
-		old := oldRoute[s]
-		if !crashed[old[0]] {
-			continue
-		}
-		nr := c.cs.route(s, t.Start-1)
-		var survivors []string
-		for _, h := range old[1:] {
-			if !crashed[h] {
-				survivors = append(survivors, h)
+		for _, r := range rounds {
+			old := oldRoute[r][s]
+			if !crashed[old[0]] {
+				continue
 			}
-		}
-		if c.routeMe(s, t.Start-1) && !o.held.has(s) {
-			a := &await{since: c.tick, takeover: true}
-			prev := c.cs.at(t.Start - 1)
-			for _, h := range survivors {
-				if m, ok := prev.member(h); ok {
-					a.from = append(a.from, m)
-				} else if m, ok := t.member(h); ok {
-					a.from = append(a.from, m)
+			var survivors []string
+			for _, h := range old[1:] {
+				if !crashed[h] {
+					survivors = append(survivors, h)
 				}
 			}
-			o.awaiting[s] = a
-			continue
-		}
-		if len(survivors) > 0 && c.isMeIn(survivors[0], c.cs.at(t.Start-1)) && !c.routeMe(s, t.Start-1) && o.held.has(s) {
-			o.addOwe(owe{to: nr, shard: s, takeover: true})
+			if c.routeMe(s, r) && !o.held.has(s) {
+				a := &await{since: c.tick, takeover: true}
+				at := c.cs.at(r)
+				for _, h := range survivors {
+					if m, ok := at.member(h); ok {
+						a.from = append(a.from, m)
+					} else if m, ok := t.member(h); ok {
+						a.from = append(a.from, m)
+					}
+				}
+				o.awaiting[s] = a
+				break
+			}
+			if len(survivors) > 0 && c.isMeIn(survivors[0], c.cs.at(r)) && !c.routeMe(s, r) && o.held.has(s) {
+				o.addOwe(owe{to: c.cs.route(s, r), shard: s, takeover: true})
+				break
+			}
 		}
 	}
 }
@@ -346,7 +361,7 @@ func (o *owner) onAsk(from string, msg *wire.Core) {
 	if cur == nil || !c.joined {
 		return // it asks again
 	}
-	if !cur.isMember(from, msg.Member) || !cur.holds(from, s) || !c.routeMe(s, msg.Round-1) {
+	if _, ok := o.memberOf(from, msg.Member); !ok || !o.heldBy(from, s) || !c.routeMe(s, msg.Round-1) {
 		c.stats.Rejected++
 		return
 	}
@@ -368,7 +383,7 @@ func (o *owner) payOwes() bool {
 			progress = true
 			continue // gone
 		}
-		if !o.held.has(w.shard) || o.awaiting[w.shard] != nil {
+		if !o.usable(w.shard, min(w.round, o.through[w.shard])) {
 			keep = append(keep, w)
 			continue
 		}
@@ -440,7 +455,7 @@ func (o *owner) state(from string, msg *wire.Core) {
 	}
 	cur := c.cs.cur()
 	if cur == nil || msg.Config > cur.ID {
-		o.deferred = append(o.deferred, deferredMsg{from, msg.Clone(), c.tick})
+		o.deferMsg(from, msg)
 		return
 	}
 	if len(msg.Shards) != 1 || int(msg.Shards[0]) >= c.shards {
@@ -552,7 +567,10 @@ func (o *owner) promoteLost() bool {
 	progress := false
 	for _, s := range sortedInts(o.awaiting) {
 		a := o.awaiting[s]
-		timeout := c.tick-a.since > uint64(16*c.cfg.RetryTicks)
+		// Only the peer that applies the round before restarts a lost
+		// shard (a takeover): a new holder waits for whoever does, since
+		// two holders restarting it on their own would disagree.
+		timeout := c.tick-a.since > uint64(16*c.cfg.RetryTicks) && (a.takeover || c.cfg.Mode != Sync)
 		if !timeout && o.mayStillCome(s) {
 			continue
 		}

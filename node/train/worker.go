@@ -438,10 +438,10 @@ func (w *worker) pullRound(r uint64) {
 		return // no data: nothing to wait for
 	}
 	ws.keys = b.keys
+	// The values as of round r's start are where round r is applied: its
+	// owner cannot apply it before this worker contributes, and a shard
+	// handed over at round r arrives there as of exactly that point.
 	vr := r
-	if vr > 0 {
-		vr-- // values as of round r-1's end live where round r-1 is applied
-	}
 	owners, idx := w.owners(vr, nil)
 	if c.cfg.Gather == Full {
 		// The first round reads the read copy: it must hold every shard
@@ -734,9 +734,6 @@ func (w *worker) serveFetches() bool {
 			through = Final
 		}
 		vr := w.clock
-		if vr > 0 {
-			vr--
-		}
 		owners, idx := w.owners(vr, nil)
 		if !w.final && c.cfg.Mode != Sync {
 			owners, idx = w.owners(0, nil)

@@ -66,6 +66,8 @@ type Options struct {
 	Encode bool
 	// Bytes counts the bytes each peer receives, as encoded on the wire.
 	Bytes bool
+	// DumpAt, when > 0, logs every core's state at that tick (Record).
+	DumpAt int
 }
 
 // Faults is what goes wrong during the chaos window (the first Chaos
@@ -346,6 +348,13 @@ func (s *sim) run() {
 			s.handle(p)
 		}
 		s.checkBuffers()
+		if s.tick == s.o.DumpAt {
+			for _, p := range s.procs {
+				if p.running {
+					s.logf("DUMP %s/%x: %s", p.peer, p.member&0xffff, p.core.Debug())
+				}
+			}
+		}
 		if s.allDone() {
 			break
 		}

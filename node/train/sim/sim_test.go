@@ -13,7 +13,8 @@ import (
 var (
 	seedFlag  = flag.Uint64("seed", 0, "replay this seed only (with -v: its event trace)")
 	seedsFlag = flag.Int("seeds", 0, "seeds per mix (0: the CI default; thousands for a soak)")
-	mixFlag   = flag.String("mix", "", "run only the mixes whose name contains this")
+	mixFlag   = flag.String("mix", "", "run only the mixes whose name starts with this")
+	dumpFlag  = flag.Int("dump", 0, "with -seed: log every core's state at this tick")
 )
 
 // mix is a family of schedules: one configuration of the run and of its
@@ -131,6 +132,7 @@ func TestSeeds(t *testing.T) {
 			}
 			o := mx.opts(seed)
 			o.Record = *seedFlag != 0 && testing.Verbose()
+			o.DumpAt = *dumpFlag
 			res := Run(o)
 			runs++
 			if res.Failed() {
