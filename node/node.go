@@ -53,6 +53,7 @@ type Node struct {
 
 	host   host.Host
 	bw     *bandwidth // bytes on every libp2p stream
+	nat    *natState  // relays, AutoNAT, hole punching; connection kinds
 	ps     *pubsub.PubSub
 	tr     *tracer
 	gater  *gater
@@ -185,12 +186,19 @@ func (n *Node) masterID() string {
 // whatever started.
 func (n *Node) startNet(psk pnet.PSK) error {
 	n.bw = newBandwidth()
-	h, err := buildHost(&n.cfg, n.key, psk, n.gater, n.bw, n.log)
+	n.nat = newNATState(&n.cfg, n.log)
+	h, err := buildHost(&n.cfg, n.key, psk, n.gater, n.bw, n.log, n.nat.hostOptions()...)
 	if err != nil {
 		return err
 	}
 	n.host = h
+	if err := n.nat.start(h); err != nil {
+		return err
+	}
 	n.dialer = newDialer(h, &n.cfg, n.log) // before gossipsub: its score inspector may block peers
+	if n.nat.mode != NATOff {
+		n.dialer.connect = n.dialer.connectOrRelay
+	}
 	libLog := slog.New(zerolog.NewSlogHandler(n.log.With().Str("component", "pubsub").Logger().Level(max(n.log.GetLevel(), n.cfg.LibLogLevel))))
 	n.ps, err = newPubSub(n.ctx, h, &n.cfg, n.tr, libLog, n.inspectScores)
 	if err != nil {
@@ -517,7 +525,9 @@ func (n *Node) handleHello(s network.Stream) {
 }
 
 func (n *Node) checkHello(p peer.ID, theirs hello) {
-	if err := compatible(n.cfg.hello(), theirs); err != nil {
+	err := compatible(n.cfg.hello(), theirs)
+	defer n.nat.helloDone(p, err == nil && theirs.Job == n.cfg.Job)
+	if err != nil {
 		n.refused.Add(1)
 		n.log.Error().Str("peer", p.String()).Err(err).Dur("blocked_for", n.cfg.BlockFor).Msg("refusing peer")
 		n.block(p)
@@ -625,6 +635,9 @@ func (n *Node) shutdown() error {
 	}
 	n.wg.Wait()
 	n.closeSubscribers()
+	if n.nat != nil {
+		n.nat.close()
+	}
 	if n.host != nil {
 		errs = append(errs, n.host.Close())
 	}

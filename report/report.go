@@ -155,6 +155,10 @@ type Summary struct {
 	HandoffBytes   int64   `json:"handoff_bytes"`   // shard state received from previous owners
 	Checkpoints    int     `json:"checkpoints"`     // checkpoints written
 	ResumedAt      uint64  `json:"resumed_at"`      // the checkpoint round a --resume continued from
+	// Connections says, for every peer of the job this peer was connected
+	// to, how their traffic travelled: "direct", "hole_punched" (direct
+	// after a hole punch through NATs) or "relayed" (through a --relay peer).
+	Connections map[string]string `json:"connections,omitempty"`
 }
 
 // Writer appends records to a report file, one JSON object per line, and
