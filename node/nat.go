@@ -157,6 +157,7 @@ type natState struct {
 	changed   chan struct{}        // closed and replaced whenever hellos changes
 	punched   map[peer.ID]bool     // a hole punch with the peer succeeded; cleared when it disconnects
 	last      map[peer.ID]ConnKind // job peers: how the connection was the last time it was open
+	logged    map[peer.ID]ConnKind // the kind last logged, per job peer
 	reach     network.Reachability // AutoNAT v1's verdict (or the forced one)
 	reachable []string             // addresses AutoNAT v2 confirmed reachable
 	relays    []string             // relays this peer holds a reservation with (from its circuit addresses)
@@ -180,6 +181,7 @@ func newNATState(cfg *Config, log zerolog.Logger) *natState {
 		changed: make(chan struct{}),
 		punched: map[peer.ID]bool{},
 		last:    map[peer.ID]ConnKind{},
+		logged:  map[peer.ID]ConnKind{},
 		done:    make(chan struct{}),
 	}
 }
@@ -490,6 +492,7 @@ func (t *natState) connChanged(p peer.ID) {
 	if len(conns) == 0 {
 		delete(t.punched, p)
 		delete(t.hellos, p) // the next connection says hello again
+		delete(t.logged, p)
 		t.mu.Unlock()
 		return
 	}
@@ -499,9 +502,9 @@ func (t *natState) connChanged(p peer.ID) {
 	// relayCloseGrace, and the kind is logged then.
 	replaced := kind != ConnRelayed && slices.ContainsFunc(conns, func(c network.Conn) bool { return isRelayed(c.RemoteMultiaddr()) })
 	if t.hellos[p] {
-		prev := t.last[p]
 		t.last[p] = kind
-		if prev != kind && !replaced {
+		if t.logged[p] != kind && !replaced {
+			t.logged[p] = kind
 			t.log.Info().Str("peer", p.String()).Str("connection", string(kind)).Msg("connection to a job peer")
 		}
 	}
