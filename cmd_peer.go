@@ -193,6 +193,12 @@ Large clusters: libp2p's resource manager allows 8 connections from one IP
 address. When many peers reach each other through one public address (one NAT),
 raise --conn-limit to about the number of peers behind it. Loopback is exempt.
 
+Peers behind NAT (--nat auto, the default off loopback): a peer that AutoNAT
+finds unreachable reserves a slot on a --relay peer of the job, the others
+reach it through that relay, and hole punching then connects them directly
+where the NATs allow it. Give --relay to a peer with a public address.
+'gossiptrain status' lists each connection as direct, hole_punched or relayed.
+
 Private swarms: 'gossiptrain keygen --swarm swarm.key', copy the file to every
 peer (mode 0600), and pass --swarm-key swarm.key: peers without the key cannot
 connect. libp2p private networks run over TCP only.`
@@ -201,6 +207,8 @@ connect. libp2p private networks run over TCP only.`
   # VMs 2..N
   gossiptrain peer --job ctr1 --listen /ip4/0.0.0.0/tcp/4001 --identity ~/.gossiptrain/key \
       --peer /ip4/10.0.0.5/tcp/4001/p2p/12D3Koo…
+  # a cloud VM that relays for peers behind NAT (home, lab)
+  gossiptrain peer --job ctr1 --listen /ip4/0.0.0.0/tcp/4001 --relay
   # on a LAN, no addresses at all
   gossiptrain peer --job ctr1 --mdns
   # ask a running peer
