@@ -218,22 +218,30 @@ func TestNATTraversalInNetworkNamespaces(t *testing.T) {
 	}
 	idents := newIdentities(t, 3) // pub, a, b
 
+	swarmKey := filepath.Join(dir, "swarm.key")
+	if out, err := exec.Command(bin, "keygen", "--swarm", swarmKey).CombinedOutput(); err != nil {
+		t.Fatalf("keygen: %v: %s", err, out)
+	}
 	for _, tc := range []struct {
 		name, masq string
-		want       string // the kind A and B report for each other
+		flags      []string // for every peer
+		want       string   // the kind A and B report for each other
 	}{
-		{"cone", "", "hole_punched"},
-		{"symmetric", "random", "relayed"},
+		{"cone", "", nil, "hole_punched"},
+		{"symmetric", "random", nil, "relayed"},
+		// A private swarm runs over TCP only: relaying and hole punching
+		// (TCP simultaneous open) through the swarm key's protection.
+		{"cone-swarm-key", "", []string{"--swarm-key", swarmKey}, "hole_punched"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			nw := setupNATNet(t, tc.name[:1], tc.masq)
-			natTrain(t, bin, nw, dir, idents, tc.want)
+			nw := setupNATNet(t, tc.name[:1]+strconv.Itoa(len(tc.name)), tc.masq)
+			natTrain(t, bin, nw, dir, idents, tc.flags, tc.want)
 		})
 	}
 }
 
 // natTrain runs the job in nw and checks the reports and A's live status.
-func natTrain(t *testing.T, bin string, nw natNet, dir string, idents *identities, want string) {
+func natTrain(t *testing.T, bin string, nw natNet, dir string, idents *identities, flags []string, want string) {
 	out := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -247,6 +255,7 @@ func natTrain(t *testing.T, bin string, nw natNet, dir string, idents *identitie
 			"--test", filepath.Join(dir, "data", "test.svm"), "--dim", "65536", "--epochs", "10", "--batch", "100",
 			"--listen", "/ip4/0.0.0.0/tcp/4001,/ip4/0.0.0.0/udp/4001/quic-v1", "--status-addr", "127.0.0.1:7070",
 			"--report", filepath.Join(out, name+".jsonl")}
+		args = append(args, flags...)
 		if name == "pub" {
 			args = append(args, "--relay")
 		} else {
