@@ -505,7 +505,11 @@ func (t *natState) connChanged(p peer.ID) {
 		t.last[p] = kind
 		if t.logged[p] != kind && !replaced {
 			t.logged[p] = kind
-			t.log.Info().Str("peer", p.String()).Str("connection", string(kind)).Msg("connection to a job peer")
+			ev := t.log.Info() // relayed and hole punched are news; direct is the rule
+			if kind == ConnDirect {
+				ev = t.log.Debug()
+			}
+			ev.Str("peer", p.String()).Str("connection", string(kind)).Msg("connection to a job peer")
 		}
 	}
 	t.mu.Unlock()
