@@ -297,7 +297,10 @@ func natTrain(t *testing.T, bin string, nw natNet, dir string, idents *identitie
 	runs := map[string]*report.Run{}
 	for _, p := range peers {
 		if p.err != nil {
-			t.Fatalf("peer %s: %v\n%s", p.name, p.err, tail(p.log.String(), 4000))
+			for _, q := range peers {
+				t.Logf("peer %s (%v): NAT log:\n%s\nlog tail:\n%s", q.name, q.err, natLogLines(q), tail(q.log.String(), 3000))
+			}
+			t.Fatalf("peer %s: %v", p.name, p.err)
 		}
 		run, err := report.ReadFile(filepath.Join(out, p.name+".jsonl"))
 		if err != nil || run.Summary == nil {

@@ -124,6 +124,11 @@ const (
 	// direct one to the same peer appeared, so a hole punch's own
 	// bookkeeping on it completes.
 	relayCloseGrace = time.Second
+	// pubsubCheckDelay is how long after a relayed connection closed (a
+	// direct one staying) gossipsub's view of the peer is checked; its
+	// writers restart within milliseconds, or 100ms+ after a second
+	// failure.
+	pubsubCheckDelay = 3 * time.Second
 )
 
 // effectiveNAT resolves NATAuto to NATOff when every listen address is
@@ -151,16 +156,21 @@ type natState struct {
 	relay bool    // offer relaying (Config.Relay)
 	log   zerolog.Logger
 
-	mu        sync.Mutex
-	h         host.Host
-	hellos    map[peer.ID]bool     // hello finished on the current connection: true when the peer is of this job
-	changed   chan struct{}        // closed and replaced whenever hellos changes
-	punched   map[peer.ID]bool     // a hole punch with the peer succeeded; cleared when it disconnects
-	last      map[peer.ID]ConnKind // job peers: how the connection was the last time it was open
-	logged    map[peer.ID]ConnKind // the kind last logged, per job peer
-	reach     network.Reachability // AutoNAT v1's verdict (or the forced one)
-	reachable []string             // addresses AutoNAT v2 confirmed reachable
-	relays    []string             // relays this peer holds a reservation with (from its circuit addresses)
+	mu       sync.Mutex
+	h        host.Host
+	hellos   map[peer.ID]bool     // hello finished on the current connection: true when the peer is of this job
+	changed  chan struct{}        // closed and replaced whenever hellos changes
+	punched  map[peer.ID]bool     // a hole punch with the peer succeeded; cleared when it disconnects
+	last     map[peer.ID]ConnKind // job peers: how the connection was the last time it was open
+	logged   map[peer.ID]ConnKind // the kind last logged, per job peer
+	hadRelay map[peer.ID]bool     // a relayed connection to the peer was open at the last change
+	// subscribed reports whether gossipsub knows the peer's subscriptions
+	// (it lists the peer on the job's members topic); nil until the node
+	// has its gossipsub.
+	subscribed func(peer.ID) bool
+	reach      network.Reachability // AutoNAT v1's verdict (or the forced one)
+	reachable  []string             // addresses AutoNAT v2 confirmed reachable
+	relays     []string             // relays this peer holds a reservation with (from its circuit addresses)
 
 	svc  *relayv2.Relay
 	subs []event.Subscription
@@ -170,20 +180,25 @@ type natState struct {
 	punchOK, punchFailed        atomic.Uint64 // hole punch attempts
 	relayReserved, relayRefused atomic.Uint64 // reservations granted and refused by this peer's relay
 	relayCircuits               atomic.Uint64 // relayed connections this peer's relay admitted
+	closeGrace                  atomic.Int64  // relayCloseGrace in ns (tests lengthen it)
+	pubsubRepairs               atomic.Uint64 // gossipsub streams restarted because it lost a peer's subscriptions
 }
 
 func newNATState(cfg *Config, log zerolog.Logger) *natState {
-	return &natState{
-		mode:    cfg.effectiveNAT(),
-		relay:   cfg.Relay,
-		log:     log.With().Str("component", "nat").Logger(),
-		hellos:  map[peer.ID]bool{},
-		changed: make(chan struct{}),
-		punched: map[peer.ID]bool{},
-		last:    map[peer.ID]ConnKind{},
-		logged:  map[peer.ID]ConnKind{},
-		done:    make(chan struct{}),
+	t := &natState{
+		mode:     cfg.effectiveNAT(),
+		relay:    cfg.Relay,
+		log:      log.With().Str("component", "nat").Logger(),
+		hellos:   map[peer.ID]bool{},
+		changed:  make(chan struct{}),
+		punched:  map[peer.ID]bool{},
+		last:     map[peer.ID]ConnKind{},
+		logged:   map[peer.ID]ConnKind{},
+		hadRelay: map[peer.ID]bool{},
+		done:     make(chan struct{}),
 	}
+	t.closeGrace.Store(int64(relayCloseGrace))
+	return t
 }
 
 // hostOptions are the libp2p options of the mode.
@@ -493,14 +508,18 @@ func (t *natState) connChanged(p peer.ID) {
 		delete(t.punched, p)
 		delete(t.hellos, p) // the next connection says hello again
 		delete(t.logged, p)
+		delete(t.hadRelay, p)
 		t.mu.Unlock()
 		return
 	}
 	kind := kindOf(conns, t.punched[p])
+	relayNow := slices.ContainsFunc(conns, func(c network.Conn) bool { return isRelayed(c.RemoteMultiaddr()) })
+	relayGone := t.hadRelay[p] && !relayNow && kind != ConnRelayed && t.hellos[p]
+	t.hadRelay[p] = relayNow
 	// A direct connection next to a relayed one is a hole punch (or a
 	// direct dial) that just succeeded: the relayed one closes after
 	// relayCloseGrace, and the kind is logged then.
-	replaced := kind != ConnRelayed && slices.ContainsFunc(conns, func(c network.Conn) bool { return isRelayed(c.RemoteMultiaddr()) })
+	replaced := kind != ConnRelayed && relayNow
 	if t.hellos[p] {
 		t.last[p] = kind
 		if t.logged[p] != kind && !replaced {
@@ -514,12 +533,65 @@ func (t *natState) connChanged(p peer.ID) {
 	}
 	t.mu.Unlock()
 	if replaced {
-		time.AfterFunc(relayCloseGrace, func() { t.closeRelayed(p) })
+		time.AfterFunc(time.Duration(t.closeGrace.Load()), func() { t.closeRelayed(p) })
+	}
+	if relayGone {
+		time.AfterFunc(pubsubCheckDelay, func() { t.checkPubSub(p) })
+	}
+}
+
+// setSubscribed installs the check of gossipsub's view (Node, once its
+// gossipsub runs).
+func (t *natState) setSubscribed(f func(peer.ID) bool) {
+	t.mu.Lock()
+	t.subscribed = f
+	t.mu.Unlock()
+}
+
+// checkPubSub runs on both peers pubsubCheckDelay after their relayed
+// connection closed: if gossipsub lost p's subscriptions anyway (its
+// writers restarted in an order that made it forget them, see
+// closeRelayed), it resets every gossipsub stream with p once more. Both
+// writers then restart after gossipsub's backoff (100ms and more for a
+// second restart), long after each side has forgotten the other, so each
+// learns the other's subscriptions from the new streams' hellos.
+func (t *natState) checkPubSub(p peer.ID) {
+	select {
+	case <-t.done:
+		return
+	default:
+	}
+	t.mu.Lock()
+	f, job := t.subscribed, t.hellos[p]
+	t.mu.Unlock()
+	conns := t.h.Network().ConnsToPeer(p)
+	if f == nil || !job || kindOf(conns, false) != ConnDirect || f(p) {
+		return
+	}
+	t.pubsubRepairs.Add(1)
+	t.log.Info().Str("peer", p.String()).Msg("gossipsub lost the peer's subscriptions when the relayed connection closed: restarting its gossipsub streams")
+	for _, c := range conns {
+		for _, s := range c.GetStreams() {
+			if isPubSubStream(s) {
+				_ = s.Reset()
+			}
+		}
 	}
 }
 
 // closeRelayed closes p's relayed connections if a direct one is still
 // open.
+//
+// gossipsub (v0.17) needs help here. When the stream it writes to a peer
+// dies while the peer stays connected, it forgets the peer's subscriptions
+// and opens a new stream, and it learns them again only if the peer's own
+// writer restarts too. If the two writers sat on different connections
+// (one opened on the relayed connection, the other on the direct one that
+// appeared meanwhile: a matter of scheduling), closing the relayed
+// connection would leave one side publishing nothing to the other for the
+// rest of the run. So when a gossipsub stream dies with the relayed
+// connection, the gossipsub streams on the direct connections are reset
+// too, and both sides start afresh and announce their subscriptions.
 func (t *natState) closeRelayed(p peer.ID) {
 	select {
 	case <-t.done:
@@ -530,12 +602,34 @@ func (t *natState) closeRelayed(p peer.ID) {
 	if !slices.ContainsFunc(conns, func(c network.Conn) bool { return !isRelayed(c.RemoteMultiaddr()) }) {
 		return
 	}
+	var pubsubLost bool
 	for _, c := range conns {
 		if isRelayed(c.RemoteMultiaddr()) {
+			pubsubLost = pubsubLost || slices.ContainsFunc(c.GetStreams(), isPubSubStream)
 			t.log.Debug().Str("peer", p.String()).Str("addr", c.RemoteMultiaddr().String()).Msg("closing the relayed connection: a direct one replaced it")
 			_ = c.Close()
 		}
 	}
+	if !pubsubLost {
+		return
+	}
+	for _, c := range conns {
+		if isRelayed(c.RemoteMultiaddr()) {
+			continue
+		}
+		for _, s := range c.GetStreams() {
+			if isPubSubStream(s) {
+				_ = s.Reset()
+			}
+		}
+	}
+}
+
+// isPubSubStream reports whether s is one of gossipsub's (or floodsub's)
+// long-lived streams.
+func isPubSubStream(s network.Stream) bool {
+	p := string(s.Protocol())
+	return strings.HasPrefix(p, "/meshsub/") || strings.HasPrefix(p, "/floodsub/")
 }
 
 // punchTracer receives go-libp2p's hole punching events.

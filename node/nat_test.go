@@ -5,12 +5,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/libp2p/go-libp2p"
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -211,4 +214,99 @@ func TestRelayOnlyForTheJob(t *testing.T) {
 func fmtJSON(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
+}
+
+// TestGossipsubSurvivesClosingTheRelayedConnection: after a hole punch the
+// relayed connection is closed. When the two peers' gossipsub writers sat
+// on different connections, gossipsub alone would forget the peer's
+// subscriptions for good (see closeRelayed); both sides must still know
+// each other's subscriptions afterwards.
+func TestGossipsubSurvivesClosingTheRelayedConnection(t *testing.T) {
+	log, _ := testLog(t)
+	rc := fastConfig("natjob")
+	rc.Relay = true
+	r := startNode(t, rc, log, "relay")
+	boot := r.Addrs()[0]
+	ac := fastConfig("natjob")
+	ac.NAT, ac.Peers = NATPrivate, []string{boot}
+	a := startNode(t, ac, log, "a")
+	a.nat.closeGrace.Store(int64(time.Hour)) // the test closes the relayed connection itself
+	waitFor(t, 30*time.Second, func() (bool, string) {
+		return r.Status().NAT.RelayReservations >= 1, "a holds no relay reservation"
+	})
+
+	// b: a bare host that speaks the hello and gossipsub, subscribed to the
+	// job's members topic, reaching a through the relay only.
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	b := helloHost(t, "natjob", rc.MaxMessageSize)
+	ps, err := pubsub.NewGossipSub(ctx, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	topic := MembersTopic("natjob")
+	tp, err := ps.Join(topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tp.Subscribe(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Connect(ctx, peer.AddrInfo{ID: r.Self(), Addrs: r.Host().Addrs()}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, func() (bool, string) { return r.nat.jobPeer(b.ID(), 0), "no hello between the relay and b" })
+	// b's side of the NAT logic, as a Node runs it (b says no hello itself:
+	// it is told a is of its job).
+	bc := fastConfig("natjob")
+	bc.NAT = NATPrivate
+	nb := newNATState(&bc, log.With().Str("node", "b").Logger())
+	nb.closeGrace.Store(int64(time.Hour))
+	if err := nb.start(b); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nb.close)
+	nb.setSubscribed(func(p peer.ID) bool { return slices.Contains(ps.ListPeers(topic), p) })
+	if err := b.Connect(ctx, peer.AddrInfo{ID: a.Self(), Addrs: []ma.Multiaddr{ma.StringCast(boot + "/p2p-circuit")}}); err != nil {
+		t.Fatal(err)
+	}
+	nb.helloDone(a.Self(), true)
+	knowEachOther := func() (bool, string) {
+		ab, ba := slices.Contains(a.PubSub().ListPeers(topic), b.ID()), slices.Contains(ps.ListPeers(topic), a.Self())
+		return ab && ba, fmt.Sprintf("a knows b's subscription to the members topic: %v; b knows a's: %v", ab, ba)
+	}
+	waitFor(t, 20*time.Second, knowEachOther)
+
+	// A direct connection appears (as a hole punch makes one), and b's
+	// gossipsub writer moves to it while a's stays on the relayed one.
+	if err := b.Connect(network.WithForceDirectDial(ctx, "test"), peer.AddrInfo{ID: a.Self(), Addrs: a.Host().Addrs()}); err != nil {
+		t.Fatal(err)
+	}
+	streams := func(relayed bool, dir network.Direction) []network.Stream {
+		var out []network.Stream
+		for _, c := range b.Network().ConnsToPeer(a.Self()) {
+			if isRelayed(c.RemoteMultiaddr()) == relayed {
+				for _, s := range c.GetStreams() {
+					if isPubSubStream(s) && s.Stat().Direction == dir {
+						out = append(out, s)
+					}
+				}
+			}
+		}
+		return out
+	}
+	if len(streams(true, network.DirOutbound)) != 1 || len(streams(true, network.DirInbound)) != 1 {
+		t.Fatalf("b's gossipsub streams on the relayed connection: %d out, %d in; want 1 and 1",
+			len(streams(true, network.DirOutbound)), len(streams(true, network.DirInbound)))
+	}
+	streams(true, network.DirOutbound)[0].Reset()
+	waitFor(t, 20*time.Second, func() (bool, string) {
+		return len(streams(false, network.DirOutbound)) == 1, "b's gossipsub writer did not move to the direct connection"
+	})
+
+	a.nat.closeRelayed(b.ID())
+	if k := kindOf(a.Host().Network().ConnsToPeer(b.ID()), false); k != ConnDirect {
+		t.Fatalf("after closeRelayed a's connection to b is %q, want direct", k)
+	}
+	waitFor(t, 20*time.Second, knowEachOther)
 }

@@ -204,6 +204,8 @@ func (n *Node) startNet(psk pnet.PSK) error {
 	if err != nil {
 		return err
 	}
+	membersTopic := MembersTopic(n.cfg.Job)
+	n.nat.setSubscribed(func(p peer.ID) bool { return slices.Contains(n.ps.ListPeers(membersTopic), p) })
 	// Hello first, so that no connection goes unchecked.
 	h.SetStreamHandler(HelloProtocol, n.handleHello)
 	h.Network().Notify(&network.NotifyBundle{
