@@ -323,7 +323,9 @@ func statusCmd() *command {
 	c.help = `
 Ask the peer whose --status-addr is HOST:PORT (logged at its start) for its
 view: peer ID, addresses, epoch, members, owned shards, topology, whether the
-members agree, and counters of rejected messages and gossipsub drops.`
+members agree, counters of rejected messages and gossipsub drops, its NAT
+state (reachability, relays, hole punches) and how each connection travels:
+direct, hole_punched (direct through NATs) or relayed.`
 	c.example = `  gossiptrain status 127.0.0.1:7070
   gossiptrain status --json 127.0.0.1:7070 | jq .members`
 	c.run = func(c *command, args []string) error {
