@@ -27,6 +27,8 @@ type peerFlags struct {
 	valQueue        int
 	gossipHeartbeat time.Duration
 	statusAddr      string
+	nat             string
+	relay           bool
 
 	peers     listFlag
 	peersFile string
@@ -60,6 +62,8 @@ func (p *peerFlags) register(c *command) {
 		fs.IntVar(&p.outQueue, "outbound-queue", def.OutboundQueueSize, "gossipsub's outgoing queue per peer, in `messages`; overflow is dropped and counted")
 		fs.IntVar(&p.valQueue, "validate-queue", def.ValidateQueueSize, "gossipsub's queue of incoming `messages` awaiting validation; overflow is dropped and counted")
 		fs.DurationVar(&p.gossipHeartbeat, "gossip-heartbeat", def.GossipSub.HeartbeatInterval, "gossipsub's mesh maintenance `interval` (meshes form and repair at these heartbeats)")
+		fs.StringVar(&p.nat, "nat", string(def.NAT), "`MODE` for peers behind NAT: auto finds out with AutoNAT whether other peers can dial this one;\nif not, it reserves a slot on a --relay peer of the job and hole punching (DCUtR) then turns\nrelayed connections into direct ones. private and public skip the detection (private: reserve\na relay slot at once; public: never). off: direct connections only. auto is off when every\n--listen address is loopback. 'gossiptrain status' shows each connection: direct,\nhole_punched or relayed")
+		fs.BoolVar(&p.relay, "relay", false, "relay for this job's peers (libp2p circuit relay v2), and for no one else: peers that cannot\ndial each other talk through this peer until hole punching connects them. Give it to peers\nevery other peer can reach (a public address)")
 		fs.StringVar(&p.statusAddr, "status-addr", "127.0.0.1:0", "serve this peer's status as JSON on http://`HOST:PORT`/status ('gossiptrain status HOST:PORT');\nport 0 picks a free port (logged); empty turns it off")
 	})
 	c.group("Discovery", func(fs *flag.FlagSet) {
@@ -96,7 +100,7 @@ var peerConfigFlag = map[string]string{
 	"VNodes": "vnodes", "Shards": "shards", "Replicas": "replicas", "Topology": "topology", "Master": "master",
 	"StatusAddr": "status-addr", "ConnLimit": "conn-limit", "MaxMessageSize": "max-message-size",
 	"OutboundQueueSize": "outbound-queue", "ValidateQueueSize": "validate-queue", "GossipSub": "gossip-heartbeat",
-	"RedialMax": "redial-max",
+	"RedialMax": "redial-max", "NAT": "nat", "Relay": "relay",
 }
 
 // flagError turns a node.FieldError into a usage error naming the flag.
@@ -127,6 +131,7 @@ func (p *peerFlags) config() (node.Config, error) {
 	}
 	cfg.Topology, cfg.Master = node.Topology(p.topology), p.master
 	cfg.StatusAddr = p.statusAddr
+	cfg.NAT, cfg.Relay = node.NATMode(p.nat), p.relay
 	cfg.ConnLimit, cfg.MaxMessageSize = p.connLimit, p.maxMessage
 	cfg.OutboundQueueSize, cfg.ValidateQueueSize = p.outQueue, p.valQueue
 	cfg.GossipSub.HeartbeatInterval = p.gossipHeartbeat
@@ -188,6 +193,12 @@ Large clusters: libp2p's resource manager allows 8 connections from one IP
 address. When many peers reach each other through one public address (one NAT),
 raise --conn-limit to about the number of peers behind it. Loopback is exempt.
 
+Peers behind NAT (--nat auto, the default off loopback): a peer that AutoNAT
+finds unreachable reserves a slot on a --relay peer of the job, the others
+reach it through that relay, and hole punching then connects them directly
+where the NATs allow it. Give --relay to a peer with a public address.
+'gossiptrain status' lists each connection as direct, hole_punched or relayed.
+
 Private swarms: 'gossiptrain keygen --swarm swarm.key', copy the file to every
 peer (mode 0600), and pass --swarm-key swarm.key: peers without the key cannot
 connect. libp2p private networks run over TCP only.`
@@ -196,6 +207,8 @@ connect. libp2p private networks run over TCP only.`
   # VMs 2..N
   gossiptrain peer --job ctr1 --listen /ip4/0.0.0.0/tcp/4001 --identity ~/.gossiptrain/key \
       --peer /ip4/10.0.0.5/tcp/4001/p2p/12D3Koo…
+  # a cloud VM that relays for peers behind NAT (home, lab)
+  gossiptrain peer --job ctr1 --listen /ip4/0.0.0.0/tcp/4001 --relay
   # on a LAN, no addresses at all
   gossiptrain peer --job ctr1 --mdns
   # ask a running peer
@@ -320,7 +333,9 @@ func statusCmd() *command {
 	c.help = `
 Ask the peer whose --status-addr is HOST:PORT (logged at its start) for its
 view: peer ID, addresses, epoch, members, owned shards, topology, whether the
-members agree, and counters of rejected messages and gossipsub drops.`
+members agree, counters of rejected messages and gossipsub drops, its NAT
+state (reachability, relays, hole punches) and how each connection travels:
+direct, hole_punched (direct through NATs) or relayed.`
 	c.example = `  gossiptrain status 127.0.0.1:7070
   gossiptrain status --json 127.0.0.1:7070 | jq .members`
 	c.run = func(c *command, args []string) error {

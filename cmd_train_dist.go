@@ -347,6 +347,7 @@ func (j *trainJob) runDistributed(tf *trainFlags) error {
 		Configs: sum.Configs, RoundsDegraded: sum.RoundsDegraded, Covered: sum.Covered, Promoted: sum.Promoted,
 		JoinSeconds: sum.JoinSeconds, JoinBytes: sum.JoinBytes, HandoffBytes: sum.HandoffBytes,
 		Checkpoints: sum.Checkpoints, ResumedAt: sum.ResumedAt,
+		Connections: n.ConnectionKinds(),
 	}
 	if stopped != "" {
 		markPartial(&s, stopped, sum.Rounds)

@@ -87,6 +87,18 @@ type Config struct {
 	// /key/swarm/psk/1.0.0/ format (gossiptrain keygen --swarm). With it the
 	// peer talks only to peers holding the same key. Empty: public swarm.
 	SwarmKey string
+	// NAT says how the peer deals with NATs (see nat.go): NATAuto (default)
+	// finds out with AutoNAT whether it is reachable, reserves a slot on a
+	// relay of the job when it is not, and upgrades relayed connections by
+	// hole punching; NATPrivate and NATPublic skip the detection; NATOff
+	// does none of it. NATAuto is NATOff when every Listen address is
+	// loopback.
+	NAT NATMode
+	// Relay makes this peer a circuit relay (v2) for the peers of its job,
+	// and only for them: peers that cannot reach each other directly talk
+	// through it until hole punching gives them a direct connection. Run
+	// it on peers every other peer can reach (a public address).
+	Relay bool
 
 	// Heartbeat is how often the peer announces itself on the members
 	// topic. Default 500ms (membership.DefaultConfig): ten beats per
@@ -196,6 +208,7 @@ func DefaultConfig() Config {
 		Replicas:          rc.Replicas,       // 1
 		MaxLoadPercent:    rc.MaxLoadPercent, // 125
 		Topology:          TopologyRing,
+		NAT:               NATAuto,                  // off by itself on loopback-only listens
 		ConnLimit:         8,                        // go-libp2p's own default per IP
 		MaxMessageSize:    1<<20 + EnvelopeOverhead, // a 1 MiB wire message plus envelope
 		OutboundQueueSize: 1024,                     // training bursts; pubsub's 32 drops them
@@ -280,6 +293,11 @@ func (c Config) Validate() error {
 			field = "MaxLoadPercent"
 		}
 		return fieldErr(field, "%v", strings.TrimPrefix(err.Error(), ring.ErrConfig.Error()+": "))
+	}
+	switch c.NAT {
+	case NATAuto, NATPrivate, NATPublic, NATOff:
+	default:
+		return fieldErr("NAT", "%q: want auto, private, public or off", c.NAT)
 	}
 	switch c.Topology {
 	case TopologyRing, TopologyMaster:

@@ -120,6 +120,10 @@ type dialer struct {
 	onDial func(id peer.ID, err error)
 
 	attempts, failures atomic.Uint64
+
+	// connect makes one connection attempt: connectDirect, or
+	// connectOrRelay (nat.go) when NAT traversal is on. Set before run.
+	connect func(context.Context, peer.AddrInfo) error
 }
 
 func newDialer(h host.Host, cfg *Config, log zerolog.Logger) *dialer {
@@ -129,6 +133,7 @@ func newDialer(h host.Host, cfg *Config, log zerolog.Logger) *dialer {
 		targets: map[peer.ID]*target{},
 		kick:    make(chan struct{}, 1),
 	}
+	d.connect = d.connectDirect
 	h.Network().Notify(&network.NotifyBundle{
 		DisconnectedF: func(_ network.Network, c network.Conn) { d.disconnected(c.RemotePeer()) },
 	})
@@ -263,13 +268,17 @@ func (d *dialer) dialDue(ctx context.Context) time.Duration {
 	return wait
 }
 
+// connectDirect dials ai's direct addresses. The swarm's own dial backoff
+// (5s and up, quadratic) would hide a peer that came back; this dialer
+// paces its attempts itself.
+func (d *dialer) connectDirect(ctx context.Context, ai peer.AddrInfo) error {
+	return d.h.Connect(network.WithForceDirectDial(ctx, "gossiptrain redial"), ai)
+}
+
 func (d *dialer) dial(ctx context.Context, ai peer.AddrInfo) {
 	d.attempts.Add(1)
 	cctx, cancel := context.WithTimeout(ctx, d.tmo)
-	// The swarm's own dial backoff (5s and up, quadratic) would hide a peer
-	// that came back; this dialer paces its attempts itself.
-	cctx = network.WithForceDirectDial(cctx, "gossiptrain redial")
-	err := d.h.Connect(cctx, ai)
+	err := d.connect(cctx, ai)
 	cancel()
 	d.mu.Lock()
 	t := d.targets[ai.ID]

@@ -100,8 +100,9 @@ func resourceManager(connLimit int) (network.ResourceManager, error) {
 
 // buildHost starts the libp2p host: TCP, and QUIC unless psk is set; the
 // private network when psk is set; the gater; resource and connection
-// managers scaled by cfg.ConnLimit.
-func buildHost(cfg *Config, key crypto.PrivKey, psk pnet.PSK, g *gater, bw metrics.Reporter, log zerolog.Logger) (host.Host, error) {
+// managers scaled by cfg.ConnLimit; then extra (the NAT options,
+// natState.hostOptions: without them relaying is off).
+func buildHost(cfg *Config, key crypto.PrivKey, psk pnet.PSK, g *gater, bw metrics.Reporter, log zerolog.Logger, extra ...libp2p.Option) (host.Host, error) {
 	addrs, err := listenAddrs(cfg, psk != nil, log)
 	if err != nil {
 		return nil, err
@@ -124,11 +125,14 @@ func buildHost(cfg *Config, key crypto.PrivKey, psk pnet.PSK, g *gater, bw metri
 		libp2p.ConnectionManager(cm),
 		libp2p.ConnectionGater(g),
 		libp2p.DisableMetrics(),
-		libp2p.DisableRelay(),
 		libp2p.UserAgent("gossiptrain"),
 		libp2p.WithDialTimeout(cfg.DialTimeout),
 		libp2p.BandwidthReporter(bw),
 	}
+	if len(extra) == 0 {
+		extra = []libp2p.Option{libp2p.DisableRelay()}
+	}
+	opts = append(opts, extra...)
 	if psk != nil {
 		opts = append(opts, libp2p.PrivateNetwork(psk))
 	} else {

@@ -54,6 +54,7 @@ type Node struct {
 
 	host   host.Host
 	bw     *bandwidth // bytes on every libp2p stream
+	nat    *natState  // relays, AutoNAT, hole punching; connection kinds
 	ps     *pubsub.PubSub
 	tr     *tracer
 	gater  *gater
@@ -190,18 +191,27 @@ func (n *Node) masterID() string {
 // whatever started.
 func (n *Node) startNet(psk pnet.PSK) error {
 	n.bw = newBandwidth()
-	h, err := buildHost(&n.cfg, n.key, psk, n.gater, n.bw, n.log)
+	n.nat = newNATState(&n.cfg, n.log)
+	h, err := buildHost(&n.cfg, n.key, psk, n.gater, n.bw, n.log, n.nat.hostOptions()...)
 	if err != nil {
 		return err
 	}
 	n.host = h
+	if err := n.nat.start(h); err != nil {
+		return err
+	}
 	n.dialer = newDialer(h, &n.cfg, n.log) // before gossipsub: its score inspector may block peers
 	n.dialer.onDial = n.dialed
+	if n.nat.mode != NATOff {
+		n.dialer.connect = n.dialer.connectOrRelay
+	}
 	libLog := slog.New(zerolog.NewSlogHandler(n.log.With().Str("component", "pubsub").Logger().Level(max(n.log.GetLevel(), n.cfg.LibLogLevel))))
 	n.ps, err = newPubSub(n.ctx, h, &n.cfg, n.tr, libLog, n.inspectScores)
 	if err != nil {
 		return err
 	}
+	membersTopic := MembersTopic(n.cfg.Job)
+	n.nat.setSubscribed(func(p peer.ID) bool { return slices.Contains(n.ps.ListPeers(membersTopic), p) })
 	// Hello first, so that no connection goes unchecked.
 	h.SetStreamHandler(HelloProtocol, n.handleHello)
 	h.Network().Notify(&network.NotifyBundle{
@@ -533,7 +543,9 @@ func (n *Node) checkHello(p peer.ID, theirs hello) {
 	} else if theirs.Job != n.cfg.Job {
 		n.log.Debug().Str("peer", p.String()).Str("its_job", theirs.Job).Msg("connected to a peer of another job")
 	}
-	if err := compatible(n.ours, theirs); err != nil {
+	err := compatible(n.ours, theirs)
+	defer n.nat.helloDone(p, err == nil && theirs.Job == n.cfg.Job)
+	if err != nil {
 		var ie *IncompatibleError
 		if errors.As(err, &ie) {
 			ie.Peer = p.String()
@@ -674,6 +686,9 @@ func (n *Node) shutdown() error {
 	}
 	n.wg.Wait()
 	n.closeSubscribers()
+	if n.nat != nil {
+		n.nat.close()
+	}
 	if n.host != nil {
 		errs = append(errs, n.host.Close())
 	}

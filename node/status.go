@@ -51,6 +51,11 @@ type Status struct {
 	Membership MembershipCounters `json:"membership"`
 	PubSub     PubSubCounters     `json:"pubsub"`
 	Network    NetworkCounters    `json:"network"`
+	// NAT is the peer's NAT traversal: mode, reachability, relays, hole
+	// punches (nat.go). Connections says, for every connected peer,
+	// whether the traffic goes direct, hole_punched or relayed.
+	NAT         *NATStatus   `json:"nat,omitempty"`
+	Connections []ConnStatus `json:"connections"`
 }
 
 // MembershipCounters are membership.Stats for JSON.
@@ -115,6 +120,8 @@ func (n *Node) Status() Status {
 	if s.OwnedShards == nil {
 		s.OwnedShards = []int{}
 	}
+	nat, conns := n.nat.status()
+	s.NAT, s.Connections = &nat, conns
 	if n.cfg.Topology == TopologyMaster {
 		s.Master = n.master
 	}
@@ -245,6 +252,9 @@ func (s *Status) WriteText(w io.Writer) error {
 		fmt.Fprintf(tw, "%s\t%d\t%s\n", m, s.ShardCounts[m], mark)
 	}
 	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if err := writeNAT(w, s); err != nil {
 		return err
 	}
 	_, err := fmt.Fprintf(w, "\nADDRESSES\n%s\n", strings.Join(s.Addrs, "\n"))

@@ -166,6 +166,10 @@ type Summary struct {
 	Partial   bool   `json:"partial"`
 	StoppedAt int64  `json:"stopped_at_round,omitempty"` // partial: the rounds it completed
 	Stopped   string `json:"stopped,omitempty"`          // partial: "left", "interrupted" or "job stopped"
+	// Connections says, for every peer of the job this peer was connected
+	// to, how their traffic travelled: "direct", "hole_punched" (direct
+	// after a hole punch through NATs) or "relayed" (through a --relay peer).
+	Connections map[string]string `json:"connections,omitempty"`
 }
 
 // Writer appends records to a report file, one JSON object per line, and
