@@ -342,12 +342,57 @@ func (o *owner) pushSync(k *contribution) {
 // addPending queues contribution k for an answer, once per request (a
 // request sent again while its answer waits is answered once).
 func (o *owner) addPending(k *contribution) {
-	for _, p := range o.pending {
+	for i, p := range o.pending {
 		if p.from == k.from && p.req == k.req && p.op == k.op {
+			if k.op == wire.CorePull || k.op == wire.CoreHash {
+				o.pending[i] = k // the newest asks for what is still wanted
+			}
 			return
 		}
 	}
 	o.pending = append(o.pending, k)
+}
+
+// recheckPulls answers "moved" for the shards of waiting pulls that a new
+// configuration routes elsewhere, so the worker asks their new owner.
+func (o *owner) recheckPulls() {
+	c := o.c
+	for _, k := range o.pending {
+		if k.op != wire.CorePull && k.op != wire.CoreHash {
+			continue
+		}
+		msg := &wire.Core{Op: k.op, Round: k.round}
+		var moved []uint32
+		for _, s := range k.shards {
+			if !o.routesHere(int(s), msg) {
+				moved = append(moved, s)
+			}
+		}
+		if len(moved) == 0 {
+			continue
+		}
+		c.stats.Moved++
+		c.send(k.from, &wire.Core{Op: wire.CoreReply, Flags: wire.FlagMoved, Req: k.req, Round: k.round, Shards: moved})
+		for _, s := range moved {
+			k.set.del(int(s))
+		}
+		k.shards = k.set.list(nil)
+		var want []uint32
+		for _, key := range k.want {
+			if k.set.has(c.shardOf(key)) {
+				want = append(want, key)
+			}
+		}
+		k.want = want
+	}
+	keep := o.pending[:0]
+	for _, k := range o.pending {
+		if len(k.shards) > 0 || k.op == wire.CorePush {
+			keep = append(keep, k)
+		}
+	}
+	clear(o.pending[len(keep):])
+	o.pending = keep
 }
 
 // pushAsync applies an ssp or async contribution in its worker's order.
@@ -955,39 +1000,45 @@ func (o *owner) forward(from string, msg *wire.Core) {
 		}
 	}
 	if c.cfg.Mode == Sync {
-		apply, dup := true, true
-		for _, s := range msg.Shards {
-			if o.through[s] != msg.Round {
-				apply = false
-			}
-			if o.through[s] <= msg.Round {
-				dup = false
+		// Per shard: apply those at this round, skip those past it (a
+		// copy sent again, or a state received since), ask for those
+		// behind it (a round this replica missed).
+		ready := newShardSet(c.shards)
+		var behind []uint32
+		for _, sh := range msg.Shards {
+			switch {
+			case o.through[sh] == msg.Round:
+				ready.add(int(sh))
+			case o.through[sh] < msg.Round:
+				behind = append(behind, sh)
 			}
 		}
-		switch {
-		case apply:
-			if msg.Examples > 0 && msg.Rows.Len() > 0 {
-				c.m.Apply(&msg.Rows, int(msg.Examples), int64(msg.Round))
+		if !ready.empty() {
+			rows := &msg.Rows
+			if ready.count() < len(msg.Shards) {
+				o.scratch = filterSet(&msg.Rows, ready, c.width, c.mask, o.scratch)
+				rows = &o.scratch
 			}
-			for _, s := range msg.Shards {
-				o.through[s] = msg.Round + 1
+			if msg.Examples > 0 && rows.Len() > 0 {
+				c.m.Apply(rows, int(msg.Examples), int64(msg.Round))
+			}
+			applied := ready.list(nil)
+			for _, sh := range applied {
+				o.through[sh] = msg.Round + 1
 			}
 			c.stats.Replicated++
 			ids := make([]uint64, len(msg.Clocks))
 			for i, mc := range msg.Clocks {
 				ids[i] = mc.Member
 			}
-			c.trace(TraceEvent{Kind: TraceApply, Shards: msg.Shards, Round: msg.Round, Members: ids, Replica: true, Peer: from})
-		case !dup:
-			// A gap: this replica missed a round (its route changed under
-			// it). Ask the sender for the shard as it is after this round.
-			for _, sh := range msg.Shards {
-				if o.through[sh] < msg.Round {
-					if a := o.awaiting[int(sh)]; a == nil || a.round < msg.Round+1 {
-						o.awaiting[int(sh)] = &await{round: msg.Round + 1, since: c.tick}
-					}
-					c.send(from, &wire.Core{Op: wire.CoreState, Flags: wire.FlagAsk, Shards: []uint32{sh}, Round: msg.Round + 1})
+			c.trace(TraceEvent{Kind: TraceApply, Shards: applied, Round: msg.Round, Members: ids, Replica: true, Peer: from})
+		}
+		if len(behind) > 0 {
+			for _, sh := range behind {
+				if a := o.awaiting[int(sh)]; a == nil || a.round < msg.Round+1 {
+					o.awaiting[int(sh)] = &await{round: msg.Round + 1, since: c.tick}
 				}
+				c.send(from, &wire.Core{Op: wire.CoreState, Flags: wire.FlagAsk, Shards: []uint32{sh}, Round: msg.Round + 1})
 			}
 			o.deferMsg(from, msg)
 			return

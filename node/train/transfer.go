@@ -79,6 +79,9 @@ func (c *Core) applyConfig(t *tconf) {
 	}
 	c.o.takeovers(oldRoute, t)
 	c.o.configChanged(prev, t)
+	if c.joined {
+		c.o.recheckPulls()
+	}
 	if c.w.started {
 		c.w.rerouteAll()
 	}
