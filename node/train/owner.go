@@ -100,7 +100,7 @@ type owner struct {
 	paid     map[owe]bool
 	nextReq  uint64
 	final    bool
-	changed  map[uint64][]uint32 // sync full gather: rows changed by round
+	changed  map[uint64]changedRound // sync full gather: rows changed by round
 	scratch  model.Sparse
 	sum, tmp model.Sparse
 }
@@ -137,7 +137,7 @@ func (o *owner) init(c *Core) {
 	o.fwd = map[uint64]*fwdOut{}
 	o.xfer = map[uint64]*stateOut{}
 	o.paid = map[owe]bool{}
-	o.changed = map[uint64][]uint32{}
+	o.changed = map[uint64]changedRound{}
 }
 
 func (o *owner) String() string {
@@ -151,8 +151,11 @@ func (o *owner) String() string {
 		o.held.count(), lo, hi, len(o.awaiting), len(o.rounds), len(o.pending), len(o.deferred), len(o.fwd), len(o.xfer), len(o.owes), o.final)
 }
 
-// drained reports whether nothing this owner sent waits for an answer.
-func (o *owner) drained() bool { return len(o.fwd) == 0 && len(o.xfer) == 0 && len(o.owes) == 0 }
+// drained reports whether nothing this owner sent waits for an answer and
+// it holds no shard any more (a leaver may go).
+func (o *owner) drained() bool {
+	return len(o.fwd) == 0 && len(o.xfer) == 0 && len(o.owes) == 0 && o.held.empty()
+}
 
 func (o *owner) newReq() uint64 {
 	o.nextReq++
@@ -721,7 +724,7 @@ func (o *owner) applyGroup(r uint64, t *tconf, ra *roundAcc, g shardSet) {
 	}
 	c.trace(TraceEvent{Kind: TraceApply, Shards: shards, Round: r, Members: ids})
 	if c.cfg.Gather == Full {
-		o.changed[r] = append(o.changed[r], o.sum.Idx...)
+		o.noteChanged(r, g, o.sum.Idx)
 	}
 	if contributors > 0 && done == contributors {
 		o.final = true
@@ -946,14 +949,50 @@ func (o *owner) reply(k *contribution) {
 // changedFor returns the rows changed in the round a full-gather push
 // belongs to, in its shards, sorted.
 func (o *owner) changedFor(k *contribution) []uint32 {
+	c := o.c
 	var out []uint32
-	for _, key := range o.changed[k.round] {
-		if k.set.has(o.c.shardOf(key)) {
+	ch := o.changed[k.round]
+	for _, key := range ch.keys {
+		if k.set.has(c.shardOf(key)) {
 			out = append(out, key)
 		}
 	}
+	// Shards whose round this peer did not apply itself (it got them
+	// later in a handoff, or resynced): every row, since which changed is
+	// not known here.
+	var all model.Sparse
+	for _, s := range k.shards {
+		if ch.shards == nil || !ch.shards.has(int(s)) {
+			c.m.ExportRows(int(s), false, &all)
+		}
+	}
+	out = append(out, all.Idx...)
 	slices.Sort(out)
 	return slices.Compact(out)
+}
+
+// changedRound is what a sync round changed here (full gather): the rows,
+// and the shards it was applied to.
+type changedRound struct {
+	keys   []uint32
+	shards shardSet
+}
+
+// noteChanged records rows of shards g changed by round r, and forgets
+// rounds long past.
+func (o *owner) noteChanged(r uint64, g shardSet, keys []uint32) {
+	ch := o.changed[r]
+	if ch.shards == nil {
+		ch.shards = newShardSet(o.c.shards)
+	}
+	ch.shards.or(g)
+	ch.keys = append(ch.keys, keys...)
+	o.changed[r] = ch
+	for old := range o.changed {
+		if old+4 < r {
+			delete(o.changed, old)
+		}
+	}
 }
 
 // forward takes a primary's forwarded rows (this peer is a replica).
@@ -1025,6 +1064,9 @@ func (o *owner) forward(from string, msg *wire.Core) {
 			applied := ready.list(nil)
 			for _, sh := range applied {
 				o.through[sh] = msg.Round + 1
+			}
+			if c.cfg.Gather == Full {
+				o.noteChanged(msg.Round, ready, rows.Idx)
 			}
 			c.stats.Replicated++
 			ids := make([]uint64, len(msg.Clocks))
