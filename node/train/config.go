@@ -310,6 +310,7 @@ type TraceEvent struct {
 	Peer    string   // handoff: the other side
 	Req     uint64   // handoff: the transfer's request number
 	Replica bool     // apply: as a replica
+	Keys    []uint32 // rows: the rows written into the read copy
 }
 
 // TraceKind says what a TraceEvent reports.
@@ -322,6 +323,7 @@ const (
 	TraceInstall                      // a shard's state installed from Peer
 	TracePromote                      // a shard restarted from nothing
 	TraceFree                         // a shard's state dropped here
+	TraceRows                         // full gather: rows an owner sent written into the read copy
 )
 
 // MemberID is the member (and raft node) ID of a process of peer that

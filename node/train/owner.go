@@ -178,6 +178,13 @@ func (o *owner) tick() {
 	}
 	for _, id := range sortedKeys(o.xfer) {
 		x := o.xfer[id]
+		if cur := c.cs.cur(); cur != nil && c.aliveOK {
+			if _, member := cur.member(x.to); !member && !o.peerAlive(x.to) {
+				delete(o.xfer, id) // it left, and is gone: nothing will acknowledge
+				o.maybeFree(x.shard)
+				continue
+			}
+		}
 		if c.tick-x.sentAt >= uint64(c.cfg.RetryTicks)<<min(x.tries, 3) {
 			x.tries++
 			x.sentAt = c.tick
@@ -185,6 +192,16 @@ func (o *owner) tick() {
 			c.send(x.to, x.msg)
 		}
 	}
+}
+
+// peerAlive reports whether some member ID of peer p is alive.
+func (o *owner) peerAlive(p string) bool {
+	for _, t := range o.c.cs.list {
+		if m, ok := t.member(p); ok && o.c.alive[m.ID] {
+			return true
+		}
+	}
+	return false
 }
 
 // memberOf returns the member record of peer from with ID id in some
@@ -259,9 +276,13 @@ func (o *owner) receive(from string, msg *wire.Core) {
 	// them to their owner.
 	var moved []uint32
 	for _, s := range msg.Shards {
-		if !o.routesHere(int(s), msg) {
-			moved = append(moved, s)
+		if o.routesHere(int(s), msg) {
+			continue
 		}
+		if c.cfg.Mode == Sync && msg.Op == wire.CorePush && o.usable(int(s), msg.Round) && o.through[s] > msg.Round {
+			continue // applied here since (handed over): answered as a copy sent again
+		}
+		moved = append(moved, s)
 	}
 	if len(moved) > 0 {
 		c.stats.Moved++
@@ -1222,7 +1243,7 @@ func (o *owner) setRows(rows *model.Sparse) {
 	c := o.c
 	w := c.width
 	for i, k := range rows.Idx {
-		if o.held.has(c.shardOf(k)) {
+		if s := c.shardOf(k); o.held.has(s) && o.needed(s) {
 			continue
 		}
 		copy(c.m.Row(k), rows.Val[i*w:(i+1)*w])

@@ -553,6 +553,12 @@ func (o *owner) maybeFree(s int) {
 			return
 		}
 	}
+	if c.cfg.Mode == Sync && c.cfg.Gather == Need && !c.w.leaving && c.w.clock < o.through[s]+2 {
+		// Keep it until this worker has seen every owner apply the round
+		// after (so the new holders have it): should the peer handing it
+		// over crash before its copy arrives, a survivor still has it.
+		return
+	}
 	o.held.del(s)
 	clear(o.applied[s])
 	c.trace(TraceEvent{Kind: TraceFree, Shards: []uint32{uint32(s)}})

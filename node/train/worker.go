@@ -218,12 +218,43 @@ func (w *worker) tick() {
 	for _, id := range sortedKeys(w.reqs) {
 		r := w.reqs[id]
 		wait := uint64(c.cfg.RetryTicks) << min(r.tries, 3)
-		if c.tick-r.sentAt >= wait {
-			r.tries++
-			c.stats.Resent++
-			w.sendReq(r)
+		if c.tick-r.sentAt < wait {
+			continue
 		}
+		if to := w.successor(r); to != "" {
+			// Its owner left and is gone (its answer was lost): the
+			// shards' next owner has them as of after this round.
+			w.rerouteTo(r, to)
+			continue
+		}
+		r.tries++
+		c.stats.Resent++
+		w.sendReq(r)
 	}
+}
+
+// successor returns, for a sync request to a peer that left the run and
+// is gone, the peer that applies the next round of the request's first
+// shard ("": not such a request).
+func (w *worker) successor(r *request) string {
+	c := w.c
+	if c.cfg.Mode != Sync || r.op == wire.CoreHash || len(r.shards) == 0 {
+		return ""
+	}
+	_, t := c.cs.routeConf(int(r.shards[0]), r.round)
+	m, ok := t.member(r.to)
+	if !ok || c.isAlive(m.ID) || c.cs.removedIn[m.ID] == nil || c.cs.crashed[m.ID] {
+		return ""
+	}
+	return c.cs.route(int(r.shards[0]), r.round+1)
+}
+
+// rerouteTo sends request r again to peer to, whole.
+func (w *worker) rerouteTo(r *request, to string) {
+	r.to, r.tries = to, 0
+	r.flags |= wire.FlagResend
+	w.c.stats.Resent++
+	w.sendReq(r)
 }
 
 // retryAll sends every outstanding request again now.
@@ -553,6 +584,9 @@ func (w *worker) reply(from string, msg *wire.Core) {
 			return
 		}
 		c.o.setRows(&msg.Rows)
+		if c.cfg.Trace != nil {
+			c.trace(TraceEvent{Kind: TraceRows, Shards: r.shards, Round: r.round, Peer: from, Keys: msg.Rows.Idx})
+		}
 	default:
 		if len(msg.Values) != len(r.want)*width {
 			c.stats.Rejected++

@@ -838,7 +838,9 @@ func (s *sim) onTrace(p *proc, e train.TraceEvent) {
 			p.ledger[int(sh)] = map[[2]uint64]bool{}
 			s.anyLoss = true
 			s.logf("%s/%x: shard %d lost, restarted", p.peer, p.member&0xffff, sh)
-			if !s.lossAllowed {
+			// (With the full gather a restarted shard keeps its weights from
+			// the read copy: only its optimizer state is lost.)
+			if !s.lossAllowed && s.o.Gather == train.Need {
 				s.violate("%s/%x restarted shard %d from nothing with replicas", p.peer, p.member&0xffff, sh)
 			}
 		}
@@ -937,7 +939,19 @@ func (s *sim) finish() {
 	if o.Gather == train.Full {
 		for _, p := range finished {
 			if h := p.m.Hash(); h != s.res.Model {
-				s.violate("%s's read copy %x differs from the primaries' model %x", p.peer, h, s.res.Model)
+				var bad []int
+				for sh := range o.Shards {
+					if p.m.ShardHash(sh) != final.ShardHash(sh) {
+						bad = append(bad, sh)
+					}
+				}
+				var rows []string
+				for k := range uint32(final.Layout.Features) {
+					if len(rows) < 4 && final.Row(k)[0] != p.m.Row(k)[0] {
+						rows = append(rows, fmt.Sprintf("%d: %v vs %v", k, p.m.Row(k)[0], final.Row(k)[0]))
+					}
+				}
+				s.violate("%s's read copy %x differs from the primaries' model %x in shards %v (rows %v)", p.peer, h, s.res.Model, bad, rows)
 			}
 		}
 	}
