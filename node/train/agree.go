@@ -422,9 +422,13 @@ func (a *agreement) holdPush() bool {
 func (a *agreement) propose() {
 	c := a.c
 	cur := c.cs.cur()
-	if cur == nil || c.w.final {
+	if cur == nil {
 		return
 	}
+	// Once the values are final only crashes change the run: the peers
+	// still fetch the final values, and a dead owner's replica must take
+	// its shards over for that.
+	final := c.w.final
 	if a.prop != nil && (cur.ID >= a.prop.ID || c.tick-a.propAt > uint64(8*c.cfg.RetryTicks)) {
 		a.prop = nil // applied, superseded, or lost with a leader change
 	}
@@ -449,13 +453,16 @@ func (a *agreement) propose() {
 	var dead, left, joined []Member
 	for _, m := range cur.Members {
 		switch {
-		case a.leaves[m.ID]:
+		case a.leaves[m.ID] && !final: // (after the final round a leave changes nothing)
 			left = append(left, m)
 		case !c.isAlive(m.ID):
 			dead = append(dead, m)
 		}
 	}
 	for id, p := range a.joins {
+		if final {
+			break
+		}
 		if _, inGroup := a.group[id]; !inGroup || !c.isAlive(id) && c.aliveOK {
 			continue // a learner first; and alive
 		}
@@ -464,13 +471,15 @@ func (a *agreement) propose() {
 		}
 		joined = append(joined, Member{Peer: p, ID: id})
 	}
-	ckpt := c.cfg.CheckpointTicks > 0 && c.tick-a.ckptAt >= uint64(c.cfg.CheckpointTicks) && c.w.started && !c.w.dataDone
+	ckpt := c.cfg.CheckpointTicks > 0 && c.tick-a.ckptAt >= uint64(c.cfg.CheckpointTicks) && c.w.started && !c.w.dataDone && !final
 	if len(dead)+len(left)+len(joined) == 0 && !ckpt {
 		return
 	}
 	next := &tconf{ID: cur.ID + 1, Crashed: dead, Left: left, Checkpoint: ckpt}
 	next.Start = max(cur.Start, c.w.clock+1)
-	if c.cfg.Mode != Sync {
+	if c.cfg.Mode != Sync || final {
+		// (After the final round no round runs again: shards move as
+		// they are, at once.)
 		next.Start = max(cur.Start, c.w.clock)
 	}
 	gone := map[uint64]bool{}

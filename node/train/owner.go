@@ -747,7 +747,8 @@ func (o *owner) applyGroup(r uint64, t *tconf, ra *roundAcc, g shardSet) {
 	if c.cfg.Gather == Full {
 		o.noteChanged(r, g, o.sum.Idx)
 	}
-	if contributors > 0 && done == contributors {
+	allDone := contributors > 0 && done == contributors && !o.joinsAfter(r)
+	if allDone {
 		o.final = true
 	}
 	// Forward to the replicas of these shards.
@@ -763,6 +764,9 @@ func (o *owner) applyGroup(r uint64, t *tconf, ra *roundAcc, g shardSet) {
 		ss := byPeer[p]
 		msg := &wire.Core{Op: wire.CoreForward, Round: r, Examples: n, Shards: ss, RowWidth: w,
 			Rows: filterRows(&o.sum, ss, w, c.mask)}
+		if allDone {
+			msg.Flags |= wire.FlagFinal // replicas know the values are final too
+		}
 		for _, id := range ids {
 			msg.Clocks = append(msg.Clocks, wire.MemberClock{Member: id, Clock: r})
 		}
@@ -772,6 +776,23 @@ func (o *owner) applyGroup(r uint64, t *tconf, ra *roundAcc, g shardSet) {
 		o.fwd[f.req] = f
 		c.send(p, msg)
 	}
+}
+
+// joinsAfter reports whether a configuration starting after round r adds
+// workers: then every worker being done at round r does not end the run.
+func (o *owner) joinsAfter(r uint64) bool {
+	t := o.c.cs.at(r)
+	for _, later := range o.c.cs.list {
+		if later.Start <= r {
+			continue
+		}
+		for _, m := range later.Members {
+			if !t.isMember(m.Peer, m.ID) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // crashedPeer reports whether peer p (as member of t) has crashed since.
@@ -1095,6 +1116,9 @@ func (o *owner) forward(from string, msg *wire.Core) {
 				ids[i] = mc.Member
 			}
 			c.trace(TraceEvent{Kind: TraceApply, Shards: applied, Round: msg.Round, Members: ids, Replica: true, Peer: from})
+		}
+		if msg.Flags&wire.FlagFinal != 0 && len(behind) == 0 {
+			o.final = true
 		}
 		if len(behind) > 0 {
 			for _, sh := range behind {

@@ -390,7 +390,7 @@ func (o *owner) payOwes() bool {
 			keep = append(keep, w)
 			continue
 		}
-		if c.cfg.Mode == Sync && !w.takeover && o.through[w.shard] < w.round {
+		if c.cfg.Mode == Sync && !w.takeover && o.through[w.shard] < w.round && !o.final {
 			keep = append(keep, w)
 			continue
 		}
@@ -417,6 +417,9 @@ func (o *owner) isMemberAnywhere(p string) bool {
 func (o *owner) sendState(w owe) {
 	c := o.c
 	msg := &wire.Core{Op: wire.CoreState, Shards: []uint32{uint32(w.shard)}, Round: o.through[w.shard]}
+	if o.final {
+		msg.Flags |= wire.FlagFinal // no round runs again: as it is
+	}
 	msg.RowWidth = c.m.ExportRows(w.shard, true, &msg.Rows)
 	if c.cfg.Mode != Sync {
 		msg.Round = 0
@@ -471,7 +474,7 @@ func (o *owner) state(from string, msg *wire.Core) {
 		return
 	}
 	a := o.awaiting[s]
-	if a == nil || (c.cfg.Mode == Sync && !a.takeover && msg.Round < a.round) {
+	if a == nil || (c.cfg.Mode == Sync && !a.takeover && msg.Round < a.round && msg.Flags&wire.FlagFinal == 0) {
 		if o.held.has(s) {
 			c.send(from, &wire.Core{Op: wire.CoreAck, Req: msg.Req}) // a copy sent again
 		} else {
