@@ -555,7 +555,9 @@ func (c *Core) Debug() string {
 			fmt.Fprintf(&b, " awaiting round %d takeover %v from %v", a.round, a.takeover, a.from)
 		}
 		if t := c.cs.cur(); t != nil && c.cfg.Mode == Sync {
-			fmt.Fprintf(&b, " route(%d)=%s", o.through[s], short(c.cs.route(s, o.through[s])))
+			p, rt := c.cs.routeConf(s, o.through[s])
+			m, _ := rt.member(p)
+			fmt.Fprintf(&b, " route(%d)=%s/%x in configuration %d (me %v)", o.through[s], short(p), m.ID&0xffff, rt.ID, c.routeMe(s, o.through[s]))
 		}
 		b.WriteString("\n")
 	}

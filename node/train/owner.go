@@ -80,6 +80,7 @@ type await struct {
 	since    uint64   // tick
 	from     []Member // who may send it (sync: takeovers; ssp/async: all)
 	takeover bool     // sync: taking over a crashed primary's rounds, as of whatever round its survivors have
+	takenAt  uint64   // takeover: the round it applies from (its survivors check it is its route)
 }
 
 type owner struct {
@@ -327,6 +328,7 @@ func (o *owner) routesHere(s int, msg *wire.Core) bool {
 
 // pushSync records a sync contribution.
 func (o *owner) pushSync(k *contribution) {
+	o.lazyTakeover(k.shards, k.round)
 	// A shard restarted from nothing has no history: a worker that sends
 	// a later round than it waits at was answered that round by the
 	// holder that crashed, and will never send the earlier one. Restart
@@ -361,6 +363,34 @@ func (o *owner) pushSync(k *contribution) {
 	}
 	ra.contrib = append(ra.contrib, k)
 	o.addPending(k)
+}
+
+// lazyTakeover starts taking over shards this peer routes round r of but
+// does not hold (its configuration's crash moved an older round here that
+// it did not know was still open): it asks the round's surviving holders.
+func (o *owner) lazyTakeover(shards []uint32, r uint64) {
+	c := o.c
+	for _, sh := range shards {
+		s := int(sh)
+		if o.held.has(s) || !c.routeMe(s, r) {
+			continue
+		}
+		if a := o.awaiting[s]; a != nil && (a.takeover || a.round <= r) {
+			continue
+		}
+		a := &await{since: c.tick, takeover: true, takenAt: r}
+		at := c.cs.at(r)
+		for i, h := range c.holdersAt(s, r) {
+			if i == 0 {
+				continue // the route: this peer
+			}
+			if m, ok := at.member(h); ok && !c.cs.crashed[m.ID] {
+				a.from = append(a.from, m)
+			}
+		}
+		o.awaiting[s] = a
+		o.askState()
+	}
 }
 
 // addPending queues contribution k for an answer, once per request (a
@@ -887,8 +917,8 @@ func (o *owner) answerable(k *contribution) bool {
 			return false
 		}
 	}
-	if k.through == Final {
-		return o.final
+	if k.through == Final || o.final {
+		return o.final // (final values answer any request: no round runs again)
 	}
 	if c.cfg.Mode == Sync {
 		for _, s := range k.shards {

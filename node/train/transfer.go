@@ -41,6 +41,9 @@ func (c *Core) applyConfig(t *tconf) {
 	if prev != nil && c.cfg.Mode == Sync && t.Start > 0 && len(t.Crashed) > 0 && c.joined {
 		oldRoute = map[uint64][][]string{}
 		lo := max(c.w.first, c.w.clock) - min(max(c.w.first, c.w.clock), 1)
+		for r := range c.o.rounds {
+			lo = min(lo, r) // contributions here to a round still open (a joiner's first round is not the run's)
+		}
 		for r := lo; r < t.Start; r++ {
 			rs := make([][]string, c.shards)
 			for s := range rs {
@@ -161,7 +164,7 @@ func (o *owner) takeovers(oldRoute map[uint64][][]string, t *tconf) {
 				}
 			}
 			if c.routeMe(s, r) && !o.held.has(s) {
-				a := &await{since: c.tick, takeover: true}
+				a := &await{since: c.tick, takeover: true, takenAt: r}
 				at := c.cs.at(r)
 				for _, h := range survivors {
 					if m, ok := at.member(h); ok {
@@ -340,7 +343,16 @@ func (o *owner) askState() {
 	}
 	for _, s := range sortedInts(o.awaiting) {
 		a := o.awaiting[s]
-		if a.takeover || a.round == 0 {
+		if a.takeover {
+			// Ask the survivors for the shard as they have it.
+			for _, m := range a.from {
+				if m.Peer != c.cfg.Self && !c.cs.crashed[m.ID] {
+					c.send(m.Peer, &wire.Core{Op: wire.CoreState, Flags: wire.FlagAsk | wire.FlagMoved, Shards: []uint32{uint32(s)}, Round: a.takenAt})
+				}
+			}
+			continue
+		}
+		if a.round == 0 {
 			continue
 		}
 		p, t := c.cs.routeConf(s, a.round-1)
@@ -363,6 +375,18 @@ func (o *owner) onAsk(from string, msg *wire.Core) {
 	cur := c.cs.cur()
 	if cur == nil || !c.joined {
 		return // it asks again
+	}
+	if msg.Flags&wire.FlagMoved != 0 {
+		// A takeover: the asker now applies round Round of the shard (its
+		// route crashed); this peer, a survivor, has it as it is.
+		if p, t := c.cs.routeConf(s, msg.Round); p != from || !t.isMember(from, msg.Member) || !o.held.has(s) {
+			c.stats.Rejected++
+			return
+		}
+		if w := (owe{to: from, shard: s, takeover: true}); !o.paid[w] {
+			o.addOwe(w)
+		}
+		return
 	}
 	if _, ok := o.memberOf(from, msg.Member); !ok || !o.heldBy(from, s) || !c.routeMe(s, msg.Round-1) {
 		c.stats.Rejected++
@@ -507,6 +531,9 @@ func (o *owner) state(from string, msg *wire.Core) {
 	}
 	o.held.add(s)
 	delete(o.awaiting, s)
+	if msg.Flags&wire.FlagFinal != 0 && c.cfg.Mode == Sync {
+		o.final = true // handed over after the last round: the run's values are final
+	}
 	c.stats.Received++
 	c.trace(TraceEvent{Kind: TraceInstall, Shards: msg.Shards, Peer: from, Req: msg.Req, Round: msg.Round})
 	c.event(Event{Kind: EvReceived, Shards: 1, Peer: from, Text: fmt.Sprintf("shard %d", s)})

@@ -615,7 +615,7 @@ func (w *worker) reply(from string, msg *wire.Core) {
 		f.pending--
 		f.final = f.final || final
 	}
-	if final && r.op == wire.CorePush && !w.final {
+	if final && (r.op == wire.CorePush || r.ws != nil) && !w.final {
 		w.final = true
 		c.event(Event{Kind: EvFinal})
 	}
