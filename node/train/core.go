@@ -186,10 +186,11 @@ func (c *Core) Tick() {
 	if c.finishing && !c.doneSent && c.tick%uint64(max(1, c.cfg.RetryTicks/4)) == 0 {
 		c.sendFinished() // a lost CoreFinished would keep the others waiting
 	}
-	if t := c.cs.cur(); t != nil && len(t.Members) > 1 && c.aliveOK {
+	if t := c.cs.cur(); t != nil && c.aliveOK && (len(t.Members) > 1 || !t.isMember(c.cfg.Self, c.cfg.ID)) {
 		// A peer cut off from a majority of its configuration waits for
 		// the partition to heal; if that majority has gone for good (the
-		// run ended without it, or they crashed), it fails loudly.
+		// run ended without it, or they crashed), it fails loudly. So does
+		// a peer outside the configuration (a leaver) whose members all went.
 		n := 0
 		for _, m := range t.Members {
 			if m.ID == c.cfg.ID || c.alive[m.ID] {

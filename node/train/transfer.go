@@ -177,7 +177,7 @@ func (o *owner) takeovers(oldRoute map[uint64][][]string, t *tconf) {
 				break
 			}
 			if len(survivors) > 0 && c.isMeIn(survivors[0], c.cs.at(r)) && !c.routeMe(s, r) && o.held.has(s) {
-				o.addOwe(owe{to: c.cs.route(s, r), shard: s, takeover: true})
+				o.addOwe(owe{to: c.cs.route(s, r), shard: s, takeover: true, round: r})
 				break
 			}
 		}
@@ -383,7 +383,7 @@ func (o *owner) onAsk(from string, msg *wire.Core) {
 			c.stats.Rejected++
 			return
 		}
-		if w := (owe{to: from, shard: s, takeover: true}); !o.paid[w] {
+		if w := (owe{to: from, shard: s, takeover: true, round: msg.Round}); !o.paid[w] {
 			o.addOwe(w)
 		}
 		return
@@ -415,6 +415,12 @@ func (o *owner) payOwes() bool {
 			continue
 		}
 		if c.cfg.Mode == Sync && !w.takeover && o.through[w.shard] < w.round && !o.final {
+			keep = append(keep, w)
+			continue
+		}
+		if c.cfg.Mode == Sync && w.takeover && o.through[w.shard] < w.round && c.routeMe(w.shard, o.through[w.shard]) && !o.final {
+			// The taker applies round w.round on; the rounds before it
+			// are still this peer's to apply: hand it over after them.
 			keep = append(keep, w)
 			continue
 		}

@@ -68,6 +68,9 @@ type Options struct {
 	Bytes bool
 	// DumpAt, when > 0, logs every core's state at that tick (Record).
 	DumpAt int
+	// WatchShard, when > 0, logs every trace event that concerns shard
+	// WatchShard-1 (Record).
+	WatchShard int
 }
 
 // Faults is what goes wrong during the chaos window (the first Chaos
@@ -133,6 +136,7 @@ type proc struct {
 	inc        uint64
 	member     uint64
 	core       *train.Core
+	restarted  []int // shards restarted from nothing, judged in handle
 	m          *model.Model
 	rows       []row
 	pos        int // rows handed out
@@ -638,6 +642,12 @@ func (s *sim) handle(p *proc) {
 		for _, e := range rd.Events {
 			s.onEvent(p, e)
 		}
+		if !s.lossAllowed {
+			for _, sh := range p.restarted {
+				s.violate("%s/%x restarted shard %d from nothing with replicas", p.peer, p.member&0xffff, sh)
+			}
+		}
+		p.restarted = p.restarted[:0]
 		for i := range rd.Fetched {
 			f := rd.Fetched[i]
 			if f.ID == p.fetchID {
@@ -791,6 +801,10 @@ func (s *sim) onEvent(p *proc, e train.Event) {
 // onTrace audits applies and handoffs: a per-holder ledger of (worker,
 // round) per shard.
 func (s *sim) onTrace(p *proc, e train.TraceEvent) {
+	if s.o.WatchShard > 0 && slices.Contains(e.Shards, uint32(s.o.WatchShard-1)) {
+		s.logf("%s/%x trace %s round %d members %x peer %s req %d replica %v", p.peer, p.member&0xffff,
+			[]string{"?", "apply", "send", "install", "promote", "free", "rows"}[e.Kind], e.Round, e.Members, e.Peer, e.Req, e.Replica)
+	}
 	switch e.Kind {
 	case train.TraceApply:
 		for _, sh := range e.Shards {
@@ -842,8 +856,10 @@ func (s *sim) onTrace(p *proc, e train.TraceEvent) {
 			s.logf("%s/%x: shard %d lost, restarted", p.peer, p.member&0xffff, sh)
 			// (With the full gather a restarted shard keeps its weights from
 			// the read copy: only its optimizer state is lost.)
-			if !s.lossAllowed && s.o.Gather == train.Need {
-				s.violate("%s/%x restarted shard %d from nothing with replicas", p.peer, p.member&0xffff, sh)
+			if s.o.Gather == train.Need {
+				// Judged once the configuration that lost it is seen (its
+				// event follows this trace): every holder may have gone.
+				p.restarted = append(p.restarted, int(sh))
 			}
 		}
 	case train.TraceFree:

@@ -15,6 +15,7 @@ var (
 	seedsFlag = flag.Int("seeds", 0, "seeds per mix (0: the CI default; thousands for a soak)")
 	mixFlag   = flag.String("mix", "", "run only the mixes whose name starts with this")
 	dumpFlag  = flag.Int("dump", 0, "with -seed: log every core's state at this tick")
+	shardFlag = flag.Int("shard", -1, "with -seed: log every trace event of this shard")
 )
 
 // mix is a family of schedules: one configuration of the run and of its
@@ -133,6 +134,7 @@ func TestSeeds(t *testing.T) {
 			o := mx.opts(seed)
 			o.Record = *seedFlag != 0 && testing.Verbose()
 			o.DumpAt = *dumpFlag
+			o.WatchShard = *shardFlag + 1
 			res := Run(o)
 			runs++
 			if res.Failed() {
