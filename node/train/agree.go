@@ -3,6 +3,7 @@ package train
 import (
 	"fmt"
 	"slices"
+	"strings"
 
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
@@ -537,6 +538,16 @@ func (a *agreement) reconcileGroup(cur *tconf) {
 			}
 		}
 	}
+	// A voter the configuration no longer names (a leaver serving its last
+	// rounds) becomes a learner now, before it goes: a voter that has gone
+	// counts against the quorum until removed, and removing it needs that
+	// quorum.
+	for _, id := range a.voters {
+		if id != c.cfg.ID && !cur.isMember(a.group[id], id) {
+			propose(pb.ConfChangeAddLearnerNode, id, a.group[id])
+			return
+		}
+	}
 	for _, id := range sortedKeys(a.joins) {
 		if _, ok := a.group[id]; !ok {
 			propose(pb.ConfChangeAddLearnerNode, id, a.joins[id])
@@ -564,7 +575,7 @@ func (a *agreement) reconcileGroup(cur *tconf) {
 		}
 	}
 	want := min(c.cfg.Voters, len(cur.Members))
-	if len(a.voters) < want {
+	if n := countFunc(a.voters, func(id uint64) bool { return cur.isMember(a.group[id], id) }); n < want {
 		for _, m := range cur.Members {
 			if !slices.Contains(a.voters, m.ID) && c.isAlive(m.ID) {
 				if _, ok := a.group[m.ID]; ok {
@@ -594,4 +605,31 @@ func sortedKeys[V any](m map[uint64]V) []uint64 {
 	}
 	slices.Sort(ks)
 	return ks
+}
+
+// String describes the raft member for Core.Debug.
+func (a *agreement) String() string {
+	st := a.rn.Status()
+	var b strings.Builder
+	fmt.Fprintf(&b, "raft term %d lead %x state %v commit %d applied %d voters %x learners %x",
+		st.Term, a.lead&0xffff, st.RaftState, st.Commit, st.Applied, st.Config.Voters.IDs(), st.Config.Learners)
+	for _, id := range sortedKeys(st.Progress) {
+		pr := st.Progress[id]
+		fmt.Fprintf(&b, " [%x match %d next %d %v active %v]", id&0xffff, pr.Match, pr.Next, pr.State, pr.RecentActive)
+	}
+	if a.prop != nil {
+		fmt.Fprintf(&b, " proposing %d (at %d)", a.prop.ID, a.propAt)
+	}
+	fmt.Fprintf(&b, " joins %v leaves %v ccAt %d", a.joins, a.leaves, a.ccAt)
+	return b.String()
+}
+
+func countFunc[T any](s []T, f func(T) bool) int {
+	n := 0
+	for _, v := range s {
+		if f(v) {
+			n++
+		}
+	}
+	return n
 }

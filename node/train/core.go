@@ -459,7 +459,9 @@ func (c *Core) flush() {
 		}
 	}
 	c.rd.WantBatches = c.w.wantBatches()
-	if c.w.left && !c.doneSent && c.o.drained() {
+	if c.w.left && !c.doneSent && c.o.drained() && !c.ag.isVoter() {
+		// (A voter that goes would count against the quorum: it leaves
+		// once the leader made it a learner.)
 		c.doneSent = true
 		c.rd.Done, c.rd.Left = true, true
 	}
@@ -545,7 +547,7 @@ func shortAll(ids []string) []string {
 // a stuck run).
 func (c *Core) Debug() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s\n", c.String())
+	fmt.Fprintf(&b, "%s\n  %s\n", c.String(), c.ag.String())
 	o := &c.o
 	for s := range c.shards {
 		if !o.held.has(s) && o.awaiting[s] == nil {
@@ -553,7 +555,7 @@ func (c *Core) Debug() string {
 		}
 		fmt.Fprintf(&b, "  shard %d held %v through %d", s, o.held.has(s), o.through[s])
 		if a := o.awaiting[s]; a != nil {
-			fmt.Fprintf(&b, " awaiting round %d takeover %v from %v", a.round, a.takeover, a.from)
+			fmt.Fprintf(&b, " awaiting round %d takeover %v (at %d, prev %v) from %v", a.round, a.takeover, a.takenAt, a.prev, a.from)
 		}
 		if t := c.cs.cur(); t != nil && c.cfg.Mode == Sync {
 			p, rt := c.cs.routeConf(s, o.through[s])

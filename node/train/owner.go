@@ -81,6 +81,11 @@ type await struct {
 	from     []Member // who may send it (sync: takeovers; ssp/async: all)
 	takeover bool     // sync: taking over a crashed primary's rounds, as of whatever round its survivors have
 	takenAt  uint64   // takeover: the round it applies from (its survivors check it is its route)
+	// prev (takeover): the peer that applies round takenAt-1 is alive and
+	// hands the shard over as of takenAt, as it would have to the primary
+	// that crashed; whichever copy comes first is installed, and a later
+	// one further on replaces it (ff) until this peer applies a round.
+	prev bool
 }
 
 type owner struct {
@@ -101,6 +106,8 @@ type owner struct {
 	paid     map[owe]bool
 	nextReq  uint64
 	final    bool
+	ff       map[int]bool // sync takeovers: shards a copy further on may still replace
+	gotIn    []uint64     // sync: per shard, the newest configuration when its copy was installed or restarted here
 	changed  map[uint64]changedRound // sync full gather: rows changed by round
 	scratch  model.Sparse
 	sum, tmp model.Sparse
@@ -138,6 +145,8 @@ func (o *owner) init(c *Core) {
 	o.fwd = map[uint64]*fwdOut{}
 	o.xfer = map[uint64]*stateOut{}
 	o.paid = map[owe]bool{}
+	o.ff = map[int]bool{}
+	o.gotIn = make([]uint64, c.shards)
 	o.changed = map[uint64]changedRound{}
 }
 
@@ -372,13 +381,13 @@ func (o *owner) lazyTakeover(shards []uint32, r uint64) {
 	c := o.c
 	for _, sh := range shards {
 		s := int(sh)
-		if o.held.has(s) || !c.routeMe(s, r) {
+		if o.currentFor(s, r) || !c.routeMe(s, r) {
 			continue
 		}
 		if a := o.awaiting[s]; a != nil && (a.takeover || a.round <= r) {
 			continue
 		}
-		a := &await{since: c.tick, takeover: true, takenAt: r}
+		a := &await{since: c.tick, takeover: true, takenAt: r, prev: o.prevAlive(s, r)}
 		at := c.cs.at(r)
 		for i, h := range c.holdersAt(s, r) {
 			if i == 0 {
@@ -769,6 +778,7 @@ func (o *owner) applyGroup(r uint64, t *tconf, ra *roundAcc, g shardSet) {
 	for _, s := range shards {
 		o.through[s] = r + 1
 		o.fresh.del(int(s))
+		delete(o.ff, int(s))
 		if a := o.awaiting[int(s)]; a != nil && !a.takeover && a.round <= r+1 {
 			delete(o.awaiting, int(s)) // it got there itself (its route changed)
 		}

@@ -163,8 +163,8 @@ func (o *owner) takeovers(oldRoute map[uint64][][]string, t *tconf) {
 					survivors = append(survivors, h)
 				}
 			}
-			if c.routeMe(s, r) && !o.held.has(s) {
-				a := &await{since: c.tick, takeover: true, takenAt: r}
+			if c.routeMe(s, r) && !o.currentFor(s, r) {
+				a := &await{since: c.tick, takeover: true, takenAt: r, prev: o.prevAlive(s, r)}
 				at := c.cs.at(r)
 				for _, h := range survivors {
 					if m, ok := at.member(h); ok {
@@ -182,6 +182,40 @@ func (o *owner) takeovers(oldRoute map[uint64][][]string, t *tconf) {
 			}
 		}
 	}
+}
+
+// prevAlive reports whether the peer that applies shard s's round r-1 is
+// another live member, which hands the shard over as of round r.
+func (o *owner) prevAlive(s int, r uint64) bool {
+	c := o.c
+	if r == 0 {
+		return false
+	}
+	p, t := c.cs.routeConf(s, r-1)
+	m, ok := t.member(p)
+	return ok && !c.isMeIn(p, t) && !c.cs.crashed[m.ID] && c.isAlive(m.ID)
+}
+
+// currentFor reports whether this peer's copy of shard s holds every round
+// before r that was answered: it applied round r already, it was a holder
+// of s in the configuration of the round it is at (whose primary forwards
+// each round to its holders before answering), or it got the copy after
+// round r became this peer's. A copy kept from an older configuration may
+// miss rounds applied since by others.
+func (o *owner) currentFor(s int, r uint64) bool {
+	c := o.c
+	if !o.held.has(s) {
+		return false
+	}
+	if o.through[s] > r {
+		return true
+	}
+	if at := c.cs.at(o.through[s]); at.holds(c.cfg.Self, s) && c.isMeIn(c.cfg.Self, at) {
+		return true // a holder of the round it is at: it gets that round applied
+	}
+	// Or it got the copy once this peer was the round's route.
+	_, t := c.cs.routeConf(s, r)
+	return o.gotIn[s] >= t.ID
 }
 
 // holdsAt reports whether this process holds shard s while round r is
@@ -214,6 +248,7 @@ func (o *owner) configChanged(prev, t *tconf) {
 					c.m.Own(s)
 				}
 				o.through[s] = t.Start
+				o.gotIn[s] = t.ID
 			}
 		}
 		return
@@ -350,6 +385,10 @@ func (o *owner) askState() {
 					c.send(m.Peer, &wire.Core{Op: wire.CoreState, Flags: wire.FlagAsk | wire.FlagMoved, Shards: []uint32{uint32(s)}, Round: a.takenAt})
 				}
 			}
+			if a.prev && o.prevAlive(s, a.takenAt) {
+				p, _ := c.cs.routeConf(s, a.takenAt-1)
+				c.send(p, &wire.Core{Op: wire.CoreState, Flags: wire.FlagAsk, Shards: []uint32{uint32(s)}, Round: a.takenAt})
+			}
 			continue
 		}
 		if a.round == 0 {
@@ -385,6 +424,8 @@ func (o *owner) onAsk(from string, msg *wire.Core) {
 		}
 		if w := (owe{to: from, shard: s, takeover: true, round: msg.Round}); !o.paid[w] {
 			o.addOwe(w)
+		} else {
+			o.resendXfer(from, s)
 		}
 		return
 	}
@@ -392,11 +433,55 @@ func (o *owner) onAsk(from string, msg *wire.Core) {
 		c.stats.Rejected++
 		return
 	}
+	if !o.held.has(s) && o.awaiting[s] == nil {
+		// Handed over and dropped here already (a leaver's copy went to
+		// the holder that crashed since): say so, so the asker stops
+		// counting on this peer.
+		c.send(from, &wire.Core{Op: wire.CoreState, Flags: wire.FlagRefused, Shards: msg.Shards, Round: msg.Round})
+		return
+	}
 	w := owe{to: from, shard: s, round: msg.Round}
 	if o.paid[w] {
-		return // sent, and sent again until acknowledged
+		// Sent, and sent again until acknowledged; that it asks means the
+		// copy was lost: send it again now.
+		o.resendXfer(from, s)
+		return
 	}
 	o.addOwe(w)
+}
+
+// resendXfer sends again, at most every quarter retry interval, the
+// unacknowledged copy of shard s to peer to.
+func (o *owner) resendXfer(to string, s int) {
+	c := o.c
+	for _, id := range sortedKeys(o.xfer) {
+		if x := o.xfer[id]; x.to == to && x.shard == s && c.tick-x.sentAt >= uint64(max(1, c.cfg.RetryTicks/4)) {
+			x.sentAt = c.tick
+			c.stats.Resent++
+			c.send(x.to, x.msg)
+		}
+	}
+}
+
+// onNoCopy takes the answer of the peer that applies the round before a
+// takeover that it no longer has the shard: the takeover stops waiting for
+// it (and may restart the shard if nobody else has it).
+func (o *owner) onNoCopy(from string, msg *wire.Core) {
+	c := o.c
+	if c.cfg.Mode != Sync || len(msg.Shards) != 1 || int(msg.Shards[0]) >= c.shards {
+		c.stats.Rejected++
+		return
+	}
+	s := int(msg.Shards[0])
+	a := o.awaiting[s]
+	if a == nil || !a.takeover || !a.prev || msg.Round != a.takenAt {
+		return
+	}
+	if p, t := c.cs.routeConf(s, a.takenAt-1); p != from || !t.isMember(from, msg.Member) {
+		c.stats.Rejected++
+		return
+	}
+	a.prev = false
 }
 
 // payOwes sends the shards that are due.
@@ -406,9 +491,11 @@ func (o *owner) payOwes() bool {
 	keep := o.owes[:0]
 	for _, w := range o.owes {
 		cur := c.cs.cur()
-		if m, ok := cur.member(w.to); (!ok || c.cs.crashed[m.ID]) && !o.isMemberAnywhere(w.to) {
+		if m, ok := cur.member(w.to); ok && c.cs.crashed[m.ID] || !ok && (!c.aliveOK || !o.peerAlive(w.to)) {
+			// Gone: it crashed, or left and went (a leaver still alive
+			// applies its last rounds: it gets what they need).
 			progress = true
-			continue // gone
+			continue
 		}
 		if !o.usable(w.shard, min(w.round, o.through[w.shard])) {
 			keep = append(keep, w)
@@ -485,6 +572,10 @@ const doneBit = 1 << 63
 // state takes a shard handed over.
 func (o *owner) state(from string, msg *wire.Core) {
 	c := o.c
+	if msg.Flags&wire.FlagRefused != 0 {
+		o.onNoCopy(from, msg)
+		return
+	}
 	if msg.Flags&wire.FlagAsk != 0 {
 		o.onAsk(from, msg)
 		return
@@ -504,6 +595,11 @@ func (o *owner) state(from string, msg *wire.Core) {
 		return
 	}
 	a := o.awaiting[s]
+	if a == nil && o.ff[s] && o.held.has(s) && msg.Round > o.through[s] {
+		// A takeover installed a copy; this one is further on (a survivor
+		// had rounds the crashed primary applied and answered).
+		a = &await{takeover: true}
+	}
 	if a == nil || (c.cfg.Mode == Sync && !a.takeover && msg.Round < a.round && msg.Flags&wire.FlagFinal == 0) {
 		if o.held.has(s) {
 			c.send(from, &wire.Core{Op: wire.CoreAck, Req: msg.Req}) // a copy sent again
@@ -522,6 +618,7 @@ func (o *owner) state(from string, msg *wire.Core) {
 	}
 	if c.cfg.Mode == Sync {
 		o.through[s] = msg.Round
+		o.gotIn[s] = cur.ID
 	} else {
 		clear(o.applied[s])
 		for _, mc := range msg.Clocks {
@@ -537,6 +634,9 @@ func (o *owner) state(from string, msg *wire.Core) {
 	}
 	o.held.add(s)
 	delete(o.awaiting, s)
+	if a.takeover && c.cfg.Mode == Sync {
+		o.ff[s] = true
+	}
 	if msg.Flags&wire.FlagFinal != 0 && c.cfg.Mode == Sync {
 		o.final = true // handed over after the last round: the run's values are final
 	}
@@ -596,6 +696,7 @@ func (o *owner) maybeFree(s int) {
 		return
 	}
 	o.held.del(s)
+	delete(o.ff, s)
 	clear(o.applied[s])
 	c.trace(TraceEvent{Kind: TraceFree, Shards: []uint32{uint32(s)}})
 	if c.cfg.Gather == Full {
@@ -615,7 +716,7 @@ func (o *owner) promoteLost() bool {
 		// Only the peer that applies the round before restarts a lost
 		// shard (a takeover): a new holder waits for whoever does, since
 		// two holders restarting it on their own would disagree.
-		timeout := c.tick-a.since > uint64(16*c.cfg.RetryTicks) && (a.takeover || c.cfg.Mode != Sync)
+		timeout := c.tick-a.since > uint64(16*c.cfg.RetryTicks) && (a.takeover && !(a.prev && o.prevAlive(s, a.takenAt)) || c.cfg.Mode != Sync)
 		if !timeout && o.mayStillCome(s) {
 			continue
 		}
@@ -645,6 +746,7 @@ func (o *owner) promoteLost() bool {
 		o.held.add(s)
 		if c.cfg.Mode == Sync {
 			o.through[s] = round
+			o.gotIn[s] = c.cs.cur().ID
 		} else {
 			clear(o.applied[s])
 		}
@@ -683,6 +785,9 @@ func (o *owner) lastRoundFor(s int) (uint64, bool) {
 func (o *owner) mayStillCome(s int) bool {
 	c := o.c
 	a := o.awaiting[s]
+	if c.cfg.Mode == Sync && a.takeover && a.prev && o.prevAlive(s, a.takenAt) {
+		return true
+	}
 	if c.cfg.Mode == Sync && !a.takeover {
 		if a.round == 0 {
 			return false

@@ -574,8 +574,10 @@ func (s *sim) send(from *proc, e train.Envelope) {
 		return
 	}
 	if chaos && f.Drop > 0 && s.r.float() < f.Drop {
+		s.watchMsg("drop", from.peer, e.To, msg)
 		return
 	}
+	s.watchMsg("send", from.peer, e.To, msg)
 	copies := 1
 	if chaos && f.Dup > 0 && s.r.float() < f.Dup {
 		copies = 2
@@ -588,6 +590,14 @@ func (s *sim) send(from *proc, e train.Envelope) {
 		s.seq++
 		s.net = append(s.net, msgInFlight{from: from.peer, to: e.To, to2: to, msg: msg, at: s.tick + delay, seq: s.seq})
 	}
+}
+
+// watchMsg logs a message about the watched shard (WatchShard).
+func (s *sim) watchMsg(what, from, to string, m *wire.Core) {
+	if s.o.WatchShard == 0 || !slices.Contains(m.Shards, uint32(s.o.WatchShard-1)) {
+		return
+	}
+	s.logf("%s %s %s->%s req %d round %d flags %#x config %d shards %v", what, m.Op, from, to, m.Req, m.Round, m.Flags, m.Config, m.Shards)
 }
 
 // deliver hands the messages due to their receivers.
@@ -614,8 +624,10 @@ func (s *sim) deliver() {
 			continue
 		}
 		if s.cut[[2]string{m.from, m.to}] {
+			s.watchMsg("cut", m.from, m.to, m.msg)
 			continue
 		}
+		s.watchMsg("recv", m.from, m.to, m.msg)
 		p.core.Receive(m.from, m.msg)
 		s.handle(p)
 	}
