@@ -128,7 +128,10 @@ func (m *modelFlags) optConfig(c *command) (model.OptConfig, error) {
 // runFlags control the loop, the outputs and the logs.
 type runFlags struct {
 	batch         int
-	epochs        int
+	epochs        int  // 0 until resolved when epochsAuto
+	epochsAuto    bool // --epochs auto
+	rescale       string
+	distributed   bool // set by train's run before prepareTraining
 	evalEvery     int64
 	report        string
 	save          string
@@ -138,11 +141,55 @@ type runFlags struct {
 
 func (r *runFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&r.batch, "batch", 100, "examples per SGD step (minibatch size)")
-	fs.IntVar(&r.epochs, "epochs", 5, "passes over the training data (use 1 for a single streaming pass over a very large data set)")
+	r.epochsAuto = true
+	fs.Var(epochsValue{r}, "epochs", "passes over the training `N`, or auto: train alone until an epoch improves the training loss\n"+
+		"by less than 0.1% (at most 200 epochs; on a big data set give a number, e.g. 1 for a single\n"+
+		"streaming pass). Distributed runs (--job) do not stop early: auto means 5 there")
+	fs.StringVar(&r.rescale, "scale", "auto", "train alone on numeric features brought to unit size: a feature with values beyond [-1, 1]\n"+
+		"is standardised (mean 0, standard deviation 1) when it is in most rows, else divided by its\n"+
+		"largest |value|; binary and [0, 1] features are left alone. --l2 then penalises the weights of\n"+
+		"the scaled features (as a scaler before liblinear or scikit-learn does); the saved model is in\n"+
+		"the raw features' units, so eval and predict need nothing. `mode`: auto (when the data is\n"+
+		"scanned anyway, to infer --dim, --classes or --l2 auto), on (scan for it), or off (the\n"+
+		"features as they are). Distributed runs do not scale")
 	fs.Int64Var(&r.evalEvery, "eval-every", 0, "evaluate on --test every `N` training examples (0: only at the end)")
 	fs.StringVar(&r.report, "report", "", "write a JSON-lines run report to `FILE` (one line per evaluation and a final summary)")
 	fs.StringVar(&r.save, "save", "", "save the trained model to `FILE` (read it back with 'gossiptrain eval')")
 	fs.DurationVar(&r.progressEvery, "progress-every", 5*time.Second, "log a progress line this often (0 turns it off)")
+}
+
+// Epoch defaults: standalone train with --epochs auto runs until the
+// training loss stops improving (autoStopTol) for at most autoMaxEpochs
+// epochs; a distributed run takes distEpochs (its peers must agree on
+// when to stop, which --epochs N gives them for free).
+const (
+	autoStopTol   = 1e-3
+	autoMinEpochs = 3
+	autoMaxEpochs = 200
+	distEpochs    = 5
+)
+
+// epochsValue is --epochs: a positive number or auto.
+type epochsValue struct{ r *runFlags }
+
+func (v epochsValue) String() string {
+	if v.r == nil || v.r.epochsAuto {
+		return "auto"
+	}
+	return strconv.Itoa(v.r.epochs)
+}
+
+func (v epochsValue) Set(s string) error {
+	if s == "auto" {
+		v.r.epochsAuto, v.r.epochs = true, 0
+		return nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 {
+		return fmt.Errorf("%q is not auto or a number of epochs >= 1", s)
+	}
+	v.r.epochsAuto, v.r.epochs = false, n
+	return nil
 }
 
 // trainFlags are all of train's flags.
@@ -212,6 +259,7 @@ leaves; a crashed peer's shards are taken over after --dead-after.`
 		if err != nil {
 			return err
 		}
+		r.distributed = tf.distributed(c)
 		job, err := prepareTraining(c, d, m, r, log)
 		if err != nil {
 			return err
@@ -239,6 +287,9 @@ type trainJob struct {
 	trainFiles []string
 	trainBytes int64 // total size of the training files, for the ETA
 	l2Rows     int64 // --l2 auto from this peer's own files: their rows (0: --l2 given, or --part)
+	// scale changes the features while training alone (--scale); nil for
+	// none. The model's rows are mapped back at the end.
+	scale *data.Scaling
 }
 
 // prepareTraining checks the flags, infers what may be inferred from the data
@@ -266,8 +317,19 @@ func prepareTraining(c *command, d *dataFlags, m *modelFlags, r *runFlags, log z
 	if r.batch < 1 {
 		return nil, usageErr("batch", "must be at least 1, got %d", r.batch)
 	}
+	if r.epochsAuto {
+		r.epochs = autoMaxEpochs
+		if r.distributed {
+			r.epochs = distEpochs
+		}
+	}
 	if r.epochs < 1 {
 		return nil, usageErr("epochs", "must be at least 1, got %d", r.epochs)
+	}
+	switch r.rescale {
+	case "auto", "on", "off":
+	default:
+		return nil, usageErr("scale", "%q: want auto, on or off", r.rescale)
 	}
 	if r.evalEvery < 0 {
 		return nil, usageErr("eval-every", "must not be negative")
@@ -322,7 +384,9 @@ func prepareTraining(c *command, d *dataFlags, m *modelFlags, r *runFlags, log z
 	// row count behind --l2 auto.
 	dim, classes := m.dim, m.classes
 	needScan := kind == 0 || dim == 0 || l2Auto ||
-		(kind.Multiclass() && (classes == 0 || d.labelBase == "auto"))
+		(kind.Multiclass() && (classes == 0 || d.labelBase == "auto")) ||
+		(r.rescale == "on" && !r.distributed)
+	var scan *data.ScanResult
 	if needScan {
 		scanOpt := base
 		scanOpt.Labels = d.trainLabels
@@ -335,6 +399,9 @@ func prepareTraining(c *command, d *dataFlags, m *modelFlags, r *runFlags, log z
 		log.Info().Int64("rows", sr.Rows).Int64("nonzeros", sr.NNZ).Str("took", roundDur(time.Since(start)).String()).Msg("scan done")
 		if sr.Rows == 0 {
 			return nil, usageErr("train", "the training data has no rows")
+		}
+		if sr.Format == data.FormatLibSVM || sr.Format == data.FormatCache {
+			scan = &sr
 		}
 		if dim == 0 {
 			dim = max(sr.Dim, uint64(sr.MaxIndex+1))
@@ -436,6 +503,13 @@ func prepareTraining(c *command, d *dataFlags, m *modelFlags, r *runFlags, log z
 	}
 	mod.LabelBase = int64(labelBase)
 	job.model = mod
+	if r.rescale != "off" && !r.distributed && scan != nil {
+		if job.scale = data.ScalingFor(*scan, dim); job.scale != nil {
+			n, centred := job.scale.Scaled()
+			log.Info().Int("features", n).Int("standardised", centred).
+				Msg("--scale: training on numeric features brought to unit size (dense ones standardised, sparse ones divided by their largest |value|); the model is saved in the raw features' units")
+		}
+	}
 	log.Info().Str("model", kind.String()).Uint64("dim", dim).Int("classes", classes).
 		Str("layout", mod.Layout.String()).Str("optimizer", oc.String()).
 		Float64("model_MiB", float64(len(mod.W))*4/(1<<20)).Msg("model ready")
@@ -475,10 +549,17 @@ func expandInputs(patterns []string, flagName string) ([]string, int64, error) {
 
 // openTrain opens the training data for one epoch.
 func (j *trainJob) openTrain(epoch int) (data.Source, error) {
+	var src data.Source
+	var err error
 	if j.d.cache != "" {
-		return data.OpenCached(j.trainFiles, j.trainOpt, j.d.cache)
+		src, err = data.OpenCached(j.trainFiles, j.trainOpt, j.d.cache)
+	} else {
+		src, err = data.Open(j.trainFiles, j.trainOpt)
 	}
-	return data.Open(j.trainFiles, j.trainOpt)
+	if err != nil {
+		return nil, err
+	}
+	return data.Rescaled(src, j.scale), nil
 }
 
 // openTest opens the test data, or returns nil when there is none.
@@ -486,7 +567,13 @@ func (j *trainJob) openTest() func() (data.Source, error) {
 	if j.d.test == "" {
 		return nil
 	}
-	return func() (data.Source, error) { return data.Open([]string{j.d.test}, j.testOpt) }
+	return func() (data.Source, error) {
+		src, err := data.Open([]string{j.d.test}, j.testOpt)
+		if err != nil {
+			return nil, err
+		}
+		return data.Rescaled(src, j.scale), nil
+	}
 }
 
 // runLocal trains on this process alone and writes the report and model.
@@ -517,6 +604,9 @@ func (j *trainJob) runLocal(ctx context.Context) (sgd.Summary, error) {
 	cfg := sgd.DefaultConfig()
 	cfg.Batch = j.r.batch
 	cfg.Epochs = j.r.epochs
+	if j.r.epochsAuto {
+		cfg.StopTol, cfg.MinEpochs = autoStopTol, autoMinEpochs
+	}
 	cfg.EvalEvery = j.r.evalEvery
 	log.Info().Strs("train", j.trainFiles).Int("batch", cfg.Batch).Int("epochs", cfg.Epochs).Msg("training")
 	sum, err := sgd.Train(ctx, j.model, cfg, open, j.openTest(), hooks)
@@ -526,13 +616,29 @@ func (j *trainJob) runLocal(ctx context.Context) (sgd.Summary, error) {
 	if err != nil {
 		return sum, err
 	}
+	if j.scale != nil {
+		// Back to the raw features' units, so the saved model (and
+		// model_hash) needs no scaling to predict.
+		j.model.Unscale(j.scale.Scale, j.scale.Shift)
+	}
+	if j.r.epochsAuto {
+		ev := log.Info().Int("epochs", sum.Epochs)
+		if len(sum.EpochLoss) > 0 {
+			ev = ev.Float64("train_logloss", round4(sum.EpochLoss[len(sum.EpochLoss)-1]))
+		}
+		if sum.Converged {
+			ev.Msg("--epochs auto: the training loss stopped improving")
+		} else {
+			ev.Msg("--epochs auto: stopped at the most epochs auto runs; the loss was still improving (give --epochs)")
+		}
+	}
 	res := sampler.Sample()
 	if bad > 0 {
 		log.Warn().Int64("bad_lines", bad).Msg("malformed lines were skipped (--skip-bad-lines)")
 	}
 	s := report.Summary{
 		Type: report.TypeSummary, Examples: sum.Examples, Seconds: sum.Seconds,
-		ExamplesPerSec: report.Num(sum.ExamplesPerSec), Epochs: j.r.epochs, Steps: sum.Steps,
+		ExamplesPerSec: report.Num(sum.ExamplesPerSec), Epochs: sum.Epochs, Steps: sum.Steps,
 		Metrics:       reportMetrics(sum.Final),
 		ModelNonzeros: j.model.NonZeros(), ModelHash: fmt.Sprintf("%016x", j.model.Hash()),
 		BadLines: bad, Resources: res,

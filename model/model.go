@@ -246,6 +246,36 @@ func (m *Model) SetRows(p *Sparse) {
 	}
 }
 
+// Unscale maps rows learnt on affinely scaled features back to the raw
+// features: a model trained on x'_k = (x_k - shift[k])·scale[k] (k <
+// len(scale) <= Dim) computes w'_k·x'_k + b', which is w_k·x_k + b with
+// w_k = w'_k·scale[k] and b = b' - Σ_k w_k·shift[k], the sum taken over k
+// in ascending order in float64 for every value of the bias row (an MLP's
+// b1: its first layer is linear in x). Optimizer state is left in the
+// training units, so call it when training is over.
+func (m *Model) Unscale(scale, shift []float32) {
+	if uint64(len(scale)) > m.Dim || len(shift) != len(scale) {
+		panic(fmt.Sprintf("model: Unscale with %d factors and %d shifts for dim %d", len(scale), len(shift), m.Dim))
+	}
+	bias := m.Row(m.Bias())
+	acc := make([]float64, len(bias))
+	for c, v := range bias {
+		acc[c] = float64(v)
+	}
+	for k, f := range scale {
+		row := m.Row(uint32(k))
+		for c := range row {
+			row[c] *= f
+			if shift[k] != 0 {
+				acc[c] -= float64(row[c]) * float64(shift[k])
+			}
+		}
+	}
+	for c := range bias {
+		bias[c] = float32(acc[c])
+	}
+}
+
 // Hash returns an xxhash64 of the layout (features, width, shards) and the
 // weights' little-endian bytes: two models hash equal exactly when their
 // layouts and weights are bit-identical (up to hash collisions). Optimizer
