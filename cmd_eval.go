@@ -17,7 +17,7 @@ func evalCmd() *command {
 	var batch int
 	var lf logFlags
 	c.group("Evaluation", func(fs *flagSet) {
-		fs.StringVar(&modelPath, "model", "", "model `FILE` written by 'gossiptrain train --save'")
+		fs.StringVar(&modelPath, "model", "", "model `FILE` written by 'gossiptrain train --save' (a file here; train's --model is the kind\nof model to train)")
 		fs.StringVar(&test, "test", "", "test data `FILE` (libsvm, criteo or idx; .gz/.zst allowed)")
 		fs.StringVar(&format, "format", "auto", "input `format`: libsvm, criteo, idx, or auto (from the file name)")
 		fs.StringVar(&labels, "test-labels", "", "IDX labels `FILE` (default: found beside the images)")
@@ -46,6 +46,9 @@ refused with an error that says which.`
 		}
 		if test == "" {
 			return usageErr("test", "required: the test data")
+		}
+		if batch < 1 {
+			return usageErr("batch", "must be at least 1, got %d", batch)
 		}
 		if _, err := lf.logger(); err != nil {
 			return err

@@ -4,9 +4,11 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -78,7 +80,7 @@ type modelFlags struct {
 }
 
 func (m *modelFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&m.kind, "model", "auto", "model `kind`: logreg (binary logistic regression, labels 0/1 or -1/+1), softmax\n(multinomial logistic regression over --classes classes), mlp (one hidden layer of\n--hidden ReLU units, then softmax), or auto: logreg when the training labels are binary,\nelse softmax (needs a quick scan of the data)")
+	fs.StringVar(&m.kind, "model", "auto", "model `kind` to train (a kind here; eval's, predict's and inspect's --model is a model file):\nlogreg (binary logistic regression, labels 0/1 or -1/+1), softmax\n(multinomial logistic regression over --classes classes), mlp (one hidden layer of\n--hidden ReLU units, then softmax), or auto: logreg when the training labels are binary,\nelse softmax (needs a quick scan of the data)")
 	fs.IntVar(&m.classes, "classes", 0, "softmax, mlp: number of `classes` (default: inferred from the training labels)")
 	fs.IntVar(&m.hidden, "hidden", 128, "mlp: hidden `units` (ReLU). Every row of the model is this wide, so the model is\n(dim + classes + 2) x hidden floats")
 	fs.Uint64Var(&m.initSeed, "init-seed", 1, "mlp: `seed` of the initial weights; every peer of a cluster must use the same")
@@ -223,8 +225,9 @@ func newTrainCommand() (*command, *trainFlags) {
 		tf.p.registerLog(fs)
 	})
 	c.help = `
-Train a binary logistic regression (--model logreg) or a multinomial softmax
-model (--model softmax) with minibatch SGD, AdaGrad or FTRL-Proximal, streaming
+Train a binary logistic regression (--model logreg), a multinomial softmax
+model (--model softmax) or a one-hidden-layer MLP (--model mlp, --hidden N)
+with minibatch SGD, AdaGrad or FTRL-Proximal, streaming
 the training data from disk (files of any size), evaluating on --test, and
 writing a JSON-lines report and a model file.
 
@@ -260,6 +263,12 @@ leaves; a crashed peer's shards are taken over after --dead-after.`
 			return err
 		}
 		r.distributed = tf.distributed(c)
+		if _, err := checkDistFlags(tf); err != nil {
+			return err
+		}
+		if err := checkOutputs(tf); err != nil {
+			return err
+		}
 		job, err := prepareTraining(c, d, m, r, log)
 		if err != nil {
 			return err
@@ -394,7 +403,7 @@ func prepareTraining(c *command, d *dataFlags, m *modelFlags, r *runFlags, log z
 		log.Info().Strs("files", files).Msg("scanning the training data to infer what the flags leave open")
 		sr, err := data.Scan(d.train, scanOpt)
 		if err != nil {
-			return nil, err
+			return nil, labelsFlag(err, "train-labels")
 		}
 		log.Info().Int64("rows", sr.Rows).Int64("nonzeros", sr.NNZ).Str("took", roundDur(time.Since(start)).String()).Msg("scan done")
 		if sr.Rows == 0 {
@@ -410,7 +419,7 @@ func prepareTraining(c *command, d *dataFlags, m *modelFlags, r *runFlags, log z
 				to.Labels = d.testLabels
 				tr, err := data.Scan([]string{d.test}, to)
 				if err != nil {
-					return nil, err
+					return nil, labelsFlag(err, "test-labels")
 				}
 				dim = max(dim, tr.Dim, uint64(tr.MaxIndex+1))
 			}
@@ -432,14 +441,14 @@ func prepareTraining(c *command, d *dataFlags, m *modelFlags, r *runFlags, log z
 				log.Info().Int("labels", len(sr.Labels)).Msg("--model auto: softmax (the labels are classes)")
 			}
 		}
+		warnRareLabels(log, sr, kind)
 		if kind.Multiclass() {
 			if d.labelBase == "auto" {
+				// The smallest training label is class 0, as --help says
+				// (so -1/+1 labels are classes 0 and 2 of 3).
 				labelBase = min(lo, 0)
-				if ok && lo > 0 {
-					labelBase = lo
-				}
-				if ok && k == 0 {
-					labelBase = 0 // 0/1 labels as two classes
+				if ok && len(sr.Labels) > 0 {
+					labelBase = int(slices.Min(slices.Collect(maps.Keys(sr.Labels))))
 				}
 			}
 			if classes == 0 {
@@ -514,6 +523,40 @@ func prepareTraining(c *command, d *dataFlags, m *modelFlags, r *runFlags, log z
 		Str("layout", mod.Layout.String()).Str("optimizer", oc.String()).
 		Float64("model_MiB", float64(len(mod.W))*4/(1<<20)).Msg("model ready")
 	return job, nil
+}
+
+// warnRareLabels warns about labels so rare they look like typos: with
+// three or more distinct labels, one with fewer rows than 1% of the median
+// label's (a stray 2 among -1/+1 labels would otherwise silently make
+// --model auto a 3-class softmax). The warning names the first rows.
+func warnRareLabels(log zerolog.Logger, sr data.ScanResult, kind model.Kind) {
+	if len(sr.Labels) < 3 || sr.LabelsCapped {
+		return
+	}
+	counts := slices.Sorted(maps.Values(sr.Labels))
+	median := counts[len(counts)/2]
+	for _, l := range slices.Sorted(maps.Keys(sr.Labels)) {
+		n := sr.Labels[l]
+		if n*100 >= median {
+			continue
+		}
+		var where []string
+		for _, p := range sr.LabelPlaces[l] {
+			where = append(where, p.String())
+		}
+		ev := log.Warn().Float64("label", l).Int64("rows", n).Int64("of_rows", sr.Rows).Strs("first_rows", where)
+		binaryWithout := true
+		for o := range sr.Labels {
+			if o != l && o != 0 && o != 1 && o != -1 {
+				binaryWithout = false
+			}
+		}
+		if binaryWithout {
+			ev.Msgf("label %g is on only %d rows: a typo? Without it the labels are binary (logreg); with it --model auto makes a softmax over every label from the smallest to the largest. Fix those rows, or give --model logreg (they then fail as bad labels, or are skipped with --skip-bad-lines)", l, n)
+			continue
+		}
+		ev.Msgf("label %g is on only %d rows, under 1%% of a typical label's: a typo?", l, n)
+	}
 }
 
 // expandInputs resolves patterns to files, naming the flag when one matches

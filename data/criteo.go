@@ -123,11 +123,12 @@ func (r *criteoReader) read(b *Batch, max int) (int, error) {
 				r.sh.stats.BadLines++
 				continue
 			}
-			return n, &LineError{File: r.st.name, Line: r.lr.line, Token: clip(line[f.start:f.end]), Err: f.reason(&r.sh.opt)}
+			return n, badLine(r.st.name, r.lr.line, line, r.lr.ahead(256), f, &r.sh.opt)
 		}
 		b.EndRow(label)
 		if r.sh.raw {
 			r.sh.rawLabels = append(r.sh.rawLabels, r.lab.last)
+			r.sh.rawPlaces = append(r.sh.rawPlaces, Place{r.st.name, r.lr.line})
 		}
 		n++
 	}

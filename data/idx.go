@@ -30,6 +30,12 @@ var pixelScale = func() (t [256]float32) {
 	return t
 }()
 
+// IsIDXImages reports whether a file name is an IDX images file's
+// (*idx3-ubyte, with or without .gz or .zst), the name Open detects.
+func IsIDXImages(path string) bool {
+	return strings.HasSuffix(strings.ToLower(stripCompression(filepath.Base(path))), "idx3-ubyte")
+}
+
 // IDXLabelsPath returns the labels file beside an IDX images file by the
 // standard naming: "images" becomes "labels" and "idx3" becomes "idx1"
 // (train-images-idx3-ubyte.gz → train-labels-idx1-ubyte.gz). It tries the
@@ -56,8 +62,22 @@ func IDXLabelsPath(images string) (string, error) {
 			return p, nil
 		}
 	}
-	return "", fmt.Errorf("%w: labels for %s: %s does not exist (set the labels file)", ErrNoMatch, images, tried[0])
+	return "", &LabelsError{Images: images, Tried: tried[0]}
 }
+
+// LabelsError says an IDX images file has no labels file beside it by the
+// standard name; it wraps ErrNoMatch. Commands name their labels flag with
+// it (--train-labels, --test-labels).
+type LabelsError struct {
+	Images string // the images file
+	Tried  string // the labels file looked for
+}
+
+func (e *LabelsError) Error() string {
+	return fmt.Sprintf("no labels for %s: %s does not exist (give the labels file)", e.Images, e.Tried)
+}
+
+func (e *LabelsError) Unwrap() error { return ErrNoMatch }
 
 // idxReader streams an IDX images file and its labels file record by
 // record.
@@ -193,6 +213,7 @@ func (r *idxReader) read(b *Batch, max int) (int, error) {
 		b.EndRow(label)
 		if r.sh.raw {
 			r.sh.rawLabels = append(r.sh.rawLabels, r.labm.last)
+			r.sh.rawPlaces = append(r.sh.rawPlaces, Place{r.lab.name, r.next})
 		}
 		n++
 	}

@@ -14,6 +14,7 @@ type shared struct {
 	// raw is set by Scan: labels are recorded in rawLabels, not mapped.
 	raw       bool
 	rawLabels []float64
+	rawPlaces []Place     // where each raw label's row is
 	lines     *lineReader // text readers share one buffer
 	// formatDim is the largest dimension a file's format fixes: IDX pixels
 	// per image, a cache's Dim (for ScanResult.Dim).
@@ -89,11 +90,12 @@ func (r *libsvmReader) read(b *Batch, max int) (int, error) {
 				r.sh.stats.BadLines++
 				continue
 			}
-			return n, &LineError{File: r.st.name, Line: r.lr.line, Token: clip(line[f.start:f.end]), Err: f.reason(&r.sh.opt)}
+			return n, badLine(r.st.name, r.lr.line, line, r.lr.ahead(256), f, &r.sh.opt)
 		}
 		b.EndRow(label)
 		if r.sh.raw {
 			r.sh.rawLabels = append(r.sh.rawLabels, r.lab.last)
+			r.sh.rawPlaces = append(r.sh.rawPlaces, Place{r.st.name, r.lr.line})
 		}
 		n++
 	}
@@ -148,8 +150,11 @@ func (r *libsvmReader) parse(line []byte, i int, b *Batch) (float32, fault) {
 				continue
 			}
 			code := fIndexNotNumber
-			if nd > 0 && (i == n || isSpace(line[i])) {
+			switch {
+			case nd > 0 && (i == n || isSpace(line[i])):
 				code = fNoColon
+			case nd == 0 && line[start] == '-' && start+1 < n && line[start+1]-'0' <= 9:
+				code = fIndexNegative
 			}
 			return 0, fault{code: code, start: start, end: end}
 		}

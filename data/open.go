@@ -219,6 +219,7 @@ func (s *multiSource) openNext() error {
 func (s *multiSource) Next(b *Batch, max int) (int, error) {
 	b.Reset()
 	s.sh.rawLabels = s.sh.rawLabels[:0]
+	s.sh.rawPlaces = s.sh.rawPlaces[:0]
 	if s.err != nil {
 		return 0, s.err
 	}

@@ -1,10 +1,24 @@
 package data
 
 import (
+	"fmt"
 	"io"
 	"math"
 	"slices"
 )
+
+// Place is where a row is: its file and 1-based line (record for IDX).
+type Place struct {
+	File string
+	Line int64
+}
+
+// String formats the place as "file:line".
+func (p Place) String() string { return fmt.Sprintf("%s:%d", p.File, p.Line) }
+
+// maxLabelPlaces is how many rows of each label ScanResult.LabelPlaces
+// locates.
+const maxLabelPlaces = 3
 
 // maxScanLabels caps the distinct labels ScanResult.Labels counts.
 const maxScanLabels = 1000
@@ -26,6 +40,9 @@ type ScanResult struct {
 	// Labels counts the rows of each raw label (as written in the file; for
 	// a cache, the stored class). At most 1000 distinct labels are counted.
 	Labels map[float64]int64
+	// LabelPlaces holds where the first rows of each label are (at most
+	// 3 per label; none for a cache), so a rare label can be named.
+	LabelPlaces map[float64][]Place
 	// LabelsCapped says rows with labels beyond the first 1000 distinct ones
 	// were not counted in Labels.
 	LabelsCapped bool
@@ -142,7 +159,13 @@ func Scan(patterns []string, opt Options) (ScanResult, error) {
 				st.NonBinary = st.NonBinary || (x != 0 && x != 1)
 			}
 		}
-		for _, l := range src.sh.rawLabels {
+		for i, l := range src.sh.rawLabels {
+			if i < len(src.sh.rawPlaces) && res.Labels[l] < maxLabelPlaces {
+				if res.LabelPlaces == nil {
+					res.LabelPlaces = map[float64][]Place{}
+				}
+				res.LabelPlaces[l] = append(res.LabelPlaces[l], src.sh.rawPlaces[i])
+			}
 			if _, ok := res.Labels[l]; ok || len(res.Labels) < maxScanLabels {
 				res.Labels[l]++
 			} else {

@@ -472,6 +472,10 @@ func (m *Model) saveFile(path string, opt SaveOptions, wrap func(io.Writer) io.W
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			err = fmt.Errorf("cannot create a file in %s: %w", dir, pe.Err)
+		}
 		return fmt.Errorf("save %s: %w", path, err)
 	}
 	tmp, closed, renamed := f.Name(), false, false
@@ -484,6 +488,15 @@ func (m *Model) saveFile(path string, opt SaveOptions, wrap func(io.Writer) io.W
 		}
 		if !renamed {
 			os.Remove(tmp)
+		}
+		// The temporary file is gone: say what failed about path, not it.
+		var pe *os.PathError
+		if errors.As(err, &pe) && pe.Path == tmp {
+			err = pe.Err
+		}
+		var le *os.LinkError
+		if errors.As(err, &le) {
+			err = le.Err
 		}
 		err = fmt.Errorf("save %s: %w", path, err)
 	}()

@@ -269,6 +269,9 @@ func TestSaveFileFailureKeepsOldFile(t *testing.T) {
 		if !errors.Is(err, errDiskFull) || !strings.Contains(err.Error(), path) {
 			t.Fatalf("disk full after %d bytes: err = %v, want the write error naming %s", k, err, path)
 		}
+		if strings.Contains(err.Error(), ".tmp-") {
+			t.Errorf("disk full after %d bytes: %q names the temporary file, gone by then", k, err)
+		}
 		if after, _ := os.ReadFile(path); !bytes.Equal(after, before) {
 			t.Fatalf("disk full after %d bytes: the old file changed", k)
 		}
@@ -284,8 +287,8 @@ func TestSaveFileFailureKeepsOldFile(t *testing.T) {
 		filepath.Join(path, "model.gt"),
 		filepath.Join(dir, "sub"),
 	} {
-		if err := m.SaveFile(p, SaveOptions{}); err == nil || !strings.Contains(err.Error(), p) {
-			t.Errorf("SaveFile(%s) = %v, want an error naming it", p, err)
+		if err := m.SaveFile(p, SaveOptions{}); err == nil || !strings.Contains(err.Error(), p) || strings.Contains(err.Error(), ".tmp-") {
+			t.Errorf("SaveFile(%s) = %v, want an error naming it and no temporary file", p, err)
 		}
 	}
 	if ents, _ := os.ReadDir(filepath.Join(dir, "sub")); len(ents) != 0 {
