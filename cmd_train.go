@@ -511,6 +511,22 @@ func prepareTraining(c *command, d *dataFlags, m *modelFlags, r *runFlags, log z
 		return nil, usageErr("shards", "%v", err)
 	}
 	mod.LabelBase = int64(labelBase)
+	// What the model was trained on, for inspect and for eval's and
+	// predict's warnings.
+	inFormat := format
+	if scan != nil {
+		inFormat = scan.Format
+	} else if inFormat == data.FormatAuto {
+		if f, err := data.DetectFormat(files[0]); err == nil {
+			inFormat = f
+		}
+	}
+	if inFormat != data.FormatAuto {
+		mod.Input = model.Input{Format: inFormat.String(), ZeroBased: d.zeroBased}
+	}
+	var given []string
+	c.flags.Visit(func(f *flag.Flag) { given = append(given, "--"+f.Name+"="+f.Value.String()) })
+	mod.Meta = map[string]string{"flags": strings.Join(given, " ")}
 	job.model = mod
 	if r.rescale != "off" && !r.distributed && scan != nil {
 		if job.scale = data.ScalingFor(*scan, dim); job.scale != nil {
@@ -659,6 +675,7 @@ func (j *trainJob) runLocal(ctx context.Context) (sgd.Summary, error) {
 	if err != nil {
 		return sum, err
 	}
+	j.model.Examples += sum.Examples
 	if j.scale != nil {
 		// Back to the raw features' units, so the saved model (and
 		// model_hash) needs no scaling to predict.

@@ -67,6 +67,8 @@ func commands() []*command {
 		benchCmd(),
 		trainCmd(),
 		evalCmd(),
+		predictCmd(),
+		inspectCmd(),
 		genCmd(),
 		peerCmd(),
 		keygenCmd(),

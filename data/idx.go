@@ -126,18 +126,20 @@ func newIDXReader(sh *shared, images, labels string) (_ *idxReader, err error) {
 	if r.img, err = openStream(images, &sh.stats.Bytes); err != nil {
 		return nil, err
 	}
-	if r.lab, err = openStream(labels, &sh.stats.Bytes); err != nil {
-		return nil, err
-	}
 	r.imgR = bufio.NewReaderSize(r.img, sh.opt.bufferSize())
-	r.labR = bufio.NewReaderSize(r.lab, 64<<10)
 	d, err := idxHeader(r.imgR, images, idxImagesMagic, 3)
 	if err != nil {
 		return nil, err
 	}
-	l, err := idxHeader(r.labR, labels, idxLabelsMagic, 1)
-	if err != nil {
-		return nil, err
+	l := d[:1] // without a labels file (NoLabels), as many labels as images
+	if labels != "" {
+		if r.lab, err = openStream(labels, &sh.stats.Bytes); err != nil {
+			return nil, err
+		}
+		r.labR = bufio.NewReaderSize(r.lab, 64<<10)
+		if l, err = idxHeader(r.labR, labels, idxLabelsMagic, 1); err != nil {
+			return nil, err
+		}
 	}
 	pixels := uint64(d[1]) * uint64(d[2])
 	switch {
@@ -182,8 +184,10 @@ func (r *idxReader) read(b *Batch, max int) (int, error) {
 			if _, err := r.imgR.Discard(r.pixels); err != nil {
 				return n, fmt.Errorf("%s: %w", r.img.name, r.truncated(err))
 			}
-			if _, err := r.labR.Discard(1); err != nil {
-				return n, fmt.Errorf("%s: %w", r.lab.name, r.truncated(err))
+			if r.labR != nil {
+				if _, err := r.labR.Discard(1); err != nil {
+					return n, fmt.Errorf("%s: %w", r.lab.name, r.truncated(err))
+				}
 			}
 			r.next++
 			continue
@@ -191,12 +195,18 @@ func (r *idxReader) read(b *Batch, max int) (int, error) {
 		if _, err := io.ReadFull(r.imgR, r.rec); err != nil {
 			return n, fmt.Errorf("%s: %w", r.img.name, r.truncated(err))
 		}
-		raw, err := r.labR.ReadByte()
-		if err != nil {
-			return n, fmt.Errorf("%s: %w", r.lab.name, r.truncated(err))
+		var raw byte
+		if r.labR != nil {
+			var err error
+			if raw, err = r.labR.ReadByte(); err != nil {
+				return n, fmt.Errorf("%s: %w", r.lab.name, r.truncated(err))
+			}
 		}
 		r.next++
 		label, code := r.labm.value(float64(raw))
+		if r.labR == nil {
+			label, code = 0, fOK
+		}
 		if code != fOK {
 			if r.sh.opt.SkipBad {
 				r.sh.stats.BadLines++
@@ -225,7 +235,13 @@ func (r *idxReader) end() error {
 	for _, s := range []struct {
 		r    *bufio.Reader
 		name string
-	}{{r.imgR, r.img.name}, {r.labR, r.lab.name}} {
+	}{{r.imgR, r.img.name}, {r.labR, ""}} {
+		if s.r == nil {
+			continue
+		}
+		if s.r == r.labR {
+			s.name = r.lab.name
+		}
 		if _, err := s.r.ReadByte(); err == nil {
 			return fmt.Errorf("%w: %s: data after the last of %d records", ErrFormat, s.name, r.count)
 		} else if err != io.EOF {

@@ -1,6 +1,7 @@
 package data
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"sort"
@@ -102,6 +103,9 @@ func (r *libsvmReader) read(b *Batch, max int) (int, error) {
 	return n, nil
 }
 
+// qidPrefix starts a query id token, which is not a feature.
+var qidPrefix = []byte("qid:")
+
 func isSpace(c byte) bool { return c == ' ' || c == '\t' }
 
 // tokenEnd returns the index of the first blank at or after i.
@@ -116,9 +120,15 @@ func tokenEnd(line []byte, i int) int {
 // non-blank byte i) to b and returns its label.
 func (r *libsvmReader) parse(line []byte, i int, b *Batch) (float32, fault) {
 	j := tokenEnd(line, i)
-	label, code := r.lab.text(line[i:j])
-	if code != fOK {
-		return 0, fault{code: code, start: i, end: j, num: int64(r.lab.last)}
+	var label float32
+	switch {
+	case !r.sh.opt.NoLabels:
+		var code faultCode
+		if label, code = r.lab.text(line[i:j]); code != fOK {
+			return 0, fault{code: code, start: i, end: j, num: int64(r.lab.last)}
+		}
+	case bytes.IndexByte(line[i:j], ':') >= 0 && !bytes.HasPrefix(line[i:j], qidPrefix):
+		j = i // no label: the line starts with its first feature
 	}
 	first := len(b.Indices)
 	sorted := true

@@ -39,6 +39,13 @@ type Model struct {
 	// Steps is one more than the largest step number passed to Apply (0 for
 	// a fresh model). It is saved, so a resumed run continues the schedule.
 	Steps int64
+	// Examples is the number of training examples the model has seen
+	// (saved from format version 3 on; 0 when unknown).
+	Examples int64
+	// Input says what the model was trained on, so eval and predict can
+	// warn when told to read other input (saved from format version 3 on;
+	// zero when unknown).
+	Input Input
 	// Meta is free-form text saved with the model (data set, flags, peer);
 	// nil is fine.
 	Meta map[string]string
@@ -50,6 +57,15 @@ type Model struct {
 	// floats (an empty, non-nil slice for SGD), ordered like the shard's
 	// weights; FTRL interleaves z and n per weight.
 	State [][]float32
+}
+
+// Input describes the input a model was trained on.
+type Input struct {
+	// Format is the input format's name as data.Format.String gives it
+	// ("libsvm", "criteo", "idx", "cache"); "" when unknown.
+	Format string
+	// ZeroBased is --zero-based: libsvm feature indices start at 0.
+	ZeroBased bool
 }
 
 // New returns a zero model with no shard owned. For Logreg classes must be 0
