@@ -132,7 +132,7 @@ type runFlags struct {
 	batch         int
 	epochs        int  // 0 until resolved when epochsAuto
 	epochsAuto    bool // --epochs auto
-	rescale       string
+	scale         string
 	distributed   bool // set by train's run before prepareTraining
 	evalEvery     int64
 	report        string
@@ -144,12 +144,14 @@ type runFlags struct {
 func (r *runFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&r.batch, "batch", 100, "examples per SGD step (minibatch size)")
 	r.epochsAuto = true
-	fs.Var(epochsValue{r}, "epochs", "passes over the training `N`, or auto: train alone until an epoch improves the training loss\n"+
-		"by less than 0.1% (at most 200 epochs; on a big data set give a number, e.g. 1 for a single\n"+
+	fs.Var(epochsValue{r}, "epochs", "passes over the training data: `N`, or auto: train alone until an epoch improves the training\n"+
+		"loss by less than 0.1% (at least 3 and at most 200 epochs; an mlp at most 10, since it overfits\n"+
+		"long before its training loss settles; on a big data set give a number, e.g. 1 for a single\n"+
 		"streaming pass). Distributed runs (--job) do not stop early: auto means 5 there")
-	fs.StringVar(&r.rescale, "scale", "auto", "train alone on numeric features brought to unit size: a feature with values beyond [-1, 1]\n"+
-		"is standardised (mean 0, standard deviation 1) when it is in most rows, else divided by its\n"+
-		"largest |value|; binary and [0, 1] features are left alone. --l2 then penalises the weights of\n"+
+	fs.StringVar(&r.scale, "scale", "auto", "train alone on numeric features brought to unit size: a feature with values other than 0\n"+
+		"and 1 is standardised (mean 0, standard deviation 1) when it is in at least half the rows; a\n"+
+		"sparser one with values beyond [-1, 1] is divided by its largest |value|; binary (one-hot)\n"+
+		"features are left alone (libsvm input only). --l2 then penalises the weights of\n"+
 		"the scaled features (as a scaler before liblinear or scikit-learn does); the saved model is in\n"+
 		"the raw features' units, so eval and predict need nothing. `mode`: auto (when the data is\n"+
 		"scanned anyway, to infer --dim, --classes or --l2 auto), on (scan for it), or off (the\n"+
@@ -169,6 +171,9 @@ const (
 	autoMinEpochs = 3
 	autoMaxEpochs = 200
 	distEpochs    = 5
+	// An MLP's training loss keeps falling long after its test loss has
+	// stopped improving (it starts to memorise), so auto caps it lower.
+	autoMLPEpochs = 10
 )
 
 // epochsValue is --epochs: a positive number or auto.
@@ -335,10 +340,10 @@ func prepareTraining(c *command, d *dataFlags, m *modelFlags, r *runFlags, log z
 	if r.epochs < 1 {
 		return nil, usageErr("epochs", "must be at least 1, got %d", r.epochs)
 	}
-	switch r.rescale {
+	switch r.scale {
 	case "auto", "on", "off":
 	default:
-		return nil, usageErr("scale", "%q: want auto, on or off", r.rescale)
+		return nil, usageErr("scale", "%q: want auto, on or off", r.scale)
 	}
 	if r.evalEvery < 0 {
 		return nil, usageErr("eval-every", "must not be negative")
@@ -394,7 +399,7 @@ func prepareTraining(c *command, d *dataFlags, m *modelFlags, r *runFlags, log z
 	dim, classes := m.dim, m.classes
 	needScan := kind == 0 || dim == 0 || l2Auto ||
 		(kind.Multiclass() && (classes == 0 || d.labelBase == "auto")) ||
-		(r.rescale == "on" && !r.distributed)
+		(r.scale == "on" && !r.distributed)
 	var scan *data.ScanResult
 	if needScan {
 		scanOpt := base
@@ -498,6 +503,9 @@ func prepareTraining(c *command, d *dataFlags, m *modelFlags, r *runFlags, log z
 			shards /= 2
 		}
 	}
+	if kind == model.MLP && r.epochsAuto && !r.distributed {
+		r.epochs = autoMLPEpochs
+	}
 	var mod *model.Model
 	if kind == model.MLP {
 		if m.hidden < classes {
@@ -528,7 +536,7 @@ func prepareTraining(c *command, d *dataFlags, m *modelFlags, r *runFlags, log z
 	c.flags.Visit(func(f *flag.Flag) { given = append(given, "--"+f.Name+"="+f.Value.String()) })
 	mod.Meta = map[string]string{"flags": strings.Join(given, " ")}
 	job.model = mod
-	if r.rescale != "off" && !r.distributed && scan != nil {
+	if r.scale != "off" && !r.distributed && scan != nil {
 		if job.scale = data.ScalingFor(*scan, dim); job.scale != nil {
 			n, centred := job.scale.Scaled()
 			log.Info().Int("features", n).Int("standardised", centred).
@@ -738,7 +746,8 @@ func (j *trainJob) progressHook() *progress {
 		p.last = time.Now()
 		ev := j.log.Info().Int("epoch", sp.Epoch).Str("examples", humanCount(float64(sp.Examples))).
 			Str("examples_per_sec", humanCount(sp.ExamplesPerSec)).Float64("train_logloss", round4(sp.TrainLoss))
-		if p.cur != nil && j.trainBytes > 0 {
+		// --epochs auto alone has no known end: no ETA.
+		if p.cur != nil && j.trainBytes > 0 && !(j.r.epochsAuto && !j.r.distributed) {
 			total := float64(j.trainBytes) * float64(j.r.epochs)
 			done := float64(p.doneBytes + p.cur.Stats().Bytes)
 			if done > 0 && done < total {
