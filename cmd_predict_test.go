@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	bin "encoding/binary"
 	"encoding/json"
+	"fmt"
 	"io"
 	"math"
 	"math/rand/v2"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/gossiptrain/gossiptrain/data"
 	"github.com/gossiptrain/gossiptrain/model"
+	"github.com/gossiptrain/gossiptrain/report"
 )
 
 // evalJSON runs eval and decodes its JSON line.
@@ -352,5 +354,48 @@ func TestInspect(t *testing.T) {
 	rows := predictions(t, "--model", m, "--data", svm)
 	if len(rows) != 4 {
 		t.Errorf("%d rows", len(rows))
+	}
+}
+
+// A model trained on standardised features (--scale auto, the default on
+// numeric data) is saved in the raw features' units: eval of the saved
+// file on the raw test rows reports the metrics of train's last
+// evaluation.
+func TestScaledModelSavesRawUnits(t *testing.T) {
+	dir := t.TempDir()
+	rng := rand.New(rand.NewPCG(7, 8))
+	var b strings.Builder
+	for range 300 {
+		x1, x2, x3 := 1000+300*rng.NormFloat64(), 0.05+0.01*rng.NormFloat64(), float64(rng.IntN(2))
+		z := (x1-1000)/300 - (x2-0.05)/0.01 + x3 + 0.5*rng.NormFloat64()
+		y := 0
+		if z > 0 {
+			y = 1
+		}
+		fmt.Fprintf(&b, "%d 1:%.3f 2:%.5f", y, x1, x2)
+		if x3 != 0 {
+			b.WriteString(" 3:1")
+		}
+		b.WriteString("\n")
+	}
+	svm := filepath.Join(dir, "num.svm")
+	os.WriteFile(svm, []byte(b.String()), 0o644)
+	m, rep := filepath.Join(dir, "m.gt"), filepath.Join(dir, "r.jsonl")
+	if code, _, stderr := gt(t, "train", "--train", svm, "--test", svm, "--save", m, "--report", rep); code != 0 {
+		t.Fatal(stderr)
+	}
+	r, err := report.ReadFile(rep)
+	if err != nil || r.Summary == nil {
+		t.Fatalf("report: %v", err)
+	}
+	ev := evalJSON(t, "--model", m, "--test", svm)
+	if got, want := ev["test_logloss"].(float64), float64(r.Summary.TestLogLoss); math.Abs(got-want) > 1e-5*want {
+		t.Errorf("eval of the saved model: log-loss %v; train's last evaluation %v", got, want)
+	}
+	if got, want := ev["test_accuracy"].(float64), float64(r.Summary.TestAccuracy); got != want || want < 0.9 {
+		t.Errorf("eval of the saved model: accuracy %v; train's last evaluation %v (want >= 0.9)", got, want)
+	}
+	if ev["model_hash"] != nil && ev["model_hash"] != r.Summary.ModelHash {
+		t.Errorf("model_hash %v, report %v", ev["model_hash"], r.Summary.ModelHash)
 	}
 }
