@@ -332,7 +332,11 @@ the signal gets SIGKILL.`
 				// Four evaluations along the way, and the final one: the
 				// test-error curves of report.md. They count a peer's own
 				// examples.
-				if ep, err := strconv.Atoi(tp.value("epochs")); err == nil && ep > 0 {
+				ep, err := strconv.Atoi(tp.value("epochs"))
+				if tp.value("epochs") == "auto" {
+					ep, err = distEpochs, nil // what each peer runs for --epochs auto
+				}
+				if err == nil && ep > 0 {
 					pass = append(pass, "--eval-every="+strconv.FormatInt(max(m.Rows*int64(ep)/int64(peers)/4, 1), 10))
 				}
 			}

@@ -3,6 +3,8 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
+	"os"
 
 	"github.com/gossiptrain/gossiptrain/data"
 	"github.com/gossiptrain/gossiptrain/model"
@@ -12,18 +14,19 @@ import (
 
 func evalCmd() *command {
 	c := newCommand("eval", "evaluate a saved model on a test set; prints one JSON object", "--model FILE --test FILE [flags]")
-	var modelPath, test, format, labels string
+	var modelPath, test, format, labels, preds string
 	var zeroBased, skipBad bool
 	var batch int
 	var lf logFlags
 	c.group("Evaluation", func(fs *flagSet) {
-		fs.StringVar(&modelPath, "model", "", "model `FILE` written by 'gossiptrain train --save'")
+		fs.StringVar(&modelPath, "model", "", "model `FILE` written by 'gossiptrain train --save' (a file here; train's --model is the kind\nof model to train)")
 		fs.StringVar(&test, "test", "", "test data `FILE` (libsvm, criteo or idx; .gz/.zst allowed)")
 		fs.StringVar(&format, "format", "auto", "input `format`: libsvm, criteo, idx, or auto (from the file name)")
 		fs.StringVar(&labels, "test-labels", "", "IDX labels `FILE` (default: found beside the images)")
-		fs.BoolVar(&zeroBased, "zero-based", false, "libsvm feature indices start at 0")
+		fs.BoolVar(&zeroBased, "zero-based", false, "libsvm feature indices start at 0 (default: as the model was trained; a model from an\nolder binary: 1)")
 		fs.BoolVar(&skipBad, "skip-bad-lines", false, "count and skip malformed lines instead of stopping")
 		fs.IntVar(&batch, "batch", 1000, "rows per evaluation batch")
+		fs.StringVar(&preds, "predictions", "", "also write each test row's probabilities to `FILE`, one line per row, as 'gossiptrain\npredict' writes them (- for standard output, after the JSON line's place: use a file)")
 	})
 	c.group("Logging", lf.register)
 	c.help = `
@@ -47,29 +50,72 @@ refused with an error that says which.`
 		if test == "" {
 			return usageErr("test", "required: the test data")
 		}
-		if _, err := lf.logger(); err != nil {
+		if batch < 1 {
+			return usageErr("batch", "must be at least 1, got %d", batch)
+		}
+		log, err := lf.logger()
+		if err != nil {
 			return err
 		}
 		f, err := data.ParseFormat(format)
 		if err != nil {
 			return usageErr("format", "%v", err)
 		}
+		inputs, _, err := expandInputs([]string{test}, "test")
+		if err != nil {
+			return err
+		}
+		if err := checkIDXLabels(inputs, labels, "test-labels"); err != nil {
+			return err
+		}
+		if preds != "" && preds != "-" {
+			if err := checkWritableFile(preds); err != nil {
+				return usageErr("predictions", "%v", err)
+			}
+		}
 		m, err := model.LoadFile(modelPath)
 		if err != nil {
 			return err
 		}
-		opt := data.Options{Format: f, ZeroBased: zeroBased, Dim: m.Dim, SkipBad: skipBad, Labels: labels, LabelBase: int(m.LabelBase)}
+		zb := zeroBased
+		if !c.set("zero-based") {
+			zb = m.Input.ZeroBased
+		}
+		warnInput(log, m, modelPath, inputs[0], f, zb, c.set("zero-based"))
+		opt := data.Options{Format: f, ZeroBased: zb, Dim: m.Dim, SkipBad: skipBad, Labels: labels, LabelBase: int(m.LabelBase)}
 		if m.Kind.Multiclass() {
 			opt.Classes = m.Classes
 		}
-		src, err := data.Open([]string{test}, opt)
+		src, err := data.Open(inputs, opt)
 		if err != nil {
-			return err
+			return labelsFlag(err, "test-labels")
 		}
 		defer src.Close()
-		met, err := sgd.Evaluate(m, src, batch)
+		var ev sgd.Evaluator
+		var pw *predWriter
+		commit, abort := func() error { return nil }, func() {}
+		if preds != "" {
+			var w io.Writer
+			w, commit, abort, err = outputFile(preds, os.Stderr)
+			if err != nil {
+				return usageErr("predictions", "%v", err)
+			}
+			if preds == "-" {
+				w = c.stdout()
+			}
+			pw = newPredWriter(w)
+			ev.OnRow = pw.row
+		}
+		met, err := ev.Evaluate(m, src, batch)
+		if err == nil && pw != nil {
+			err = pw.flush()
+		}
 		if err != nil {
+			abort()
 			return err
+		}
+		if err := commit(); err != nil {
+			return fmt.Errorf("--predictions: %w", err)
 		}
 		out := struct {
 			Model string `json:"model"`

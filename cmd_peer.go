@@ -74,7 +74,7 @@ func (p *peerFlags) register(c *command) {
 		fs.DurationVar(&p.redialMax, "redial-max", node.DefaultConfig().RedialMax, "longest wait between attempts to reconnect to a lost bootstrap peer or member\n(backoff doubles from 250ms up to this)")
 	})
 	c.group("Cluster", func(fs *flag.FlagSet) {
-		fs.StringVar(&p.job, "job", "", "`name` of the training job (required): peers join only peers of the same job")
+		fs.StringVar(&p.job, "job", "", "`name` of the training job: peers join only peers of the same job. 'peer' needs it; 'train'\nwith it runs as one peer of the job, and without it trains alone")
 		fs.DurationVar(&p.heartbeat, "heartbeat", def.Heartbeat, "how often a peer announces itself on the job's members topic")
 		fs.DurationVar(&p.deadAfter, "dead-after", def.DeadAfter, "a member silent this long is declared dead and its shards move (at least 2x --heartbeat)")
 		fs.IntVar(&p.minPeers, "min-peers", def.MinPeers, "`N` members (this peer included) that training waits for; peer logs when it is reached")

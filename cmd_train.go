@@ -4,9 +4,11 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -78,7 +80,7 @@ type modelFlags struct {
 }
 
 func (m *modelFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&m.kind, "model", "auto", "model `kind`: logreg (binary logistic regression, labels 0/1 or -1/+1), softmax\n(multinomial logistic regression over --classes classes), mlp (one hidden layer of\n--hidden ReLU units, then softmax), or auto: logreg when the training labels are binary,\nelse softmax (needs a quick scan of the data)")
+	fs.StringVar(&m.kind, "model", "auto", "model `kind` to train (a kind here; eval's, predict's and inspect's --model is a model file):\nlogreg (binary logistic regression, labels 0/1 or -1/+1), softmax\n(multinomial logistic regression over --classes classes), mlp (one hidden layer of\n--hidden ReLU units, then softmax), or auto: logreg when the training labels are binary,\nelse softmax (needs a quick scan of the data)")
 	fs.IntVar(&m.classes, "classes", 0, "softmax, mlp: number of `classes` (default: inferred from the training labels)")
 	fs.IntVar(&m.hidden, "hidden", 128, "mlp: hidden `units` (ReLU). Every row of the model is this wide, so the model is\n(dim + classes + 2) x hidden floats")
 	fs.Uint64Var(&m.initSeed, "init-seed", 1, "mlp: `seed` of the initial weights; every peer of a cluster must use the same")
@@ -128,7 +130,10 @@ func (m *modelFlags) optConfig(c *command) (model.OptConfig, error) {
 // runFlags control the loop, the outputs and the logs.
 type runFlags struct {
 	batch         int
-	epochs        int
+	epochs        int  // 0 until resolved when epochsAuto
+	epochsAuto    bool // --epochs auto
+	scale         string
+	distributed   bool // set by train's run before prepareTraining
 	evalEvery     int64
 	report        string
 	save          string
@@ -138,11 +143,62 @@ type runFlags struct {
 
 func (r *runFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&r.batch, "batch", 100, "examples per SGD step (minibatch size)")
-	fs.IntVar(&r.epochs, "epochs", 5, "passes over the training data (use 1 for a single streaming pass over a very large data set)")
+	r.epochsAuto = true
+	fs.Var(epochsValue{r}, "epochs", "passes over the training data: `N`, or auto: train alone until an epoch improves the training\n"+
+		"loss by less than 0.1% (at least 3 and at most 200 epochs; an mlp at most 20, since its\n"+
+		"training loss falls long after its test loss has nearly settled). On a big data set give a\n"+
+		"number (1 is a single streaming pass). Distributed runs (--job) do not stop early: auto is 5")
+	fs.StringVar(&r.scale, "scale", "auto", "train alone on numeric features brought to unit size: a feature with values other than 0\n"+
+		"and 1 is standardised (mean 0, standard deviation 1) when it is in at least half the rows; a\n"+
+		"sparser one with values beyond [-1, 1] is divided by its largest |value|; binary (one-hot)\n"+
+		"features are left alone (libsvm input only). --l2 then penalises the weights of\n"+
+		"the scaled features (as a scaler before liblinear or scikit-learn does); the saved model is in\n"+
+		"the raw features' units, so eval and predict need nothing. `mode`: auto (when the data is\n"+
+		"scanned anyway, to infer --dim, --classes or --l2 auto), on (scan for it), or off (the\n"+
+		"features as they are). Distributed runs do not scale")
 	fs.Int64Var(&r.evalEvery, "eval-every", 0, "evaluate on --test every `N` training examples (0: only at the end)")
 	fs.StringVar(&r.report, "report", "", "write a JSON-lines run report to `FILE` (one line per evaluation and a final summary)")
 	fs.StringVar(&r.save, "save", "", "save the trained model to `FILE` (read it back with 'gossiptrain eval')")
 	fs.DurationVar(&r.progressEvery, "progress-every", 5*time.Second, "log a progress line this often (0 turns it off)")
+}
+
+// Epoch defaults: standalone train with --epochs auto runs until the
+// training loss stops improving (autoStopTol) for at most autoMaxEpochs
+// epochs; a distributed run takes distEpochs (its peers must agree on
+// when to stop, which --epochs N gives them for free).
+const (
+	autoStopTol   = 1e-3
+	autoMinEpochs = 3
+	autoMaxEpochs = 200
+	distEpochs    = 5
+	// An MLP's training loss keeps falling by more than 0.1% an epoch long
+	// after its test metrics have nearly settled (it starts to memorise:
+	// on Fashion-MNIST test accuracy gains 0.05 points an epoch over
+	// epochs 14-20), so auto caps it at 20.
+	autoMLPEpochs = 20
+)
+
+// epochsValue is --epochs: a positive number or auto.
+type epochsValue struct{ r *runFlags }
+
+func (v epochsValue) String() string {
+	if v.r == nil || v.r.epochsAuto {
+		return "auto"
+	}
+	return strconv.Itoa(v.r.epochs)
+}
+
+func (v epochsValue) Set(s string) error {
+	if s == "auto" {
+		v.r.epochsAuto, v.r.epochs = true, 0
+		return nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 {
+		return fmt.Errorf("%q is not auto or a number of epochs >= 1", s)
+	}
+	v.r.epochsAuto, v.r.epochs = false, n
+	return nil
 }
 
 // trainFlags are all of train's flags.
@@ -176,8 +232,9 @@ func newTrainCommand() (*command, *trainFlags) {
 		tf.p.registerLog(fs)
 	})
 	c.help = `
-Train a binary logistic regression (--model logreg) or a multinomial softmax
-model (--model softmax) with minibatch SGD, AdaGrad or FTRL-Proximal, streaming
+Train a binary logistic regression (--model logreg), a multinomial softmax
+model (--model softmax) or a one-hidden-layer MLP (--model mlp, --hidden N)
+with minibatch SGD, AdaGrad or FTRL-Proximal, streaming
 the training data from disk (files of any size), evaluating on --test, and
 writing a JSON-lines report and a model file.
 
@@ -213,6 +270,13 @@ leaves; a crashed peer's shards are taken over after --dead-after.`
 		if err != nil {
 			return err
 		}
+		r.distributed = tf.distributed(c)
+		if _, err := checkDistFlags(tf); err != nil {
+			return err
+		}
+		if err := checkOutputs(tf); err != nil {
+			return err
+		}
 		job, err := prepareTraining(c, d, m, r, log)
 		if err != nil {
 			return err
@@ -240,6 +304,9 @@ type trainJob struct {
 	trainFiles []string
 	trainBytes int64 // total size of the training files, for the ETA
 	l2Rows     int64 // --l2 auto from this peer's own files: their rows (0: --l2 given, or --part)
+	// scale changes the features while training alone (--scale); nil for
+	// none. The model's rows are mapped back at the end.
+	scale *data.Scaling
 }
 
 // prepareTraining checks the flags, infers what may be inferred from the data
@@ -267,8 +334,19 @@ func prepareTraining(c *command, d *dataFlags, m *modelFlags, r *runFlags, log z
 	if r.batch < 1 {
 		return nil, usageErr("batch", "must be at least 1, got %d", r.batch)
 	}
+	if r.epochsAuto {
+		r.epochs = autoMaxEpochs
+		if r.distributed {
+			r.epochs = distEpochs
+		}
+	}
 	if r.epochs < 1 {
 		return nil, usageErr("epochs", "must be at least 1, got %d", r.epochs)
+	}
+	switch r.scale {
+	case "auto", "on", "off":
+	default:
+		return nil, usageErr("scale", "%q: want auto, on or off", r.scale)
 	}
 	if r.evalEvery < 0 {
 		return nil, usageErr("eval-every", "must not be negative")
@@ -323,7 +401,9 @@ func prepareTraining(c *command, d *dataFlags, m *modelFlags, r *runFlags, log z
 	// row count behind --l2 auto.
 	dim, classes := m.dim, m.classes
 	needScan := kind == 0 || dim == 0 || l2Auto ||
-		(kind.Multiclass() && (classes == 0 || d.labelBase == "auto"))
+		(kind.Multiclass() && (classes == 0 || d.labelBase == "auto")) ||
+		(r.scale == "on" && !r.distributed)
+	var scan *data.ScanResult
 	if needScan {
 		scanOpt := base
 		scanOpt.Labels = d.trainLabels
@@ -331,11 +411,14 @@ func prepareTraining(c *command, d *dataFlags, m *modelFlags, r *runFlags, log z
 		log.Info().Strs("files", files).Msg("scanning the training data to infer what the flags leave open")
 		sr, err := data.Scan(d.train, scanOpt)
 		if err != nil {
-			return nil, err
+			return nil, labelsFlag(err, "train-labels")
 		}
 		log.Info().Int64("rows", sr.Rows).Int64("nonzeros", sr.NNZ).Str("took", roundDur(time.Since(start)).String()).Msg("scan done")
 		if sr.Rows == 0 {
 			return nil, usageErr("train", "the training data has no rows")
+		}
+		if sr.Format == data.FormatLibSVM || sr.Format == data.FormatCache {
+			scan = &sr
 		}
 		if dim == 0 {
 			dim = max(sr.Dim, uint64(sr.MaxIndex+1))
@@ -344,7 +427,7 @@ func prepareTraining(c *command, d *dataFlags, m *modelFlags, r *runFlags, log z
 				to.Labels = d.testLabels
 				tr, err := data.Scan([]string{d.test}, to)
 				if err != nil {
-					return nil, err
+					return nil, labelsFlag(err, "test-labels")
 				}
 				dim = max(dim, tr.Dim, uint64(tr.MaxIndex+1))
 			}
@@ -366,14 +449,14 @@ func prepareTraining(c *command, d *dataFlags, m *modelFlags, r *runFlags, log z
 				log.Info().Int("labels", len(sr.Labels)).Msg("--model auto: softmax (the labels are classes)")
 			}
 		}
+		warnRareLabels(log, sr, kind)
 		if kind.Multiclass() {
 			if d.labelBase == "auto" {
+				// The smallest training label is class 0, as --help says
+				// (so -1/+1 labels are classes 0 and 2 of 3).
 				labelBase = min(lo, 0)
-				if ok && lo > 0 {
-					labelBase = lo
-				}
-				if ok && k == 0 {
-					labelBase = 0 // 0/1 labels as two classes
+				if ok && len(sr.Labels) > 0 {
+					labelBase = int(slices.Min(slices.Collect(maps.Keys(sr.Labels))))
 				}
 			}
 			if classes == 0 {
@@ -423,6 +506,9 @@ func prepareTraining(c *command, d *dataFlags, m *modelFlags, r *runFlags, log z
 			shards /= 2
 		}
 	}
+	if kind == model.MLP && r.epochsAuto && !r.distributed {
+		r.epochs = autoMLPEpochs
+	}
 	var mod *model.Model
 	if kind == model.MLP {
 		if m.hidden < classes {
@@ -436,11 +522,68 @@ func prepareTraining(c *command, d *dataFlags, m *modelFlags, r *runFlags, log z
 		return nil, usageErr("shards", "%v", err)
 	}
 	mod.LabelBase = int64(labelBase)
+	// What the model was trained on, for inspect and for eval's and
+	// predict's warnings.
+	inFormat := format
+	if scan != nil {
+		inFormat = scan.Format
+	} else if inFormat == data.FormatAuto {
+		if f, err := data.DetectFormat(files[0]); err == nil {
+			inFormat = f
+		}
+	}
+	if inFormat != data.FormatAuto {
+		mod.Input = model.Input{Format: inFormat.String(), ZeroBased: d.zeroBased}
+	}
+	var given []string
+	c.flags.Visit(func(f *flag.Flag) { given = append(given, "--"+f.Name+"="+f.Value.String()) })
+	mod.Meta = map[string]string{"flags": strings.Join(given, " ")}
 	job.model = mod
+	if r.scale != "off" && !r.distributed && scan != nil {
+		if job.scale = data.ScalingFor(*scan, dim); job.scale != nil {
+			n, centred := job.scale.Scaled()
+			log.Info().Int("features", n).Int("standardised", centred).
+				Msg("--scale: training on numeric features brought to unit size (dense ones standardised, sparse ones divided by their largest |value|); the model is saved in the raw features' units")
+		}
+	}
 	log.Info().Str("model", kind.String()).Uint64("dim", dim).Int("classes", classes).
 		Str("layout", mod.Layout.String()).Str("optimizer", oc.String()).
 		Float64("model_MiB", float64(len(mod.W))*4/(1<<20)).Msg("model ready")
 	return job, nil
+}
+
+// warnRareLabels warns about labels so rare they look like typos: with
+// three or more distinct labels, one with fewer rows than 1% of the median
+// label's (a stray 2 among -1/+1 labels would otherwise silently make
+// --model auto a 3-class softmax). The warning names the first rows.
+func warnRareLabels(log zerolog.Logger, sr data.ScanResult, kind model.Kind) {
+	if len(sr.Labels) < 3 || sr.LabelsCapped {
+		return
+	}
+	counts := slices.Sorted(maps.Values(sr.Labels))
+	median := counts[len(counts)/2]
+	for _, l := range slices.Sorted(maps.Keys(sr.Labels)) {
+		n := sr.Labels[l]
+		if n*100 >= median {
+			continue
+		}
+		var where []string
+		for _, p := range sr.LabelPlaces[l] {
+			where = append(where, p.String())
+		}
+		ev := log.Warn().Float64("label", l).Int64("rows", n).Int64("of_rows", sr.Rows).Strs("first_rows", where)
+		binaryWithout := true
+		for o := range sr.Labels {
+			if o != l && o != 0 && o != 1 && o != -1 {
+				binaryWithout = false
+			}
+		}
+		if binaryWithout {
+			ev.Msgf("label %g is on only %d rows: a typo? Without it the labels are binary (logreg); with it --model auto makes a softmax over every label from the smallest to the largest. Fix those rows, or give --model logreg (they then fail as bad labels, or are skipped with --skip-bad-lines)", l, n)
+			continue
+		}
+		ev.Msgf("label %g is on only %d rows, under 1%% of a typical label's: a typo?", l, n)
+	}
 }
 
 // expandInputs resolves patterns to files, naming the flag when one matches
@@ -476,10 +619,17 @@ func expandInputs(patterns []string, flagName string) ([]string, int64, error) {
 
 // openTrain opens the training data for one epoch.
 func (j *trainJob) openTrain(epoch int) (data.Source, error) {
+	var src data.Source
+	var err error
 	if j.d.cache != "" {
-		return data.OpenCached(j.trainFiles, j.trainOpt, j.d.cache)
+		src, err = data.OpenCached(j.trainFiles, j.trainOpt, j.d.cache)
+	} else {
+		src, err = data.Open(j.trainFiles, j.trainOpt)
 	}
-	return data.Open(j.trainFiles, j.trainOpt)
+	if err != nil {
+		return nil, err
+	}
+	return data.Rescaled(src, j.scale), nil
 }
 
 // openTest opens the test data, or returns nil when there is none.
@@ -487,7 +637,13 @@ func (j *trainJob) openTest() func() (data.Source, error) {
 	if j.d.test == "" {
 		return nil
 	}
-	return func() (data.Source, error) { return data.Open([]string{j.d.test}, j.testOpt) }
+	return func() (data.Source, error) {
+		src, err := data.Open([]string{j.d.test}, j.testOpt)
+		if err != nil {
+			return nil, err
+		}
+		return data.Rescaled(src, j.scale), nil
+	}
 }
 
 // runLocal trains on this process alone and writes the report and model.
@@ -518,6 +674,9 @@ func (j *trainJob) runLocal(ctx context.Context) (sgd.Summary, error) {
 	cfg := sgd.DefaultConfig()
 	cfg.Batch = j.r.batch
 	cfg.Epochs = j.r.epochs
+	if j.r.epochsAuto {
+		cfg.StopTol, cfg.MinEpochs = autoStopTol, autoMinEpochs
+	}
 	cfg.EvalEvery = j.r.evalEvery
 	log.Info().Strs("train", j.trainFiles).Int("batch", cfg.Batch).Int("epochs", cfg.Epochs).Msg("training")
 	sum, err := sgd.Train(ctx, j.model, cfg, open, j.openTest(), hooks)
@@ -527,13 +686,30 @@ func (j *trainJob) runLocal(ctx context.Context) (sgd.Summary, error) {
 	if err != nil {
 		return sum, err
 	}
+	j.model.Examples += sum.Examples
+	if j.scale != nil {
+		// Back to the raw features' units, so the saved model (and
+		// model_hash) needs no scaling to predict.
+		j.model.Unscale(j.scale.Scale, j.scale.Shift)
+	}
+	if j.r.epochsAuto {
+		ev := log.Info().Int("epochs", sum.Epochs)
+		if len(sum.EpochLoss) > 0 {
+			ev = ev.Float64("train_logloss", round4(sum.EpochLoss[len(sum.EpochLoss)-1]))
+		}
+		if sum.Converged {
+			ev.Msg("--epochs auto: the training loss stopped improving")
+		} else {
+			ev.Msg("--epochs auto: stopped at the most epochs auto runs; the loss was still improving (give --epochs)")
+		}
+	}
 	res := sampler.Sample()
 	if bad > 0 {
 		log.Warn().Int64("bad_lines", bad).Msg("malformed lines were skipped (--skip-bad-lines)")
 	}
 	s := report.Summary{
 		Type: report.TypeSummary, Examples: sum.Examples, Seconds: sum.Seconds,
-		ExamplesPerSec: report.Num(sum.ExamplesPerSec), Epochs: j.r.epochs, Steps: sum.Steps,
+		ExamplesPerSec: report.Num(sum.ExamplesPerSec), Epochs: sum.Epochs, Steps: sum.Steps,
 		Metrics:       reportMetrics(sum.Final),
 		ModelNonzeros: j.model.NonZeros(), ModelHash: fmt.Sprintf("%016x", j.model.Hash()),
 		BadLines: bad, Resources: res,
@@ -573,7 +749,8 @@ func (j *trainJob) progressHook() *progress {
 		p.last = time.Now()
 		ev := j.log.Info().Int("epoch", sp.Epoch).Str("examples", humanCount(float64(sp.Examples))).
 			Str("examples_per_sec", humanCount(sp.ExamplesPerSec)).Float64("train_logloss", round4(sp.TrainLoss))
-		if p.cur != nil && j.trainBytes > 0 {
+		// --epochs auto alone has no known end: no ETA.
+		if p.cur != nil && j.trainBytes > 0 && !(j.r.epochsAuto && !j.r.distributed) {
 			total := float64(j.trainBytes) * float64(j.r.epochs)
 			done := float64(p.doneBytes + p.cur.Stats().Bytes)
 			if done > 0 && done < total {

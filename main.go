@@ -14,11 +14,51 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
+	"runtime/debug"
 	"syscall"
 )
 
-// version is set at build time with -ldflags "-X main.version=…".
+// version is the binary's version: set at build time with -ldflags
+// "-X main.version=…", or else read from the build information Go embeds
+// (see buildVersion).
 var version = "dev"
+
+func init() {
+	if version == "dev" {
+		if info, ok := debug.ReadBuildInfo(); ok {
+			version = buildVersion(info)
+		}
+	}
+}
+
+// buildVersion describes a build from its embedded information: the main
+// module's version (a tag such as v1.2.0 when built with 'go install
+// …@v1.2.0', "(devel)" from a checkout) and the VCS revision, commit time
+// and whether the tree had uncommitted changes, which 'go build' records in
+// a git checkout: "(devel) rev 1a2b3c4d5e6f 2025-01-02T03:04:05Z modified".
+func buildVersion(info *debug.BuildInfo) string {
+	v := info.Main.Version
+	if v == "" {
+		v = "(devel)"
+	}
+	settings := map[string]string{}
+	for _, s := range info.Settings {
+		settings[s.Key] = s.Value
+	}
+	if rev := settings["vcs.revision"]; rev != "" {
+		v += " rev " + rev[:min(12, len(rev))]
+		if t := settings["vcs.time"]; t != "" {
+			v += " " + t
+		}
+		if settings["vcs.modified"] == "true" {
+			v += " modified"
+		}
+	} else {
+		v += " (no VCS information: built outside a git checkout or with -buildvcs=false)"
+	}
+	return v
+}
 
 // commands lists the subcommands in the order "gossiptrain help" shows them.
 func commands() []*command {
@@ -27,6 +67,8 @@ func commands() []*command {
 		benchCmd(),
 		trainCmd(),
 		evalCmd(),
+		predictCmd(),
+		inspectCmd(),
 		genCmd(),
 		peerCmd(),
 		keygenCmd(),
@@ -59,7 +101,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	if args[0] == "version" || args[0] == "--version" {
-		fmt.Fprintf(stdout, "gossiptrain %s\n", version)
+		fmt.Fprintf(stdout, "gossiptrain %s %s\n", version, runtime.Version())
 		return 0
 	}
 	var cmd *command
@@ -98,8 +140,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 }
 
 func printTopHelp(w io.Writer, cmds []*command) {
-	fmt.Fprint(w, `gossiptrain trains large sparse models (logistic regression, softmax) with SGD
-on a group of peers that shard the model among themselves: no master.
+	fmt.Fprint(w, `gossiptrain trains large sparse models (logistic regression, softmax, and a
+one-hidden-layer MLP) with SGD, alone or on a group of peers that shard the
+model among themselves: no master.
 
 Usage: gossiptrain COMMAND [flags]
 

@@ -85,7 +85,7 @@ func TestBadLineStopsTheRunNamingFileLineAndToken(t *testing.T) {
 		t.Fatalf("exit %d, stderr %q; want exit 1 naming bad.svm:3 and token 4:x", code, stderr)
 	}
 	rep := filepath.Join(dir, "run.jsonl")
-	code, _, stderr = gt(t, "train", "--train", svm, "--dim", "8", "--l2", "0", "--skip-bad-lines", "--report", rep)
+	code, _, stderr = gt(t, "train", "--train", svm, "--dim", "8", "--l2", "0", "--epochs", "5", "--skip-bad-lines", "--report", rep)
 	if code != 0 {
 		t.Fatalf("--skip-bad-lines: exit %d: %s", code, stderr)
 	}

@@ -123,11 +123,12 @@ func (r *criteoReader) read(b *Batch, max int) (int, error) {
 				r.sh.stats.BadLines++
 				continue
 			}
-			return n, &LineError{File: r.st.name, Line: r.lr.line, Token: clip(line[f.start:f.end]), Err: f.reason(&r.sh.opt)}
+			return n, badLine(r.st.name, r.lr.line, line, r.lr.ahead(256), f, &r.sh.opt)
 		}
 		b.EndRow(label)
 		if r.sh.raw {
 			r.sh.rawLabels = append(r.sh.rawLabels, r.lab.last)
+			r.sh.rawPlaces = append(r.sh.rawPlaces, Place{r.st.name, r.lr.line})
 		}
 		n++
 	}
@@ -137,13 +138,22 @@ func (r *criteoReader) read(b *Batch, max int) (int, error) {
 // parse appends the hashed features of one line to b, sorted, with
 // colliding features merged into one whose value is their count.
 func (r *criteoReader) parse(line []byte, b *Batch) (float32, fault) {
-	if tabs := bytes.Count(line, []byte{'\t'}); tabs != criteoColumns-1 {
+	tabs := bytes.Count(line, []byte{'\t'})
+	var label float32
+	t := -1 // the tab before I1
+	switch {
+	case r.sh.opt.NoLabels && tabs == criteoColumns-2:
+		// no label column (the Criteo challenge's test file)
+	case tabs != criteoColumns-1:
 		return 0, fault{code: fColumns, start: 0, end: len(line), num: int64(tabs + 1)}
-	}
-	t := bytes.IndexByte(line, '\t')
-	label, code := r.lab.text(line[:t])
-	if code != fOK {
-		return 0, fault{code: code, start: 0, end: t, num: int64(r.lab.last)}
+	case r.sh.opt.NoLabels:
+		t = bytes.IndexByte(line, '\t')
+	default:
+		t = bytes.IndexByte(line, '\t')
+		var code faultCode
+		if label, code = r.lab.text(line[:t]); code != fOK {
+			return 0, fault{code: code, start: 0, end: t, num: int64(r.lab.last)}
+		}
 	}
 	first := len(b.Indices)
 	sorted := true

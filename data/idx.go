@@ -30,6 +30,12 @@ var pixelScale = func() (t [256]float32) {
 	return t
 }()
 
+// IsIDXImages reports whether a file name is an IDX images file's
+// (*idx3-ubyte, with or without .gz or .zst), the name Open detects.
+func IsIDXImages(path string) bool {
+	return strings.HasSuffix(strings.ToLower(stripCompression(filepath.Base(path))), "idx3-ubyte")
+}
+
 // IDXLabelsPath returns the labels file beside an IDX images file by the
 // standard naming: "images" becomes "labels" and "idx3" becomes "idx1"
 // (train-images-idx3-ubyte.gz → train-labels-idx1-ubyte.gz). It tries the
@@ -56,8 +62,22 @@ func IDXLabelsPath(images string) (string, error) {
 			return p, nil
 		}
 	}
-	return "", fmt.Errorf("%w: labels for %s: %s does not exist (set the labels file)", ErrNoMatch, images, tried[0])
+	return "", &LabelsError{Images: images, Tried: tried[0]}
 }
+
+// LabelsError says an IDX images file has no labels file beside it by the
+// standard name; it wraps ErrNoMatch. Commands name their labels flag with
+// it (--train-labels, --test-labels).
+type LabelsError struct {
+	Images string // the images file
+	Tried  string // the labels file looked for
+}
+
+func (e *LabelsError) Error() string {
+	return fmt.Sprintf("no labels for %s: %s does not exist (give the labels file)", e.Images, e.Tried)
+}
+
+func (e *LabelsError) Unwrap() error { return ErrNoMatch }
 
 // idxReader streams an IDX images file and its labels file record by
 // record.
@@ -106,18 +126,20 @@ func newIDXReader(sh *shared, images, labels string) (_ *idxReader, err error) {
 	if r.img, err = openStream(images, &sh.stats.Bytes); err != nil {
 		return nil, err
 	}
-	if r.lab, err = openStream(labels, &sh.stats.Bytes); err != nil {
-		return nil, err
-	}
 	r.imgR = bufio.NewReaderSize(r.img, sh.opt.bufferSize())
-	r.labR = bufio.NewReaderSize(r.lab, 64<<10)
 	d, err := idxHeader(r.imgR, images, idxImagesMagic, 3)
 	if err != nil {
 		return nil, err
 	}
-	l, err := idxHeader(r.labR, labels, idxLabelsMagic, 1)
-	if err != nil {
-		return nil, err
+	l := d[:1] // without a labels file (NoLabels), as many labels as images
+	if labels != "" {
+		if r.lab, err = openStream(labels, &sh.stats.Bytes); err != nil {
+			return nil, err
+		}
+		r.labR = bufio.NewReaderSize(r.lab, 64<<10)
+		if l, err = idxHeader(r.labR, labels, idxLabelsMagic, 1); err != nil {
+			return nil, err
+		}
 	}
 	pixels := uint64(d[1]) * uint64(d[2])
 	switch {
@@ -162,8 +184,10 @@ func (r *idxReader) read(b *Batch, max int) (int, error) {
 			if _, err := r.imgR.Discard(r.pixels); err != nil {
 				return n, fmt.Errorf("%s: %w", r.img.name, r.truncated(err))
 			}
-			if _, err := r.labR.Discard(1); err != nil {
-				return n, fmt.Errorf("%s: %w", r.lab.name, r.truncated(err))
+			if r.labR != nil {
+				if _, err := r.labR.Discard(1); err != nil {
+					return n, fmt.Errorf("%s: %w", r.lab.name, r.truncated(err))
+				}
 			}
 			r.next++
 			continue
@@ -171,12 +195,18 @@ func (r *idxReader) read(b *Batch, max int) (int, error) {
 		if _, err := io.ReadFull(r.imgR, r.rec); err != nil {
 			return n, fmt.Errorf("%s: %w", r.img.name, r.truncated(err))
 		}
-		raw, err := r.labR.ReadByte()
-		if err != nil {
-			return n, fmt.Errorf("%s: %w", r.lab.name, r.truncated(err))
+		var raw byte
+		if r.labR != nil {
+			var err error
+			if raw, err = r.labR.ReadByte(); err != nil {
+				return n, fmt.Errorf("%s: %w", r.lab.name, r.truncated(err))
+			}
 		}
 		r.next++
 		label, code := r.labm.value(float64(raw))
+		if r.labR == nil {
+			label, code = 0, fOK
+		}
 		if code != fOK {
 			if r.sh.opt.SkipBad {
 				r.sh.stats.BadLines++
@@ -193,6 +223,7 @@ func (r *idxReader) read(b *Batch, max int) (int, error) {
 		b.EndRow(label)
 		if r.sh.raw {
 			r.sh.rawLabels = append(r.sh.rawLabels, r.labm.last)
+			r.sh.rawPlaces = append(r.sh.rawPlaces, Place{r.lab.name, r.next})
 		}
 		n++
 	}
@@ -204,7 +235,13 @@ func (r *idxReader) end() error {
 	for _, s := range []struct {
 		r    *bufio.Reader
 		name string
-	}{{r.imgR, r.img.name}, {r.labR, r.lab.name}} {
+	}{{r.imgR, r.img.name}, {r.labR, ""}} {
+		if s.r == nil {
+			continue
+		}
+		if s.r == r.labR {
+			s.name = r.lab.name
+		}
 		if _, err := s.r.ReadByte(); err == nil {
 			return fmt.Errorf("%w: %s: data after the last of %d records", ErrFormat, s.name, r.count)
 		} else if err != io.EOF {

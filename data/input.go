@@ -82,6 +82,9 @@ func openStream(path string, nread *int64) (*stream, error) {
 		zr, err := gzip.NewReader(bufio.NewReaderSize(raw, 256<<10))
 		if err != nil {
 			f.Close()
+			if errors.Is(err, gzip.ErrHeader) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+				return nil, fmt.Errorf("%w: %s: not a gzip file, though its name ends in .gz (%v)", ErrFormat, path, err)
+			}
 			return nil, fmt.Errorf("%w: %s: %v", ErrFormat, path, err)
 		}
 		s.r = zr
@@ -102,6 +105,9 @@ func (s *stream) Read(p []byte) (int, error) {
 	if err != nil && err != io.EOF {
 		if errors.Is(err, io.ErrUnexpectedEOF) {
 			return n, fmt.Errorf("%w: %s: truncated: %v", ErrFormat, s.name, err)
+		}
+		if s.zr != nil && errors.Is(err, zstd.ErrMagicMismatch) {
+			return n, fmt.Errorf("%w: %s: not a zstd file, though its name ends in .zst (%v)", ErrFormat, s.name, err)
 		}
 		var pe *os.PathError
 		if !errors.As(err, &pe) {
@@ -199,6 +205,12 @@ func (lr *lineReader) next() ([]byte, bool) {
 		}
 		lr.fill()
 	}
+}
+
+// ahead returns up to n bytes of the buffer after the last line returned,
+// without reading more (for error messages).
+func (lr *lineReader) ahead(n int) []byte {
+	return lr.buf[lr.pos:min(lr.pos+n, lr.end)]
 }
 
 // fill moves the partial line to the front of the buffer, grows the buffer

@@ -1,6 +1,7 @@
 package data
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"sort"
@@ -14,6 +15,7 @@ type shared struct {
 	// raw is set by Scan: labels are recorded in rawLabels, not mapped.
 	raw       bool
 	rawLabels []float64
+	rawPlaces []Place     // where each raw label's row is
 	lines     *lineReader // text readers share one buffer
 	// formatDim is the largest dimension a file's format fixes: IDX pixels
 	// per image, a cache's Dim (for ScanResult.Dim).
@@ -89,16 +91,20 @@ func (r *libsvmReader) read(b *Batch, max int) (int, error) {
 				r.sh.stats.BadLines++
 				continue
 			}
-			return n, &LineError{File: r.st.name, Line: r.lr.line, Token: clip(line[f.start:f.end]), Err: f.reason(&r.sh.opt)}
+			return n, badLine(r.st.name, r.lr.line, line, r.lr.ahead(256), f, &r.sh.opt)
 		}
 		b.EndRow(label)
 		if r.sh.raw {
 			r.sh.rawLabels = append(r.sh.rawLabels, r.lab.last)
+			r.sh.rawPlaces = append(r.sh.rawPlaces, Place{r.st.name, r.lr.line})
 		}
 		n++
 	}
 	return n, nil
 }
+
+// qidPrefix starts a query id token, which is not a feature.
+var qidPrefix = []byte("qid:")
 
 func isSpace(c byte) bool { return c == ' ' || c == '\t' }
 
@@ -114,9 +120,15 @@ func tokenEnd(line []byte, i int) int {
 // non-blank byte i) to b and returns its label.
 func (r *libsvmReader) parse(line []byte, i int, b *Batch) (float32, fault) {
 	j := tokenEnd(line, i)
-	label, code := r.lab.text(line[i:j])
-	if code != fOK {
-		return 0, fault{code: code, start: i, end: j, num: int64(r.lab.last)}
+	var label float32
+	switch {
+	case !r.sh.opt.NoLabels:
+		var code faultCode
+		if label, code = r.lab.text(line[i:j]); code != fOK {
+			return 0, fault{code: code, start: i, end: j, num: int64(r.lab.last)}
+		}
+	case bytes.IndexByte(line[i:j], ':') >= 0 && !bytes.HasPrefix(line[i:j], qidPrefix):
+		j = i // no label: the line starts with its first feature
 	}
 	first := len(b.Indices)
 	sorted := true
@@ -148,8 +160,11 @@ func (r *libsvmReader) parse(line []byte, i int, b *Batch) (float32, fault) {
 				continue
 			}
 			code := fIndexNotNumber
-			if nd > 0 && (i == n || isSpace(line[i])) {
+			switch {
+			case nd > 0 && (i == n || isSpace(line[i])):
 				code = fNoColon
+			case nd == 0 && line[start] == '-' && start+1 < n && line[start+1]-'0' <= 9:
+				code = fIndexNegative
 			}
 			return 0, fault{code: code, start: start, end: end}
 		}

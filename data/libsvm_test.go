@@ -71,7 +71,8 @@ func TestLibSVMBadLines(t *testing.T) {
 		{"1 3:1e39", Options{}, `bad token "3:1e39": value is out of float32 range`, errValueRange},
 		{"1 3", Options{}, `bad token "3": want index:value`, errNoColon},
 		{"1 a:1", Options{}, `bad token "a:1": index is not a number`, errIndexNotNumber},
-		{"1 -3:1", Options{}, `bad token "-3:1": index is not a number`, errIndexNotNumber},
+		{"1 -3:1", Options{}, `bad token "-3:1": index is negative: feature indices start at 1 (0 with --zero-based)`, errIndexNegative},
+		{"1 -x:1", Options{}, `bad token "-x:1": index is not a number`, errIndexNotNumber},
 		{"1 3x:1", Options{}, `bad token "3x:1": index is not a number`, errIndexNotNumber},
 		{"1 :1", Options{}, `bad token ":1": index is not a number`, errIndexNotNumber},
 		{"1 0:1", Options{}, `bad token "0:1": index 0 in 1-based data (use zero-based indices)`, errIndexZero},
@@ -214,5 +215,32 @@ func TestNextBatching(t *testing.T) {
 	src.Close()
 	if _, err := src.Next(&b, 2); err == nil || err == io.EOF {
 		t.Fatalf("Next after Close: %v, want an error", err)
+	}
+}
+
+// Files that are not what their names say get errors in the user's words:
+// a binary file is "not text" (not its bytes quoted as a label), a .gz that
+// is not gzip and a .zst that is not zstd say so.
+func TestNotTextNotGzipNotZstd(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name    string
+		content string
+		want    string
+	}{
+		{"model.gt", "GTMODEL\n\x02\x00\x00\x00\xfd\xff\xff\xff", "not text (binary data on line 1)"},
+		{"image.svm", "\x89PNG\r\n\x1a\n\x00\x00", "not text (binary data on line 1)"},
+		{"plain.svm.gz", "1 1:1\n0 2:1\n", "not a gzip file, though its name ends in .gz"},
+		{"plain.svm.zst", "1 1:1\n0 2:1\n", "not a zstd file, though its name ends in .zst"},
+	} {
+		p := writeFile(t, dir, tc.name, tc.content)
+		src, err := Open([]string{p}, Options{Format: FormatLibSVM})
+		if err == nil {
+			_, err = readAll(src, 10)
+			src.Close()
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), p) || !errors.Is(err, ErrFormat) {
+			t.Errorf("%s: error %v, want ErrFormat naming the file and %q", tc.name, err, tc.want)
+		}
 	}
 }

@@ -109,6 +109,9 @@ func resolveInputs(patterns []string, opt Options) ([]input, error) {
 			return nil, fmt.Errorf("%w: %s is Criteo TSV, which needs Dim (--dim), the range features are hashed into", ErrOptions, inputs[0].path)
 		}
 	case FormatIDX:
+		if opt.NoLabels {
+			break // images only
+		}
 		if opt.Labels != "" && len(inputs) > 1 {
 			return nil, fmt.Errorf("%w: one labels file %s for %d IDX images files; leave it empty to find each one's labels", ErrOptions, opt.Labels, len(inputs))
 		}
@@ -124,7 +127,7 @@ func resolveInputs(patterns []string, opt Options) ([]input, error) {
 			inputs[i].labels = l
 		}
 	}
-	if opt.Labels != "" && inputs[0].format != FormatIDX {
+	if opt.Labels != "" && inputs[0].format != FormatIDX && !opt.NoLabels {
 		return nil, fmt.Errorf("%w: labels file %s given for %v input %s", ErrOptions, opt.Labels, inputs[0].format, inputs[0].path)
 	}
 	return inputs, nil
@@ -134,7 +137,11 @@ func resolveInputs(patterns []string, opt Options) ([]input, error) {
 const sniffSize = 64 << 10
 
 // detectFormat picks a file's format from its name and first line.
-func detectFormat(path string) (Format, error) {
+func detectFormat(path string) (Format, error) { return DetectFormat(path) }
+
+// DetectFormat picks a file's format from its name and first line, as Open
+// does with FormatAuto (see Open).
+func DetectFormat(path string) (Format, error) {
 	base := strings.ToLower(stripCompression(filepath.Base(path)))
 	switch {
 	case strings.HasSuffix(base, "idx3-ubyte"):
@@ -219,6 +226,7 @@ func (s *multiSource) openNext() error {
 func (s *multiSource) Next(b *Batch, max int) (int, error) {
 	b.Reset()
 	s.sh.rawLabels = s.sh.rawLabels[:0]
+	s.sh.rawPlaces = s.sh.rawPlaces[:0]
 	if s.err != nil {
 		return 0, s.err
 	}

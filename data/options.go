@@ -111,6 +111,12 @@ type Options struct {
 	// LabelBase is subtracted from multiclass labels: class = label -
 	// LabelBase. Use 1 for files labelled 1..K.
 	LabelBase int
+	// NoLabels reads rows without their labels, for prediction: a libsvm
+	// line may start with its first index:value (no label) or with a
+	// label token, which is skipped unread; a Criteo line may have 39
+	// columns (no label) or 40; IDX images need no labels file (Labels is
+	// ignored). Every row's Batch label is 0.
+	NoLabels bool
 	// SkipBad counts bad lines in Stats.BadLines and skips them instead of
 	// stopping with a *LineError.
 	SkipBad bool

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"unicode/utf8"
 	"unsafe"
 )
 
@@ -17,6 +18,7 @@ var (
 	errLabelRange     = errors.New("class is out of range")
 	errNoColon        = errors.New("want index:value")
 	errIndexNotNumber = errors.New("index is not a number")
+	errIndexNegative  = errors.New("index is negative: feature indices start at 1 (0 with --zero-based)")
 	errIndexRange     = errors.New("index is too large: features are uint32 and below 4294967295")
 	errIndexZero      = errors.New("index 0 in 1-based data (use zero-based indices)")
 	errIndexDim       = errors.New("feature is outside dim")
@@ -48,6 +50,7 @@ const (
 	fDuplicate
 	fColumns
 	fInteger
+	fIndexNegative
 )
 
 // fault locates a bad token in a line without allocating: the error is
@@ -89,6 +92,8 @@ func (f fault) reason(o *Options) error {
 		return errNoColon
 	case fIndexNotNumber:
 		return errIndexNotNumber
+	case fIndexNegative:
+		return errIndexNegative
 	case fIndexRange:
 		return errIndexRange
 	case fIndexZero:
@@ -109,6 +114,39 @@ func (f fault) reason(o *Options) error {
 		return reasonError{errInteger, fmt.Sprintf("column I%d is not an integer", f.num)}
 	}
 	panic(fmt.Sprintf("data: fault code %d has no reason", f.code))
+}
+
+// badLine is the error of a bad text line: a *LineError naming the file,
+// line and token, or, when the line or the bytes after it (after) are not
+// text (a binary file read as libsvm or Criteo), an ErrFormat error that
+// says so instead of quoting binary bytes as a label.
+func badLine(file string, line int64, text, after []byte, f fault, o *Options) error {
+	if !isText(text) || !isText(after) {
+		return fmt.Errorf("%w: %s: not text (binary data on line %d): libsvm and Criteo input are text files; "+
+			"compressed files must end in .gz or .zst, IDX images in -images-idx3-ubyte[.gz]", ErrFormat, file, line)
+	}
+	return &LineError{File: file, Line: line, Token: clip(text[f.start:f.end]), Err: f.reason(o)}
+}
+
+// isText reports whether b is UTF-8 (its last rune may be cut) without
+// control characters other than tab, carriage return and newline.
+func isText(b []byte) bool {
+	for _, c := range b {
+		if (c < 0x20 && c != '\t' && c != '\r' && c != '\n') || c == 0x7f {
+			return false
+		}
+	}
+	// A window cut mid-character is still text: allow a partial last rune.
+	for range utf8.UTFMax {
+		if utf8.Valid(b) {
+			return true
+		}
+		if len(b) == 0 {
+			break
+		}
+		b = b[:len(b)-1]
+	}
+	return false
 }
 
 // reasonError is a reason with numbers in its message; it unwraps to its

@@ -15,7 +15,8 @@ import (
 	"github.com/cespare/xxhash/v2"
 )
 
-// Model file format, version 1. All integers and floats are little endian.
+// Model file format, versions 1 to 3. All integers and floats are little
+// endian.
 //
 //	offset  size  field
 //	0       8     magic "GTMODEL\n"
@@ -28,7 +29,12 @@ import (
 //	                reserved u8 (0), dim u64, classes u32, shards u32,
 //	                label base i64, steps i64,
 //	                lr, decay, power, l1, l2, beta, eps (7 x float64),
-//	                version 2 only: hidden u32 (an MLP's hidden units),
+//	                versions 2 and 3: hidden u32 (an MLP's hidden units; 0
+//	                for the linear kinds in version 3),
+//	                version 3: examples trained u64, then the input the
+//	                model was trained on: format name length u8, the name
+//	                ("libsvm", "criteo", "idx", "cache"; empty when not
+//	                known), input flags u8 (bit 0: --zero-based),
 //	                if flags bit 0: a bitmap of ceil(shards/8) bytes, bit s%8
 //	                of byte s/8 set when shard s's state follows,
 //	                meta: count u32, then per entry (ascending keys)
@@ -43,15 +49,19 @@ import (
 // Writers and readers stream section by section through a 64 KiB buffer:
 // saving a 128 MiB model needs no second copy of it.
 const (
-	// FormatVersion is the newest model file format this binary reads. It
-	// writes version 1 for the linear kinds (so older binaries read them)
-	// and version 2, which adds the hidden size, for MLPs.
-	FormatVersion = 2
+	// FormatVersion is the newest model file format this binary reads, and
+	// the one it writes. Version 2 added the MLP's hidden size; version 3
+	// adds the examples trained and the input's format and --zero-based,
+	// so eval and predict can warn when told to read other input. Versions
+	// 1 and 2 still load (their input is unknown: Input is zero).
+	FormatVersion = 3
 
 	fileMagic = "GTMODEL\n"
-	preamble  = 20       // magic, version, complement, header length
-	maxHeader = 16 << 20 // bounds the meta section; a larger H is corruption
-	maxMeta   = 1 << 16  // entries in Meta
+	preamble  = 20 // magic, version, complement, header length
+	// maxFormatName bounds Input.Format in a file (one length byte).
+	maxFormatName = 255
+	maxHeader     = 16 << 20 // bounds the meta section; a larger H is corruption
+	maxMeta       = 1 << 16  // entries in Meta
 )
 
 // Errors of model files and shard exports. Errors returned by Read,
@@ -107,10 +117,7 @@ func (m *Model) Save(w io.Writer, opt SaveOptions) (int64, error) {
 	hw := &hashWriter{w: w, d: xxhash.New()}
 	var pre [preamble]byte
 	copy(pre[:], fileMagic)
-	version := uint32(1)
-	if m.Kind == MLP {
-		version = 2
-	}
+	version := uint32(FormatVersion)
 	binary.LittleEndian.PutUint32(pre[8:], version)
 	binary.LittleEndian.PutUint32(pre[12:], ^version)
 	binary.LittleEndian.PutUint32(pre[16:], uint32(len(hdr)))
@@ -147,9 +154,19 @@ func (m *Model) header(opt SaveOptions) []byte {
 	for _, f := range [...]float64{m.Opt.LR, m.Opt.Decay, m.Opt.Power, m.Opt.L1, m.Opt.L2, m.Opt.Beta, m.Opt.Eps} {
 		b = le.AppendUint64(b, math.Float64bits(f))
 	}
-	if m.Kind == MLP {
-		b = le.AppendUint32(b, uint32(m.Hidden))
+	b = le.AppendUint32(b, uint32(m.Hidden))
+	b = le.AppendUint64(b, uint64(m.Examples))
+	format := m.Input.Format
+	if len(format) > maxFormatName {
+		format = format[:maxFormatName]
 	}
+	b = append(b, byte(len(format)))
+	b = append(b, format...)
+	inFlags := byte(0)
+	if m.Input.ZeroBased {
+		inFlags |= 1
+	}
+	b = append(b, inFlags)
 	if opt.State {
 		bm := make([]byte, (m.Layout.Shards+7)/8)
 		for s, st := range m.State {
@@ -323,6 +340,23 @@ func parseHeader(b []byte, version uint32) (*Model, []bool, error) {
 	if version >= 2 {
 		b = b[4:]
 	}
+	if version >= 3 {
+		if len(b) < 8+1 {
+			return nil, nil, corrupt("header ends inside the input section")
+		}
+		m.Examples = int64(le.Uint64(b))
+		n := int(b[8])
+		b = b[9:]
+		if len(b) < n+1 {
+			return nil, nil, corrupt("header ends inside the input section")
+		}
+		m.Input.Format = string(b[:n])
+		if b[n]&^1 != 0 {
+			return nil, nil, corrupt("unknown input flags %#x", b[n])
+		}
+		m.Input.ZeroBased = b[n]&1 != 0
+		b = b[n+1:]
+	}
 	state := make([]bool, shards)
 	if flags&1 != 0 {
 		n := (int(shards) + 7) / 8
@@ -472,6 +506,10 @@ func (m *Model) saveFile(path string, opt SaveOptions, wrap func(io.Writer) io.W
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			err = fmt.Errorf("cannot create a file in %s: %w", dir, pe.Err)
+		}
 		return fmt.Errorf("save %s: %w", path, err)
 	}
 	tmp, closed, renamed := f.Name(), false, false
@@ -484,6 +522,15 @@ func (m *Model) saveFile(path string, opt SaveOptions, wrap func(io.Writer) io.W
 		}
 		if !renamed {
 			os.Remove(tmp)
+		}
+		// The temporary file is gone: say what failed about path, not it.
+		var pe *os.PathError
+		if errors.As(err, &pe) && pe.Path == tmp {
+			err = pe.Err
+		}
+		var le *os.LinkError
+		if errors.As(err, &le) {
+			err = le.Err
 		}
 		err = fmt.Errorf("save %s: %w", path, err)
 	}()

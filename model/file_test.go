@@ -185,7 +185,7 @@ func TestLoadFileMessages(t *testing.T) {
 	}{
 		{"zip.gt", []byte("PK\x03\x04 this is a zip file, really"), ErrNotModel, "zip.gt: not a gossiptrain model file"},
 		{"empty.gt", nil, ErrNotModel, "empty.gt: not a gossiptrain model file"},
-		{"newer.gt", newer, ErrVersion, "newer.gt: format version 9 is newer than this binary (2)"},
+		{"newer.gt", newer, ErrVersion, "newer.gt: format version 9 is newer than this binary (3)"},
 		{"model.gt", flipped, ErrCorrupt, "model.gt: checksum mismatch (file corrupt or truncated)"},
 	} {
 		path := filepath.Join(dir, tc.name)
@@ -269,6 +269,9 @@ func TestSaveFileFailureKeepsOldFile(t *testing.T) {
 		if !errors.Is(err, errDiskFull) || !strings.Contains(err.Error(), path) {
 			t.Fatalf("disk full after %d bytes: err = %v, want the write error naming %s", k, err, path)
 		}
+		if strings.Contains(err.Error(), ".tmp-") {
+			t.Errorf("disk full after %d bytes: %q names the temporary file, gone by then", k, err)
+		}
 		if after, _ := os.ReadFile(path); !bytes.Equal(after, before) {
 			t.Fatalf("disk full after %d bytes: the old file changed", k)
 		}
@@ -284,8 +287,8 @@ func TestSaveFileFailureKeepsOldFile(t *testing.T) {
 		filepath.Join(path, "model.gt"),
 		filepath.Join(dir, "sub"),
 	} {
-		if err := m.SaveFile(p, SaveOptions{}); err == nil || !strings.Contains(err.Error(), p) {
-			t.Errorf("SaveFile(%s) = %v, want an error naming it", p, err)
+		if err := m.SaveFile(p, SaveOptions{}); err == nil || !strings.Contains(err.Error(), p) || strings.Contains(err.Error(), ".tmp-") {
+			t.Errorf("SaveFile(%s) = %v, want an error naming it and no temporary file", p, err)
 		}
 	}
 	if ents, _ := os.ReadDir(filepath.Join(dir, "sub")); len(ents) != 0 {
@@ -375,5 +378,37 @@ func TestReadHugeHeaderTruncated(t *testing.T) {
 	}
 	if got := after.TotalAlloc - before.TotalAlloc; got > 256<<20 {
 		t.Errorf("Read allocated %d MiB for a 1 MiB stream", got>>20)
+	}
+}
+
+// Version 3 files carry the examples trained and the input format and
+// --zero-based; files of versions 1 and 2, written by earlier binaries
+// (testdata, kept as they were written), still load, with the input
+// unknown.
+func TestFileVersionsAndInput(t *testing.T) {
+	m := sample(t)
+	m.Examples = 12345
+	m.Input = Input{Format: "libsvm", ZeroBased: true}
+	got, err := Read(bytes.NewReader(encode(t, m, SaveOptions{})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Examples != 12345 || got.Input != m.Input || got.Hash() != m.Hash() {
+		t.Errorf("read back examples %d input %+v hash %x; want 12345 %+v %x", got.Examples, got.Input, got.Hash(), m.Input, m.Hash())
+	}
+	v1, err := LoadFile("testdata/v1-logreg.gt")
+	if err != nil {
+		t.Fatalf("version 1 file: %v", err)
+	}
+	if v1.Kind != Logreg || v1.Dim != 5 || v1.Steps != 7 || v1.Row(5)[0] != 2.5 || v1.Meta["note"] != "written by format version 1" || v1.Input != (Input{}) || v1.Examples != 0 {
+		t.Errorf("version 1 file read as %v dim %d steps %d bias %v meta %v input %+v", v1.Kind, v1.Dim, v1.Steps, v1.Row(5)[0], v1.Meta, v1.Input)
+	}
+	v2, err := LoadFile("testdata/v2-mlp.gt")
+	if err != nil {
+		t.Fatalf("version 2 file: %v", err)
+	}
+	want, _ := NewMLP(3, 2, 4, 2, DefaultOptConfig(SGD), 1)
+	if v2.Kind != MLP || v2.Hidden != 4 || v2.LabelBase != 1 || v2.Steps != 3 || v2.Hash() != want.Hash() {
+		t.Errorf("version 2 file read as %v hidden %d label base %d steps %d hash %x (want %x)", v2.Kind, v2.Hidden, v2.LabelBase, v2.Steps, v2.Hash(), want.Hash())
 	}
 }

@@ -106,8 +106,8 @@ func TestMLPFileRoundTrip(t *testing.T) {
 	if _, err := m.Save(&buf, SaveOptions{State: true}); err != nil {
 		t.Fatal(err)
 	}
-	if v := binary.LittleEndian.Uint32(buf.Bytes()[8:]); v != 2 {
-		t.Errorf("mlp file version %d, want 2", v)
+	if v := binary.LittleEndian.Uint32(buf.Bytes()[8:]); v != FormatVersion {
+		t.Errorf("mlp file version %d, want %d", v, FormatVersion)
 	}
 	got, err := Read(bytes.NewReader(buf.Bytes()))
 	if err != nil {
@@ -124,7 +124,7 @@ func TestMLPFileRoundTrip(t *testing.T) {
 	if _, err := lin.Save(&buf, SaveOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if v := binary.LittleEndian.Uint32(buf.Bytes()[8:]); v != 1 {
-		t.Errorf("softmax file version %d, want 1", v)
+	if v := binary.LittleEndian.Uint32(buf.Bytes()[8:]); v != FormatVersion {
+		t.Errorf("softmax file version %d, want %d", v, FormatVersion)
 	}
 }

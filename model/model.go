@@ -37,6 +37,13 @@ type Model struct {
 	// Steps is one more than the largest step number passed to Apply (0 for
 	// a fresh model). It is saved, so a resumed run continues the schedule.
 	Steps int64
+	// Examples is the number of training examples the model has seen
+	// (saved from format version 3 on; 0 when unknown).
+	Examples int64
+	// Input says what the model was trained on, so eval and predict can
+	// warn when told to read other input (saved from format version 3 on;
+	// zero when unknown).
+	Input Input
 	// Meta is free-form text saved with the model (data set, flags, peer);
 	// nil is fine.
 	Meta map[string]string
@@ -48,6 +55,15 @@ type Model struct {
 	// floats (an empty, non-nil slice for SGD), ordered like the shard's
 	// weights; FTRL interleaves z and n per weight.
 	State [][]float32
+}
+
+// Input describes the input a model was trained on.
+type Input struct {
+	// Format is the input format's name as data.Format.String gives it
+	// ("libsvm", "criteo", "idx", "cache"); "" when unknown.
+	Format string
+	// ZeroBased is --zero-based: libsvm feature indices start at 0.
+	ZeroBased bool
 }
 
 // New returns a zero model with no shard owned. For Logreg classes must be 0
@@ -241,6 +257,36 @@ func (m *Model) SetRows(p *Sparse) {
 	}
 	for i, k := range p.Idx {
 		copy(m.Row(k), p.Val[i*w:(i+1)*w])
+	}
+}
+
+// Unscale maps rows learnt on affinely scaled features back to the raw
+// features: a model trained on x'_k = (x_k - shift[k])·scale[k] (k <
+// len(scale) <= Dim) computes w'_k·x'_k + b', which is w_k·x_k + b with
+// w_k = w'_k·scale[k] and b = b' - Σ_k w_k·shift[k], the sum taken over k
+// in ascending order in float64 for every value of the bias row (an MLP's
+// b1: its first layer is linear in x). Optimizer state is left in the
+// training units, so call it when training is over.
+func (m *Model) Unscale(scale, shift []float32) {
+	if uint64(len(scale)) > m.Dim || len(shift) != len(scale) {
+		panic(fmt.Sprintf("model: Unscale with %d factors and %d shifts for dim %d", len(scale), len(shift), m.Dim))
+	}
+	bias := m.Row(m.Bias())
+	acc := make([]float64, len(bias))
+	for c, v := range bias {
+		acc[c] = float64(v)
+	}
+	for k, f := range scale {
+		row := m.Row(uint32(k))
+		for c := range row {
+			row[c] *= f
+			if shift[k] != 0 {
+				acc[c] -= float64(row[c]) * float64(shift[k])
+			}
+		}
+	}
+	for c := range bias {
+		bias[c] = float32(acc[c])
 	}
 }
 

@@ -3,6 +3,7 @@ package model
 import (
 	"errors"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -295,5 +296,46 @@ func TestMatches(t *testing.T) {
 		if !errors.Is(err, ErrMismatch) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Matches(%v, %d, %d) = %v, want ErrMismatch mentioning %q", tc.kind, tc.dim, tc.classes, err, tc.want)
 		}
+	}
+}
+
+// Unscale turns rows learnt on (x - shift)·scale into rows for x that give
+// the same scores.
+func TestUnscale(t *testing.T) {
+	m, err := New(Softmax, 4, 3, 2, DefaultOptConfig(AdaGrad))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range m.W {
+		m.W[i] = float32(i%7) - 3
+	}
+	want := m.Clone()
+	scale := []float32{0.5, 1, 0.25}
+	shift := []float32{2, 0, -4}
+	x := []float32{3, 1, -2, 7}
+	score := func(m *Model, x []float32) []float64 {
+		z := make([]float64, m.Classes)
+		for c := range z {
+			z[c] = float64(m.Row(m.Bias())[c])
+			for k, v := range x {
+				z[c] += float64(m.Row(uint32(k))[c]) * float64(v)
+			}
+		}
+		return z
+	}
+	scaled := slices.Clone(x)
+	for k := range scale {
+		scaled[k] = (x[k] - shift[k]) * scale[k]
+	}
+	before := score(want, scaled)
+	m.Unscale(scale, shift)
+	after := score(m, x)
+	for c := range before {
+		if math.Abs(before[c]-after[c]) > 1e-5 {
+			t.Errorf("class %d: score %v on the scaled row, %v after Unscale on the raw row", c, before[c], after[c])
+		}
+	}
+	if got := m.Row(3); !slices.Equal(got, want.Row(3)) {
+		t.Errorf("row 3 (not scaled) changed: %v, was %v", got, want.Row(3))
 	}
 }

@@ -49,7 +49,13 @@ func (m Metrics) String() string {
 // for the AUC) between calls. The zero value is ready; it is not safe for
 // concurrent use.
 type Evaluator struct {
+	// OnRow, when set, is called with every row's probabilities (P(y=1)
+	// for Logreg, one per class otherwise), in order, as Evaluate reads
+	// them ('eval --predictions'). The slice is reused.
+	OnRow func(p []float64)
+
 	batch    data.Batch
+	p1       [1]float64
 	z        []float64
 	h        []float64 // an MLP's hidden layer
 	pos, neg []float64 // logits of the positive and negative examples
@@ -104,6 +110,10 @@ func (e *Evaluator) Evaluate(m *model.Model, src data.Source, batch int) (Metric
 				if (z[0] > 0) != (label == 1) { // predict 1 iff P(y=1) > 0.5 iff z > 0
 					wrong++
 				}
+				if e.OnRow != nil {
+					e.p1[0], _ = sigmoidLoss(z[0], 0)
+					e.OnRow(e.p1[:])
+				}
 			} else {
 				y := class(label, r, width)
 				softmax(z)
@@ -116,6 +126,9 @@ func (e *Evaluator) Evaluate(m *model.Model, src data.Source, batch int) (Metric
 				}
 				if best != y {
 					wrong++
+				}
+				if e.OnRow != nil {
+					e.OnRow(z)
 				}
 			}
 			loss -= math.Log(min(max(py, ClampProb), 1-ClampProb))

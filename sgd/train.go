@@ -20,8 +20,17 @@ type Config struct {
 	// workload measured 40% shorter runs with 100-10,000 rows per step than
 	// with one (design.md); 100 keeps steps frequent.
 	Batch int
-	// Epochs is the number of passes over the training data.
+	// Epochs is the number of passes over the training data; with StopTol
+	// it is the most that are run.
 	Epochs int
+	// StopTol, when > 0, ends training before Epochs once a whole epoch's
+	// training loss (the mean log-loss of its examples, each at the
+	// weights it was trained on: free to measure) improves on the previous
+	// epoch's by less than this fraction of it. MinEpochs epochs run first.
+	// 0 runs Epochs epochs.
+	StopTol float64
+	// MinEpochs is the fewest epochs run when StopTol is set.
+	MinEpochs int
 	// EvalEvery evaluates on the test set each time this many more training
 	// examples have been seen; 0 evaluates only at the end.
 	EvalEvery int64
@@ -55,6 +64,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: batch %d, want >= 1", ErrConfig, c.Batch)
 	case c.Epochs < 1:
 		return fmt.Errorf("%w: epochs %d, want >= 1", ErrConfig, c.Epochs)
+	case c.StopTol < 0 || c.StopTol != c.StopTol:
+		return fmt.Errorf("%w: stop tolerance %v, want >= 0 (0 = run every epoch)", ErrConfig, c.StopTol)
+	case c.MinEpochs < 0:
+		return fmt.Errorf("%w: min epochs %d, want >= 0", ErrConfig, c.MinEpochs)
 	case c.EvalEvery < 0:
 		return fmt.Errorf("%w: eval-every %d, want >= 0 (0 = only at the end)", ErrConfig, c.EvalEvery)
 	case c.EvalBatch < 1:
@@ -107,6 +120,11 @@ type Summary struct {
 	// TrainLoss is the mean log-loss of all training examples, each at the
 	// weights it was trained on.
 	TrainLoss float64
+	// Converged is true when StopTol ended training before Epochs.
+	Converged bool
+	// EpochLoss is the training loss of each whole epoch (see
+	// Config.StopTol), in order.
+	EpochLoss []float64
 	// Evaluated is true when Final is the evaluation at the end of
 	// training (test given, training not interrupted).
 	Evaluated bool
@@ -185,12 +203,20 @@ func (t *trainer) run(ctx context.Context) error {
 		if t.cfg.MaxExamples > 0 && t.sum.Examples >= t.cfg.MaxExamples {
 			break
 		}
+		lossBefore, examplesBefore := t.lossSum, t.sum.Examples
 		whole, err := t.runEpoch(ctx)
 		if err != nil {
 			return err
 		}
 		if whole {
 			t.sum.Epochs++
+			if n := t.sum.Examples - examplesBefore; n > 0 {
+				t.sum.EpochLoss = append(t.sum.EpochLoss, (t.lossSum-lossBefore)/float64(n))
+			}
+			if t.converged() {
+				t.sum.Converged = true
+				break
+			}
 		}
 	}
 	if t.beforeFinalEval != nil {
@@ -207,6 +233,17 @@ func (t *trainer) run(ctx context.Context) error {
 		t.sum.Evaluated = true
 	}
 	return nil
+}
+
+// converged reports whether the last whole epoch improved the training
+// loss by less than StopTol of the one before (after MinEpochs epochs).
+func (t *trainer) converged() bool {
+	l := t.sum.EpochLoss
+	if t.cfg.StopTol <= 0 || len(l) < max(t.cfg.MinEpochs, 2) || t.sum.Epochs >= t.cfg.Epochs {
+		return false
+	}
+	prev, cur := l[len(l)-2], l[len(l)-1]
+	return prev-cur < t.cfg.StopTol*prev
 }
 
 // runEpoch trains on one epoch's source; whole reports that it was read

@@ -387,3 +387,43 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+// With StopTol, Train stops at the first epoch whose training loss improves
+// on the previous one by less than StopTol of it, and records every
+// epoch's loss; without it, it runs every epoch.
+func TestTrainStopsWhenTheLossStopsImproving(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	rows := logisticProblem(rng, 300, []float64{1, -1, 0.5}, 0.2)
+	run := func(tol float64, minEpochs int) Summary {
+		m := newModel(t, model.Logreg, 3, 0, 1, model.OptConfig{Kind: model.AdaGrad, LR: 0.1, Eps: 1e-6, L2: 1e-3})
+		cfg := DefaultConfig()
+		cfg.Batch, cfg.Epochs, cfg.StopTol, cfg.MinEpochs = 10, 100, tol, minEpochs
+		sum, err := Train(context.Background(), m, cfg, sourceOf(rows), nil, Hooks{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sum
+	}
+	all := run(0, 0)
+	if all.Epochs != 100 || all.Converged || len(all.EpochLoss) != 100 {
+		t.Fatalf("without StopTol: %d epochs, converged %v, %d losses; want 100, false, 100", all.Epochs, all.Converged, len(all.EpochLoss))
+	}
+	const tol = 1e-3
+	want := 0 // the first epoch e >= 2 (1-based) whose improvement is below tol
+	for e := 1; e < len(all.EpochLoss); e++ {
+		if prev, cur := all.EpochLoss[e-1], all.EpochLoss[e]; prev-cur < tol*prev {
+			want = e + 1
+			break
+		}
+	}
+	if want == 0 || want >= 100 {
+		t.Fatalf("the loss improved by at least %g every epoch: %v", tol, all.EpochLoss)
+	}
+	s := run(tol, 0)
+	if s.Epochs != want || !s.Converged || s.Examples != int64(300*want) {
+		t.Errorf("StopTol %g: %d epochs (converged %v, %d examples); want %d epochs", tol, s.Epochs, s.Converged, s.Examples, want)
+	}
+	if s := run(tol, want+3); s.Epochs < want+3 {
+		t.Errorf("MinEpochs %d: stopped after %d epochs", want+3, s.Epochs)
+	}
+}
