@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -357,15 +358,20 @@ func logDashboard(log zerolog.Logger, p0 *proc) {
 	log.Info().Str("url", "http://"+addr+"/").Msg("dashboard: watch the run live in a browser")
 }
 
-// collect lets the launcher bring back what each peer left where it ran.
+// collect lets the launcher bring back what each peer left where it ran,
+// from every host at once.
 func (r *runner) collect() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
 	for _, p := range r.procs {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		if err := r.l.Collect(ctx, p.i); err != nil {
-			r.cfg.Log.Warn().Int("peer", p.i).Str("host", p.where).Err(err).Msg("collecting the peer's files")
-		}
-		cancel()
+		wg.Go(func() {
+			if err := r.l.Collect(ctx, p.i); err != nil {
+				r.cfg.Log.Warn().Int("peer", p.i).Str("host", p.where).Err(err).Msg("collecting the peer's files")
+			}
+		})
 	}
+	wg.Wait()
 }
 
 // peerError builds the error of a failed peer.
