@@ -169,8 +169,8 @@ type SSH struct {
 // remoteHost is what Prepare learnt about one host.
 type remoteHost struct {
 	h      Host
-	ip     string // the host's address as the ssh session arrived at it
-	dir    string // RemoteDir, absolute on the host
+	ip     string    // the host's address as the ssh session arrived at it
+	dir    string    // RemoteDir, absolute on the host
 	cmd    *exec.Cmd // the peer's ssh session
 	stdin  io.WriteCloser
 	killMu sync.Mutex
