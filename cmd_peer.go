@@ -60,7 +60,7 @@ func (p *peerFlags) register(c *command) {
 		fs.IntVar(&p.outQueue, "outbound-queue", def.OutboundQueueSize, "gossipsub's outgoing queue per peer, in `messages`; overflow is dropped and counted")
 		fs.IntVar(&p.valQueue, "validate-queue", def.ValidateQueueSize, "gossipsub's queue of incoming `messages` awaiting validation; overflow is dropped and counted")
 		fs.DurationVar(&p.gossipHeartbeat, "gossip-heartbeat", def.GossipSub.HeartbeatInterval, "gossipsub's mesh maintenance `interval` (meshes form and repair at these heartbeats)")
-		fs.StringVar(&p.statusAddr, "status-addr", "127.0.0.1:0", "serve this peer's status as JSON on http://`HOST:PORT`/status ('gossiptrain status HOST:PORT');\nport 0 picks a free port (logged); empty turns it off")
+		fs.StringVar(&p.statusAddr, "status-addr", "127.0.0.1:0", "serve this peer's status as JSON on http://`HOST:PORT`/status ('gossiptrain status HOST:PORT')\nand a live dashboard for a browser at http://HOST:PORT/; port 0 picks a free port (logged);\nempty turns both off")
 	})
 	c.group("Discovery", func(fs *flag.FlagSet) {
 		fs.Var(&p.peers, "peer", "bootstrap peer `MULTIADDR` ending in /p2p/ID, as another peer logs it; repeatable. Bootstrap\npeers are redialled with backoff whenever the connection drops; the other members are\nlearnt from their heartbeats and dialled directly. Needs only that address to be reachable")
