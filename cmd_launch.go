@@ -31,6 +31,7 @@ func launchCmd() *command {
 		remoteDir      string
 		shipData       bool
 		dir, job, bin  string
+		save           string
 		sshConfig      string
 		sshOptions     listFlag
 		connectTimeout time.Duration
@@ -55,6 +56,7 @@ func launchCmd() *command {
 	c.group("Run", func(fs *flag.FlagSet) {
 		fs.StringVar(&dir, "dir", "", "local run `DIR`: each peer's report and log, report.md and plots\n(default ./gossiptrain-runs/<time>-launch)")
 		fs.StringVar(&job, "job", "launch", "job `name` the peers get (--job)")
+		fs.StringVar(&save, "save", "", "the first host's peer saves the trained model, copied back here to `FILE` (every peer ends\nwith the same model)")
 	})
 	tp := registerTrainFlags(c, mergeSkip(clusterSkipFlags, "save"))
 	c.group("Logging", lf.register)
@@ -150,6 +152,14 @@ dashboard is on its status server; the URL of the first is logged.`
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return usageErr("dir", "%v", err)
 		}
+		ctx, cancel := signalContext()
+		defer cancel()
+		// The hosts first: one that cannot be used fails the start before
+		// any data is generated, scanned or copied.
+		log.Info().Int("hosts", n).Msg("checking the hosts")
+		if err := ssh.Check(ctx); err != nil {
+			return err
+		}
 
 		pass := tp.args(perPeerFlags...)
 		var split peerSplit
@@ -215,16 +225,27 @@ dashboard is on its status server; the URL of the first is logged.`
 		cfg := cluster.DefaultConfig()
 		cfg.Peers, cfg.Dir, cfg.Job, cfg.Log, cfg.Launcher = n, dir, job, log, ssh
 		cfg.TrainArgs = append(common, "--log-level", lf.level)
-		cfg.PeerArgs = func(i int) []string { return append(own(i), tp.perPeer(i)...) }
+		remoteModel := "runs/" + ssh.Run + "/model.gt"
+		cfg.PeerArgs = func(i int) []string {
+			a := own(i)
+			if i == 0 && save != "" {
+				a = append(a, "--save", remoteModel)
+			}
+			return append(a, tp.perPeer(i)...)
+		}
 		cfg.ProgressEvery = progressEvery(tp)
 		cfg.StartTimeout = 0
 
-		ctx, cancel := signalContext()
-		defer cancel()
 		log.Info().Int("hosts", n).Str("dir", dir).Str("split", split.how).Bool("ship_data", shipData).Msg("launching")
 		res, err := cluster.Run(ctx, cfg)
 		if err != nil {
 			return err
+		}
+		if save != "" {
+			if err := ssh.Fetch(ctx, 0, remoteModel, save); err != nil {
+				return fmt.Errorf("--save: %w", err)
+			}
+			log.Info().Str("file", save).Str("from", hs[0].String()).Msg("model copied back")
 		}
 		return finishCluster(c.stdout(), res, meta, strings.Join(os.Args, " "), log)
 	}

@@ -42,7 +42,8 @@ func requireSSHLab(t *testing.T) {
 
 // sshLab is a launcher namespace (host 0 of the network) and n hosts
 // running sshd (hosts 1..n, aliases vm1..vmN), plus aliases of addresses
-// where nothing answers (vmX1, vmX2, …: unreachable).
+// where nothing answers (vmX1, vmX2: no route) and of a host that never
+// answers the SSH handshake (vmSilent).
 type sshLab struct {
 	nw     *cluster.Network
 	dir    string
@@ -130,6 +131,10 @@ LogLevel ERROR
 	for j := 1; j <= 2; j++ {
 		fmt.Fprintf(&config, "Host vmX%d\n  HostName 10.231.0.%d\n  User root\n", j, n+2+j)
 	}
+	// A host that accepts the connection and never answers (a hung
+	// machine, a filtering firewall): its "connection" is a process that
+	// stays silent.
+	fmt.Fprintf(&config, "Host vmSilent\n  ProxyCommand sleep 120\n")
 	fmt.Fprintf(&config, "Host *\n  IdentityFile %s\n  IdentitiesOnly yes\n  UserKnownHostsFile %s\n  GlobalKnownHostsFile /dev/null\n  StrictHostKeyChecking yes\n",
 		filepath.Join(lab.dir, "id_ed25519"), write("known_hosts", known.String()))
 	lab.config = write("ssh_config", config.String())
@@ -164,7 +169,10 @@ func (l *sshLab) hosts() string {
 // lab's ssh configuration and remote directory.
 func (l *sshLab) launch(t *testing.T, args ...string) (*exec.Cmd, *bytes.Buffer, *bytes.Buffer) {
 	t.Helper()
-	a := append([]string{"launch", "--ssh-config", l.config, "--remote-dir", l.remote}, args...)
+	// A generous connect timeout: sshd's handshake takes seconds on a
+	// loaded 2-core machine (the unreachable host fails with "No route to
+	// host" long before it).
+	a := append([]string{"launch", "--ssh-config", l.config, "--remote-dir", l.remote, "--connect-timeout", "60s"}, args...)
 	cmd := l.nw.Command(0, binary(t), a...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -236,7 +244,8 @@ func TestLaunchOverSSH(t *testing.T) {
 
 	t.Run("trains", func(t *testing.T) {
 		run := filepath.Join(t.TempDir(), "run-trains")
-		cmd, out, errb := lab.launch(t, "--hosts", lab.hosts(), "--ship-data", "--dir", run, "--progress-every", "300ms",
+		model := filepath.Join(t.TempDir(), "model.gt")
+		cmd, out, errb := lab.launch(t, "--hosts", lab.hosts(), "--ship-data", "--dir", run, "--progress-every", "300ms", "--save", model,
 			"--", "--train", trainGlob, "--test", meta.TestFile, "--dim", "65536", "--batch", "200", "--epochs", "3", "--eval-every", "10000")
 		if code := wait(t, cmd, 4*time.Minute, errb); code != 0 {
 			t.Fatalf("launch: exit %d\n%s\n%s", code, out, tail(errb.String(), 4000))
@@ -275,6 +284,10 @@ func TestLaunchOverSSH(t *testing.T) {
 		}
 		if total != 3*40000 {
 			t.Errorf("the peers trained on %d examples, want 3 epochs x 40000 rows", total)
+		}
+		// --save: peer 0's model, copied back; it is the model the peers agree on.
+		if code, evalOut, evalErr := gt(t, "eval", "--model", model, "--test", meta.TestFile); code != 0 || !strings.Contains(evalOut, `"test_logloss"`) {
+			t.Errorf("eval of the saved model: exit %d\n%s\n%s", code, evalOut, evalErr)
 		}
 		for _, f := range []string{"report.md", "bench.json", "throughput.png"} {
 			if st, err := os.Stat(filepath.Join(run, f)); err != nil || st.Size() == 0 {
@@ -364,8 +377,28 @@ func TestLaunchOverSSH(t *testing.T) {
 		if strings.Contains(msg, "host vm1:") || strings.Contains(msg, "host vm2:") {
 			t.Errorf("the error blames reachable hosts:\n%s", msg)
 		}
-		if left := lab.allHostProcesses(t); len(left) > 0 {
-			t.Errorf("a peer started although a host was unreachable:\n%s", strings.Join(left, "\n"))
+		// (The other hosts' checks, cut short, may still be finishing.)
+		for _, p := range lab.allHostProcesses(t) {
+			if strings.Contains(p, "launch-agent") || strings.Contains(p, "gossiptrain train") {
+				t.Errorf("a peer started although a host was unreachable: %s", p)
+			}
+		}
+	})
+
+	t.Run("silent", func(t *testing.T) {
+		// A host that never answers fails after --connect-timeout (5 s by
+		// default), not after TCP's minutes.
+		start := time.Now()
+		cmd, out, errb := lab.launch(t, "--hosts", "vmSilent", "--connect-timeout", "5s", "--dir", filepath.Join(t.TempDir(), "run-silent"),
+			"--ship-data", "--", "--train", meta.Files[0], "--test", meta.TestFile, "--dim", "65536")
+		code := wait(t, cmd, time.Minute, errb)
+		took := time.Since(start)
+		t.Logf("failed after %v:\n%s", took.Round(time.Millisecond), tail(errb.String(), 600))
+		if code != 1 || took > 10*time.Second {
+			t.Errorf("exit %d after %v, want 1 in under 10 s\n%s", code, took, out)
+		}
+		if msg := errb.String(); !strings.Contains(msg, "host vmSilent: ssh: ") || !strings.Contains(msg, "timed out") {
+			t.Errorf("the error does not name the host and say ssh timed out:\n%s", msg)
 		}
 	})
 

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -326,81 +327,99 @@ func fileStamp(path string) (string, error) {
 	return fmt.Sprintf("%d %d", st.Size(), st.ModTime().Unix()), nil
 }
 
-// Prepare checks every host and copies what is missing; it fails, naming
-// every host at fault, before any peer starts.
-func (s *SSH) Prepare(ctx context.Context, n int) error {
-	if err := s.Validate(); err != nil {
-		return err
-	}
-	if n != len(s.Hosts) {
-		return fmt.Errorf("cluster: %w: %d peers for %d hosts: one peer per host", ErrConfig, n, len(s.Hosts))
-	}
-	if _, err := exec.LookPath("ssh"); err != nil {
-		return fmt.Errorf("cluster: the ssh command is missing (Debian: apt-get install openssh-client): %w", err)
-	}
-	if _, err := exec.LookPath("scp"); err != nil {
-		return fmt.Errorf("cluster: the scp command is missing (Debian: apt-get install openssh-client): %w", err)
-	}
-	bin := s.Binary
-	checkArch := bin == ""
-	if bin == "" {
-		var err error
-		if bin, err = os.Executable(); err != nil {
-			return fmt.Errorf("cluster: cannot find the gossiptrain binary: %w", err)
-		}
-	}
-	binStamp, err := fileStamp(bin)
-	if err != nil {
-		return fmt.Errorf("cluster: the binary to copy: %w", err)
-	}
-	s.hosts = make([]*remoteHost, n)
+// eachHost runs fn for every host at once. The first failure ends it:
+// the other hosts get a second to report theirs too, then their work is
+// cancelled. The error names every host at fault.
+func (s *SSH) eachHost(ctx context.Context, fn func(ctx context.Context, i int) error) error {
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	n := len(s.Hosts)
 	errs := make([]error, n)
+	failed := make(chan struct{}, n)
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			rh, err := s.prepareHost(ctx, i, bin, binStamp, checkArch)
-			s.hosts[i] = rh
-			if err != nil {
+			if err := fn(pctx, i); err != nil && pctx.Err() == nil {
 				errs[i] = fmt.Errorf("host %s: %w", s.Hosts[i], err)
+				failed <- struct{}{}
 			}
 		})
 	}
-	wg.Wait()
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-failed:
+		select {
+		case <-done:
+		case <-time.After(time.Second):
+		}
+		cancel()
+		<-done
+	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("cluster: %w: %w", ErrHost, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("cluster: interrupted while preparing the hosts: %w", err)
 	}
 	return nil
 }
 
-// prepareHost checks host i and copies the binary and its files.
-func (s *SSH) prepareHost(ctx context.Context, i int, bin, binStamp string, checkArch bool) (*remoteHost, error) {
-	h := s.Hosts[i]
-	start := time.Now()
-	var files []string
-	if s.Files != nil {
-		files = s.Files(i)
+// Check connects to every host at once (one ssh each): it learns the
+// address the session arrived at, checks the system against the binary's
+// and creates the directories. Call it before slow local work (scanning or
+// generating data) so that a host that cannot be used fails the start at
+// once; Prepare calls it when it has not run.
+func (s *SSH) Check(ctx context.Context) error {
+	if err := s.Validate(); err != nil {
+		return err
 	}
-	// One session: where it arrived, which system, the directories, and
-	// the stamps of what is already there.
-	var script strings.Builder
-	fmt.Fprintf(&script, "set -e; echo \"conn $SSH_CONNECTION\"; echo \"sys $(uname -s) $(uname -m)\"; ")
-	fmt.Fprintf(&script, "mkdir -p %s/runs/%s %s/data; cd %s; echo \"dir $(pwd)\"; ",
+	for _, tool := range []string{"ssh", "scp"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return fmt.Errorf("cluster: the %s command is missing (Debian: apt-get install openssh-client): %w", tool, err)
+		}
+	}
+	_, checkArch, err := s.binary()
+	if err != nil {
+		return err
+	}
+	s.hosts = make([]*remoteHost, len(s.Hosts))
+	return s.eachHost(ctx, func(ctx context.Context, i int) error {
+		rh, err := s.checkHost(ctx, s.Hosts[i], checkArch)
+		s.hosts[i] = rh
+		return err
+	})
+}
+
+// binary is the binary to copy, and whether it is this process's own (so
+// the hosts' system and architecture must match this one's).
+func (s *SSH) binary() (string, bool, error) {
+	if s.Binary != "" {
+		return s.Binary, false, nil
+	}
+	bin, err := os.Executable()
+	if err != nil {
+		return "", false, fmt.Errorf("cluster: cannot find the gossiptrain binary: %w", err)
+	}
+	return bin, true, nil
+}
+
+// checkHost is Check of one host.
+func (s *SSH) checkHost(ctx context.Context, h Host, checkArch bool) (*remoteHost, error) {
+	script := fmt.Sprintf("set -e; echo \"conn $SSH_CONNECTION\"; echo \"sys $(uname -s) $(uname -m)\"; "+
+		"mkdir -p %s/runs/%s %s/data; cd %s; echo \"dir $(pwd)\"",
 		shellQuote(s.RemoteDir), shellQuote(s.Run), shellQuote(s.RemoteDir), shellQuote(s.RemoteDir))
-	names := []string{"gossiptrain"}
-	for _, f := range files {
-		names = append(names, ShipName(f))
-	}
-	for _, nm := range names {
-		fmt.Fprintf(&script, "if [ -f %s ]; then echo \"stamp %s $(stat -c '%%s %%Y' %s)\"; fi; ", shellQuote(nm), nm, shellQuote(nm))
-	}
-	probeCtx, cancel := context.WithTimeout(ctx, s.ConnectTimeout+10*time.Second)
-	out, err := s.run(probeCtx, h, script.String())
+	probeCtx, cancel := context.WithTimeout(ctx, s.ConnectTimeout+30*time.Second)
+	out, err := s.run(probeCtx, h, script)
 	cancel()
 	if err != nil {
 		return nil, err
 	}
 	rh := &remoteHost{h: h}
-	stamps := map[string]string{}
 	var sys []string
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	for sc.Scan() {
@@ -414,9 +433,6 @@ func (s *SSH) prepareHost(ctx context.Context, i int, bin, binStamp string, chec
 			sys = strings.Fields(rest)
 		case "dir":
 			rh.dir = rest
-		case "stamp":
-			nm, st, _ := strings.Cut(rest, " ")
-			stamps[nm] = st
 		}
 	}
 	if rh.ip == "" || rh.dir == "" || len(sys) != 2 {
@@ -426,12 +442,73 @@ func (s *SSH) prepareHost(ctx context.Context, i int, bin, binStamp string, chec
 		return nil, fmt.Errorf("SSH_CONNECTION gave %q, not an address", rh.ip)
 	}
 	if checkArch {
-		if want := runtime.GOOS; !strings.EqualFold(sys[0], want) || goarch[sys[1]] != runtime.GOARCH {
+		if !strings.EqualFold(sys[0], runtime.GOOS) || goarch[sys[1]] != runtime.GOARCH {
 			return nil, fmt.Errorf("it runs %s %s, this gossiptrain binary is built for %s/%s: build one for it (GOOS=%s GOARCH=%s go build) and give its path with --binary",
 				sys[0], sys[1], runtime.GOOS, runtime.GOARCH, strings.ToLower(sys[0]), goarch[sys[1]])
 		}
 	}
-	// Copy what is missing or differs, to temporary names, then rename.
+	return rh, nil
+}
+
+// Prepare checks every host (Check, unless it ran) and copies the binary
+// and each host's files where they are missing or differ; it fails,
+// naming every host at fault, before any peer starts.
+func (s *SSH) Prepare(ctx context.Context, n int) error {
+	if err := s.Validate(); err != nil {
+		return err
+	}
+	if n != len(s.Hosts) {
+		return fmt.Errorf("cluster: %w: %d peers for %d hosts: one peer per host", ErrConfig, n, len(s.Hosts))
+	}
+	if len(s.hosts) != n || slices.Contains(s.hosts, nil) {
+		if err := s.Check(ctx); err != nil {
+			return err
+		}
+	}
+	bin, _, err := s.binary()
+	if err != nil {
+		return err
+	}
+	binStamp, err := fileStamp(bin)
+	if err != nil {
+		return fmt.Errorf("cluster: the binary to copy: %w", err)
+	}
+	return s.eachHost(ctx, func(ctx context.Context, i int) error {
+		return s.copyHost(ctx, i, bin, binStamp)
+	})
+}
+
+// copyHost copies the binary and host i's files where they are missing
+// or differ, to temporary names, then renames them.
+func (s *SSH) copyHost(ctx context.Context, i int, bin, binStamp string) error {
+	rh := s.hosts[i]
+	h := rh.h
+	start := time.Now()
+	var files []string
+	if s.Files != nil {
+		files = s.Files(i)
+	}
+	names := []string{"gossiptrain"}
+	for _, f := range files {
+		names = append(names, ShipName(f))
+	}
+	var script strings.Builder
+	fmt.Fprintf(&script, "cd %s; ", shellQuote(rh.dir))
+	for _, nm := range names {
+		fmt.Fprintf(&script, "if [ -f %s ]; then echo \"stamp %s $(stat -c '%%s %%Y' %s)\"; fi; ", shellQuote(nm), nm, shellQuote(nm))
+	}
+	out, err := s.run(ctx, h, script.String())
+	if err != nil {
+		return err
+	}
+	stamps := map[string]string{}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "stamp "); ok {
+			nm, st, _ := strings.Cut(rest, " ")
+			stamps[nm] = st
+		}
+	}
 	type copyJob struct{ local, remote string }
 	var jobs []copyJob
 	if stamps["gossiptrain"] != binStamp {
@@ -440,7 +517,7 @@ func (s *SSH) prepareHost(ctx context.Context, i int, bin, binStamp string, chec
 	for _, f := range files {
 		st, err := fileStamp(f)
 		if err != nil {
-			return nil, fmt.Errorf("a data file to ship: %w", err)
+			return fmt.Errorf("a data file to ship: %w", err)
 		}
 		if stamps[ShipName(f)] != st {
 			jobs = append(jobs, copyJob{f, ShipName(f)})
@@ -452,18 +529,18 @@ func (s *SSH) prepareHost(ctx context.Context, i int, bin, binStamp string, chec
 		for _, j := range jobs {
 			tmp := filepath.Join(filepath.Dir(j.remote), fmt.Sprintf(".%s.%d.tmp", filepath.Base(j.remote), i))
 			if err := s.scp(ctx, h, []string{j.local}, rh.dir+"/"+tmp); err != nil {
-				return nil, fmt.Errorf("copying %s: %w", j.local, err)
+				return fmt.Errorf("copying %s: %w", j.local, err)
 			}
 			fmt.Fprintf(&mv, "mv -f %s %s; ", shellQuote(tmp), shellQuote(j.remote))
 		}
 		fmt.Fprintf(&mv, "chmod 755 gossiptrain")
 		if _, err := s.run(ctx, h, mv.String()); err != nil {
-			return nil, fmt.Errorf("installing the copies: %w", err)
+			return fmt.Errorf("installing the copies: %w", err)
 		}
 	}
 	s.Log.Info().Str("host", h.String()).Str("addr", rh.ip).Str("dir", rh.dir).Int("copied", len(jobs)).
 		Int("current", len(names)-len(jobs)).Dur("took", time.Since(start).Round(time.Millisecond)).Msg("host ready")
-	return rh, nil
+	return nil
 }
 
 // remoteRun are the paths of peer i's run files, relative to RemoteDir.
@@ -557,6 +634,19 @@ func (s *SSH) Collect(ctx context.Context, i int) error {
 		}
 	}
 	s.Log.Info().Int("peer", i).Str("host", rh.h.String()).Msg("the streamed report was incomplete: fetched the host's copy")
+	return nil
+}
+
+// Fetch copies the file remote (relative to RemoteDir) from peer i's host
+// to the local path local.
+func (s *SSH) Fetch(ctx context.Context, i int, remote, local string) error {
+	if i < 0 || i >= len(s.hosts) || s.hosts[i] == nil {
+		return fmt.Errorf("cluster: no prepared host %d", i)
+	}
+	rh := s.hosts[i]
+	if err := s.fetch(ctx, rh.h, rh.dir+"/"+remote, local); err != nil {
+		return fmt.Errorf("copying %s from %s: %w", remote, rh.h, err)
+	}
 	return nil
 }
 
