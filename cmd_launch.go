@@ -152,10 +152,30 @@ dashboard is on its status server; the URL of the first is logged.`
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return usageErr("dir", "%v", err)
 		}
+		// Mistakes in the flags first (they need no host), then the hosts:
+		// one that cannot be used fails the start before any data is
+		// generated, scanned or copied.
+		patterns := tp.trainPatterns()
+		localData := len(patterns) > 0 && (shipData || localFilesExist(patterns))
+		switch {
+		case localData:
+			if _, _, err := expandInputs(patterns, "train"); err != nil {
+				return err
+			}
+			for _, f := range []string{"test", "train-labels", "test-labels"} {
+				if v := tp.value(f); v != "" {
+					if _, _, err := expandInputs([]string{v}, f); err != nil {
+						return err
+					}
+				}
+			}
+		case len(patterns) > 0:
+			if err := remoteModelFlags(c, tp); err != nil {
+				return err
+			}
+		}
 		ctx, cancel := signalContext()
 		defer cancel()
-		// The hosts first: one that cannot be used fails the start before
-		// any data is generated, scanned or copied.
 		log.Info().Int("hosts", n).Msg("checking the hosts")
 		if err := ssh.Check(ctx); err != nil {
 			return err
@@ -193,21 +213,18 @@ dashboard is on its status server; the URL of the first is logged.`
 			if split, err = splitData(m.Files, n); err != nil {
 				return err
 			}
-		} else if shipData || localFilesExist(tp.trainPatterns()) {
-			if split, err = splitData(tp.trainPatterns(), n); err != nil {
+		} else if localData {
+			if split, err = splitData(patterns, n); err != nil {
 				return err
 			}
 			meta = split.meta
 			pass = append(pass, "--train="+tp.value("train"))
 		} else {
 			// The hosts' own files: nothing to scan here.
-			if err := remoteModelFlags(c, tp); err != nil {
-				return err
-			}
-			split = remoteSplit(tp.trainPatterns(), n)
+			split = remoteSplit(patterns, n)
 			pass = append(pass, "--train="+tp.value("train"))
 		}
-		if shipData || localFilesExist(tp.trainPatterns()) || len(tp.trainPatterns()) == 0 {
+		if localData || len(patterns) == 0 {
 			if resolved, _, err = resolveModel(pass, log); err != nil {
 				return err
 			}

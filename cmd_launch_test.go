@@ -487,6 +487,17 @@ func TestParseHost(t *testing.T) {
 	}
 }
 
+// help lists launch, not the agent it runs on the hosts.
+func TestLaunchInHelp(t *testing.T) {
+	_, out, _ := gt(t, "help")
+	if !strings.Contains(out, "  launch ") || strings.Contains(out, "launch-agent") {
+		t.Errorf("gossiptrain help should list launch and not launch-agent:\n%s", out)
+	}
+	if code, out, _ := gt(t, "launch", "--help"); code != 0 || !strings.Contains(out, "--hosts") || !strings.Contains(out, "--ship-data") || !strings.Contains(out, "--batch") {
+		t.Errorf("launch --help: exit %d\n%s", code, out)
+	}
+}
+
 func TestLaunchUsageErrors(t *testing.T) {
 	hostsFile := filepath.Join(t.TempDir(), "hosts")
 	os.WriteFile(hostsFile, []byte("vm1 # the first\n\nvm2 vm3\n"), 0o644)
