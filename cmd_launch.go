@@ -33,7 +33,7 @@ func launchCmd() *command {
 		dir, job, bin  string
 		save           string
 		sshConfig      string
-		sshOptions     listFlag
+		sshOptions     repeatFlag
 		connectTimeout time.Duration
 		port           int
 		statusPort     int
@@ -45,12 +45,12 @@ func launchCmd() *command {
 		fs.StringVar(&remoteDir, "remote-dir", "gossiptrain", "`DIR` on every host for the binary, identities, shipped data and each run's report and log;\nrelative to the login directory")
 		fs.BoolVar(&shipData, "ship-data", false, "copy each host's training data (its file, or all of them with --part i/N) and the test set\ninto DIR/data/ on the host. Without it, --train and --test name files as the hosts see them")
 		fs.StringVar(&bin, "binary", "", "gossiptrain `FILE` to copy to the hosts (default: this one; give a build for the hosts' system\nwhen it differs: GOOS=linux GOARCH=arm64 go build)")
-		fs.IntVar(&port, "port", 0, "TCP `port` every peer listens on (0: a free one); open it between the hosts")
-		fs.IntVar(&statusPort, "status-port", 0, "`port` of every peer's status server and dashboard, on the address the host was reached at\n(0: a free one, logged)")
+		fs.IntVar(&port, "port", 0, "TCP `PORT` every peer listens on (0: a free one); open it between the hosts")
+		fs.IntVar(&statusPort, "status-port", 0, "`PORT` of every peer's status server and dashboard, on the address the host was reached at\n(0: a free one, logged)")
 	})
 	c.group("SSH", func(fs *flag.FlagSet) {
 		fs.StringVar(&sshConfig, "ssh-config", "", "ssh configuration `FILE` instead of ~/.ssh/config (ssh -F)")
-		fs.Var(&sshOptions, "ssh-option", "ssh option `NAME=VALUE` for ssh and scp (ssh -o), repeatable: ProxyJump=bastion,\nIdentityFile=~/.ssh/lab")
+		fs.Var(&sshOptions, "ssh-option", "ssh option `NAME=VALUE` for ssh and scp (ssh -o); repeat the flag for more (a value may hold\ncommas): --ssh-option ProxyJump=bastion --ssh-option IdentityFile=~/.ssh/lab")
 		fs.DurationVar(&connectTimeout, "connect-timeout", 5*time.Second, "longest wait to connect to a host; one that does not answer fails the start")
 	})
 	c.group("Run", func(fs *flag.FlagSet) {
@@ -483,6 +483,12 @@ standard input says "term" (leave gracefully) or "kill", or reaches its end
 	}
 	return c
 }
+
+// repeatFlag is a repeatable string flag whose values may hold commas.
+type repeatFlag []string
+
+func (r *repeatFlag) String() string     { return strings.Join(*r, " ") }
+func (r *repeatFlag) Set(s string) error { *r = append(*r, s); return nil }
 
 // exitCode is an error that makes the process exit with that status and
 // print nothing (the peer's own log said why).
