@@ -217,6 +217,8 @@ func (j *trainJob) runDistributed(tf *trainFlags) error {
 	}
 	defer rep.Close()
 	mt.SetInfo(metrics.Info{PeerID: self, Job: ncfg.Job, Topology: string(ncfg.Topology), Mode: mode.String(), Version: version})
+	dash := n.Dashboard() // the status server's page: fed from the same hooks
+	dash.SetInfo(metrics.Info{Mode: mode.String(), Version: version})
 	sampler := report.NewSampler()
 	var x *gossip.Exchange
 	var hooks sgd.DistHooks
@@ -228,11 +230,15 @@ func (j *trainJob) runDistributed(tf *trainFlags) error {
 	hooks.Eval = func(e sgd.EvalPoint) {
 		logMetrics(log.Info(), e.Metrics).Str("examples", humanCount(float64(e.Examples))).Msg("evaluation")
 		rep.Write(report.Eval{Type: report.TypeEval, PeerID: self, Examples: e.Examples, Seconds: e.Seconds, Epoch: e.Epoch, Metrics: reportMetrics(e.Metrics)})
-		mt.Eval(metrics.EvalFigures{LogLoss: e.LogLoss, Error: e.Error, AUC: e.AUC})
+		ef := metrics.EvalFigures{LogLoss: e.LogLoss, Error: e.Error, AUC: e.AUC, Examples: e.Examples, Seconds: e.Seconds}
+		mt.Eval(ef)
+		dash.Eval(ef)
 	}
 	hooks.Round = func(p sgd.RoundPoint) {
 		in, out := n.Bandwidth()
-		mt.Round(metrics.RoundFigures{Rounds: p.Clock + 1, Examples: p.Examples, WaitSeconds: p.WaitSeconds, Staleness: p.Staleness, BytesSent: out, BytesRecv: in})
+		rf := metrics.RoundFigures{Rounds: p.Clock + 1, Examples: p.Examples, WaitSeconds: p.WaitSeconds, Staleness: p.Staleness, BytesSent: out, BytesRecv: in}
+		mt.Round(rf)
+		dash.Round(rf)
 		if p.Clock%int64(tf.dist.reportRounds) != 0 || rep == nil {
 			return
 		}
@@ -245,6 +251,8 @@ func (j *trainJob) runDistributed(tf *trainFlags) error {
 			Strs("joined", shortIDs(c.Joined)).Strs("left", shortIDs(c.Left)).Strs("crashed", shortIDs(c.Crashed)).
 			Int("owned_shards", c.Owned).Msg("training configuration")
 		mt.Ring(c.Config, c.Owned)
+		dash.Configuration(metrics.ConfigFigures{Config: c.Config, Start: c.Start, Members: c.Members,
+			Joined: c.Joined, Left: c.Left, Crashed: c.Crashed, Owned: c.Owned})
 		rep.Write(report.Change{Type: report.TypeChange, PeerID: self, Config: c.Config, Start: c.Start, Members: c.Members,
 			Joined: c.Joined, Left: c.Left, Crashed: c.Crashed, Owned: c.Owned})
 	}
@@ -295,7 +303,9 @@ func (j *trainJob) runDistributed(tf *trainFlags) error {
 					return
 				case <-t.C:
 					xs := x.Stats()
-					mt.Totals(metrics.Totals{Repaired: xs.Repaired, PubsubDropped: n.PubSubCounters().Dropped(), Rejected: x.Rejected().Map()})
+					t := metrics.Totals{Repaired: xs.Repaired, PubsubDropped: n.PubSubCounters().Dropped(), Rejected: x.Rejected().Map()}
+					mt.Totals(t)
+					dash.Totals(t)
 				}
 			}
 		}()
@@ -355,10 +365,12 @@ func (j *trainJob) runDistributed(tf *trainFlags) error {
 	if err := rep.Write(s); err != nil {
 		return err
 	}
-	mt.Summary(metrics.SummaryFigures{Rounds: sum.Rounds, Examples: sum.Examples, BytesSent: bwOut, BytesRecv: bwIn,
+	sf := metrics.SummaryFigures{Rounds: sum.Rounds, Examples: sum.Examples, BytesSent: bwOut, BytesRecv: bwIn,
 		Totals:  metrics.Totals{Repaired: xs.Repaired, PubsubDropped: pc.Dropped(), Rejected: x.Rejected().Map()},
 		Eval:    metrics.EvalFigures{LogLoss: sum.Final.LogLoss, Error: sum.Final.Error, AUC: sum.Final.AUC},
-		HasEval: sum.Final.Examples > 0})
+		HasEval: sum.Final.Examples > 0}
+	mt.Summary(sf)
+	dash.Finished(sf)
 	done, final := peerlog.Done, sum.Final
 	if stopped != "" {
 		done, final = peerlog.Stopped, sgd.Metrics{} // no final evaluation: the model is partial

@@ -64,6 +64,7 @@ func buildVersion(info *debug.BuildInfo) string {
 func commands() []*command {
 	return []*command{
 		clusterCmd(),
+		launchCmd(),
 		benchCmd(),
 		trainCmd(),
 		evalCmd(),
@@ -105,7 +106,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	var cmd *command
-	for _, c := range cmds {
+	for _, c := range append(cmds, hiddenCommands()...) {
 		if c.name == args[0] {
 			cmd = c
 		}
@@ -124,9 +125,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	cmd.out = stdout
 	err := cmd.run(cmd, cmd.flags.Args())
+	var code exitCode
 	switch {
 	case err == nil:
 		return 0
+	case errors.As(err, &code):
+		return int(code)
 	case errors.Is(err, errUsage):
 		fmt.Fprintf(stderr, "gossiptrain %s: %v\nRun 'gossiptrain %s --help' for its flags.\n", cmd.name, err, cmd.name)
 		return 2

@@ -46,6 +46,10 @@ type Config struct {
 	// NetNS, when not nil, runs every peer in a network namespace of its
 	// own with shaped links (root only; see NetNS).
 	NetNS *NetNS
+	// Launcher, when not nil, starts the peers instead of processes on
+	// this machine (SSH runs them on other hosts). Binary, Identities,
+	// NetNS and Env are the local launcher's and must be unset then.
+	Launcher Launcher
 	// Env is added to the peers' environment ("NAME=value").
 	Env []string
 	// Log receives Run's own lines: peers started, progress (unless
@@ -119,6 +123,9 @@ func (c Config) Validate() error {
 				return bad("PeerArgs(%d) set --%s, which Run sets on every peer itself", i, f)
 			}
 		}
+	}
+	if c.Launcher != nil && (c.NetNS != nil || c.Binary != "" || c.Identities != "" || len(c.Env) > 0) {
+		return bad("Launcher is set: Binary, Identities, NetNS and Env belong to the local launcher and must be empty")
 	}
 	if c.NetNS != nil {
 		if c.Peers > maxNetNSPeers {

@@ -41,7 +41,9 @@ type PeerProgress struct {
 // proc is one running peer process.
 type proc struct {
 	i          int
+	where      string // the host it runs on ("" here)
 	cmd        *exec.Cmd
+	stop       func(syscall.Signal) // the launcher's way to stop it; nil: signal cmd's process
 	logPath    string
 	reportPath string
 	addrPrefix string // the start of the dialable address Run looks for
@@ -53,7 +55,8 @@ type proc struct {
 	waitErr error
 	dur     time.Duration
 
-	addrReady chan struct{} // closed when addr is known
+	addrReady   chan struct{} // closed when addr is known
+	statusReady chan struct{} // closed when statusAddr is known
 
 	mu          sync.Mutex
 	peerID      string
@@ -122,7 +125,10 @@ func (p *proc) observe(line []byte) {
 	case peerlog.Started:
 		p.peerID = l.PeerID
 	case peerlog.StatusListening:
-		p.statusAddr = l.Addr
+		if p.statusAddr == "" {
+			p.statusAddr = l.Addr
+			close(p.statusReady)
+		}
 	case peerlog.MetricsListening:
 		p.metricsAddr = l.Addr
 	case peerlog.Waiting:
@@ -171,6 +177,10 @@ func (p *proc) signal(sig syscall.Signal) {
 	case <-p.exited:
 		return
 	default:
+	}
+	if p.stop != nil {
+		p.stop(sig)
+		return
 	}
 	p.cmd.Process.Signal(sig)
 }
@@ -227,6 +237,7 @@ func lastRound(path string) (roundLine, bool) {
 // peer and shows the end of its log.
 type PeerError struct {
 	Index  int      // the peer, 0-based
+	Host   string   // the host it ran on ("" for this machine)
 	PeerID string   // its libp2p ID, when it got as far as logging it
 	Exit   string   // how it ended: "exit status 1", "signal: killed"
 	Log    string   // its log file
@@ -237,6 +248,9 @@ type PeerError struct {
 func (e *PeerError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "cluster: peer %d", e.Index)
+	if e.Host != "" {
+		fmt.Fprintf(&b, " on %s", e.Host)
+	}
 	if e.PeerID != "" {
 		fmt.Fprintf(&b, " (%s)", e.PeerID)
 	}

@@ -2,15 +2,16 @@ package cluster
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/gossiptrain/gossiptrain/peerlog"
 	"github.com/gossiptrain/gossiptrain/report"
@@ -27,12 +28,13 @@ type Result struct {
 // PeerResult is one peer process of a run.
 type PeerResult struct {
 	Index       int
+	Host        string        // the host it ran on ("" for this machine)
 	PeerID      string        // its libp2p peer ID, as it logged it ("" if it never did)
-	Pid         int           // its process ID (0 if it never started)
-	Report      string        // its report file (--report)
+	Pid         int           // its local process ID (0 if it never started; an ssh client's for remote peers)
+	Report      string        // its report file (--report; a local copy for remote peers)
 	Log         string        // its standard error
 	Addr        string        // the address it listened on, with /p2p/ID
-	StatusAddr  string        // its status server (gossiptrain status ADDR), inside its namespace with NetNS
+	StatusAddr  string        // its status server and dashboard (gossiptrain status ADDR), inside its namespace with NetNS
 	MetricsAddr string        // its metrics server, when --metrics-addr was given
 	Exit        string        // "exit status 0", "signal: terminated", …
 	ExitCode    int           // the exit status; -1 when a signal ended it
@@ -61,49 +63,31 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	bin := cfg.Binary
-	if bin == "" {
-		if bin, err = os.Executable(); err != nil {
-			return nil, fmt.Errorf("cluster: cannot find the gossiptrain binary: %w", err)
-		}
-	}
-	if bin, err = filepath.Abs(bin); err != nil {
-		return nil, fmt.Errorf("cluster: %w", err)
-	}
 	dir, err := filepath.Abs(cfg.Dir)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
-	ids := dir
-	if cfg.Identities != "" {
-		if ids, err = filepath.Abs(cfg.Identities); err != nil {
-			return nil, fmt.Errorf("cluster: %w", err)
-		}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
 	}
-	for _, d := range []string{dir, ids} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return nil, fmt.Errorf("cluster: %w", err)
-		}
-	}
-	r := &runner{cfg: cfg, bin: bin, dir: dir, ids: ids, exits: make(chan int, cfg.Peers)}
-	res = &Result{Dir: dir}
-	if cfg.NetNS != nil {
-		prefix := newPrefix()
-		r.nw, err = setupNetwork(ctx, prefix, cfg.Peers, *cfg.NetNS)
+	l := cfg.Launcher
+	if l == nil {
+		loc, err := newLocal(cfg, dir)
 		if err != nil {
-			return res, err
+			return nil, err
 		}
-		res.NetNS = prefix
-		cfg.Log.Info().Str("prefix", prefix).Int("peers", cfg.Peers).Str("links", cfg.NetNS.String()).
-			Msg("network namespaces ready")
 		defer func() {
-			if cerr := r.nw.close(); cerr != nil {
-				err = errors.Join(err, cerr)
-				cfg.Log.Error().Err(cerr).Str("prefix", prefix).Msg("removing the network namespaces")
-				return
+			if loc.prefix != "" {
+				res.NetNS = loc.prefix
 			}
-			cfg.Log.Debug().Str("prefix", prefix).Msg("network namespaces removed")
 		}()
+		l = loc
+	}
+	r := &runner{cfg: cfg, l: l, dir: dir, exits: make(chan int, cfg.Peers)}
+	res = &Result{Dir: dir}
+	defer joinClose(&err, l.Close)
+	if err := l.Prepare(ctx, cfg.Peers); err != nil {
+		return res, err
 	}
 	// Whatever happens below (a panic included), no peer outlives Run.
 	defer r.killAll()
@@ -111,16 +95,15 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	err = r.run(ctx)
 	res.Duration = time.Since(start)
 	res.Peers = r.results()
+	r.collect()
 	return res, err
 }
 
 // runner runs the peers of one Run.
 type runner struct {
 	cfg   Config
-	bin   string
+	l     Launcher
 	dir   string
-	ids   string
-	nw    *network
 	procs []*proc
 	exits chan int // indexes of peers that exited
 }
@@ -154,6 +137,7 @@ func (r *runner) run(ctx context.Context) error {
 	addr0 := p0.addr
 	p0.mu.Unlock()
 	log.Info().Str("addr", addr0).Msg("peer 0 is up; starting the others")
+	go logDashboard(log, p0)
 	for i := 1; i < r.cfg.Peers; i++ {
 		if _, err := r.start(i, addr0); err != nil {
 			r.stop(ctx, running)
@@ -251,8 +235,9 @@ func (r *runner) killAll() {
 	}
 }
 
-// args is peer i's command line.
-func (r *runner) args(i int, addr0 string, listen string) []string {
+// args is peer i's command line, without the flags the launcher adds
+// (--identity, --report, --listen).
+func (r *runner) args(i int, addr0 string) []string {
 	a := []string{"train"}
 	extra := r.cfg.TrainArgs
 	var own []string
@@ -264,12 +249,7 @@ func (r *runner) args(i int, addr0 string, listen string) []string {
 	}
 	a = append(a, extra...)
 	a = append(a, own...)
-	a = append(a,
-		"--job", r.cfg.Job,
-		"--identity", filepath.Join(r.ids, fmt.Sprintf("peer-%d.key", i)),
-		"--report", filepath.Join(r.dir, fmt.Sprintf("peer-%d.jsonl", i)),
-		"--log-format", "json",
-		"--listen", listen)
+	a = append(a, "--job", r.cfg.Job, "--log-format", "json")
 	if addr0 != "" {
 		a = append(a, "--peer", addr0)
 	}
@@ -278,25 +258,23 @@ func (r *runner) args(i int, addr0 string, listen string) []string {
 
 // start starts peer i; addr0 is peer 0's address ("" for peer 0).
 func (r *runner) start(i int, addr0 string) (*proc, error) {
-	ip := "127.0.0.1"
-	if r.nw != nil {
-		ip = r.nw.addr[i]
+	l, err := r.l.Launch(i, r.args(i, addr0))
+	if err != nil {
+		return nil, fmt.Errorf("cluster: peer %d: %w", i, err)
 	}
 	p := &proc{
-		i:          i,
-		logPath:    filepath.Join(r.dir, fmt.Sprintf("peer-%d.log", i)),
-		reportPath: filepath.Join(r.dir, fmt.Sprintf("peer-%d.jsonl", i)),
-		addrPrefix: "/ip4/" + ip + "/tcp/",
-		exited:     make(chan struct{}),
-		addrReady:  make(chan struct{}),
-		phase:      StateStarting,
-		round:      -1,
-		tailMax:    r.cfg.TailLines,
-	}
-	args := r.args(i, addr0, "/ip4/"+ip+"/tcp/0")
-	name := r.bin
-	if r.nw != nil {
-		name, args = r.nw.command(i, r.bin, args)
+		i:           i,
+		where:       l.Where,
+		logPath:     filepath.Join(r.dir, fmt.Sprintf("peer-%d.log", i)),
+		reportPath:  l.Report,
+		addrPrefix:  l.AddrPrefix,
+		stop:        l.Stop,
+		exited:      make(chan struct{}),
+		addrReady:   make(chan struct{}),
+		statusReady: make(chan struct{}),
+		phase:       StateStarting,
+		round:       -1,
+		tailMax:     r.cfg.TailLines,
 	}
 	logFile, err := os.Create(p.logPath)
 	if err != nil {
@@ -307,9 +285,18 @@ func (r *runner) start(i int, addr0 string) (*proc, error) {
 		logFile.Close()
 		return nil, fmt.Errorf("cluster: peer %d: %w", i, err)
 	}
-	cmd := exec.Command(name, args...)
-	cmd.Env = append(os.Environ(), r.cfg.Env...)
+	cmd := l.Cmd
 	cmd.Stdout, cmd.Stderr = pw, pw
+	var reportFile *os.File
+	if l.ReportOnStdout {
+		if reportFile, err = os.Create(l.Report); err != nil {
+			pr.Close()
+			pw.Close()
+			logFile.Close()
+			return nil, fmt.Errorf("cluster: peer %d: %w", i, err)
+		}
+		cmd.Stdout = reportFile
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Setpgid:   true,            // a Ctrl-C at the terminal reaches Run, which stops the peers in order
 		Pdeathsig: syscall.SIGKILL, // and they die with Run's process even when it is killed
@@ -320,7 +307,10 @@ func (r *runner) start(i int, addr0 string) (*proc, error) {
 		pr.Close()
 		pw.Close()
 		logFile.Close()
-		return nil, fmt.Errorf("cluster: start peer %d (%s): %w", i, name, err)
+		if reportFile != nil {
+			reportFile.Close()
+		}
+		return nil, fmt.Errorf("cluster: start peer %d (%s): %w", i, cmd.Path, err)
 	}
 	pw.Close() // the child holds the write end now
 	r.procs = append(r.procs, p)
@@ -341,12 +331,48 @@ func (r *runner) start(i int, addr0 string) (*proc, error) {
 		}
 		pr.Close()
 		logFile.Close()
+		if reportFile != nil {
+			reportFile.Close()
+		}
 		p.waitErr, p.state, p.dur = err, cmd.ProcessState, time.Since(p.started)
 		close(p.exited)
 		r.exits <- i
 	}()
-	r.cfg.Log.Debug().Int("peer", i).Int("pid", cmd.Process.Pid).Str("cmd", name+" "+strings.Join(args, " ")).Msg("peer started")
+	ev := r.cfg.Log.Debug().Int("peer", i).Int("pid", cmd.Process.Pid).Str("cmd", strings.Join(cmd.Args, " "))
+	if l.Where != "" {
+		ev = ev.Str("host", l.Where)
+	}
+	ev.Msg("peer started")
 	return p, nil
+}
+
+// logDashboard logs the URL of peer 0's dashboard once it is known.
+func logDashboard(log zerolog.Logger, p0 *proc) {
+	select {
+	case <-p0.statusReady:
+	case <-p0.exited:
+		return
+	}
+	p0.mu.Lock()
+	addr := p0.statusAddr
+	p0.mu.Unlock()
+	log.Info().Str("url", "http://"+addr+"/").Msg("dashboard: watch the run live in a browser")
+}
+
+// collect lets the launcher bring back what each peer left where it ran,
+// from every host at once.
+func (r *runner) collect() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, p := range r.procs {
+		wg.Go(func() {
+			if err := r.l.Collect(ctx, p.i); err != nil {
+				r.cfg.Log.Warn().Int("peer", p.i).Str("host", p.where).Err(err).Msg("collecting the peer's files")
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // peerError builds the error of a failed peer.
@@ -358,7 +384,7 @@ func (r *runner) peerError(p *proc, why string) error {
 	if why != "" {
 		exit = why + " (" + exit + ")"
 	}
-	e := &PeerError{Index: p.i, PeerID: p.peerID, Exit: exit, Log: p.logPath}
+	e := &PeerError{Index: p.i, PeerID: p.peerID, Exit: exit, Log: p.logPath, Host: p.where}
 	for _, l := range p.tail {
 		e.Tail = append(e.Tail, readable(l))
 	}
@@ -417,7 +443,7 @@ func (r *runner) results() []PeerResult {
 		<-p.exited
 		p.mu.Lock()
 		pr := PeerResult{
-			Index: p.i, PeerID: p.peerID, Report: p.reportPath, Log: p.logPath,
+			Index: p.i, Host: p.where, PeerID: p.peerID, Report: p.reportPath, Log: p.logPath,
 			Addr: p.addr, StatusAddr: p.statusAddr, MetricsAddr: p.metricsAddr,
 			Exit: exitString(p), ExitCode: -1, Duration: p.dur,
 		}

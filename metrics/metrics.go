@@ -72,6 +72,10 @@ type EvalFigures struct {
 	LogLoss float64
 	Error   float64
 	AUC     float64
+	// Where the evaluation happened, for the dashboard's curves (Metrics
+	// exports only the latest values).
+	Examples int64   // this peer's training examples before it
+	Seconds  float64 // since the run started
 }
 
 // SummaryFigures are the figures of the finished run.

@@ -25,6 +25,7 @@ import (
 	"github.com/libp2p/go-libp2p/p2p/discovery/mdns"
 	"github.com/rs/zerolog"
 
+	"github.com/gossiptrain/gossiptrain/metrics"
 	"github.com/gossiptrain/gossiptrain/node/membership"
 	"github.com/gossiptrain/gossiptrain/node/ring"
 	"github.com/gossiptrain/gossiptrain/peerlog"
@@ -93,6 +94,7 @@ type Node struct {
 
 	statusSrv  *http.Server
 	statusAddr string
+	dash       *metrics.Dashboard // the status server's dashboard (status.go)
 
 	refused, scoreKicks, localDrops atomic.Uint64
 	penalties                       *penalties // rejected direct-stream pushes (Penalize)

@@ -13,7 +13,14 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/protocol"
+	ma "github.com/multiformats/go-multiaddr"
+
+	"github.com/gossiptrain/gossiptrain/metrics"
 	"github.com/gossiptrain/gossiptrain/node/membership"
+	"github.com/gossiptrain/gossiptrain/peerlog"
 )
 
 // Status is what GET /status returns: one peer's view of the cluster. The
@@ -152,26 +159,133 @@ func (n *Node) Status() Status {
 // Config.StatusAddr is empty).
 func (n *Node) StatusAddr() string { return n.statusAddr }
 
-// startStatus serves GET /status on Config.StatusAddr.
+// startStatus serves GET /status and the dashboard (GET /, see
+// metrics.Dashboard) on Config.StatusAddr, and answers the other members'
+// dashboards over FiguresProtocol.
 func (n *Node) startStatus() error {
 	ln, err := net.Listen("tcp", n.cfg.StatusAddr)
 	if err != nil {
 		return fieldErr("StatusAddr", "%v", err)
 	}
+	n.dash = metrics.NewDashboard(metrics.Info{PeerID: n.self.String(), Job: n.cfg.Job, Topology: string(n.cfg.Topology)})
+	// Fetches for the page end when the server shuts down.
+	fetchCtx, stopFetches := context.WithCancel(n.ctx)
+	n.dash.SetFetch(func(ctx context.Context, id string) (metrics.PeerFigures, error) {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		defer context.AfterFunc(fetchCtx, cancel)()
+		return n.fetchFigures(ctx, id)
+	})
+	n.dash.SetLink(n.linkKind)
+	n.host.SetStreamHandler(FiguresProtocol, n.handleFigures)
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(n.Status())
 	})
+	mux.Handle("/", n.dash.Handler())
 	n.statusSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	n.statusSrv.RegisterOnShutdown(stopFetches)
 	n.statusAddr = ln.Addr().String()
 	n.wg.Go(func() {
 		if err := n.statusSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			n.log.Error().Err(err).Msg("status server stopped")
 		}
 	})
-	n.log.Info().Str("addr", n.statusAddr).Str("url", "http://"+n.statusAddr+"/status").Msg("status server listening")
+	n.wg.Go(n.feedDashboard)
+	n.log.Info().Str("addr", n.statusAddr).Str("url", "http://"+n.statusAddr+"/status").
+		Str("dashboard", "http://"+n.statusAddr+"/").Msg(peerlog.StatusListening)
 	return nil
+}
+
+// Dashboard returns the dashboard the status server shows, for the
+// training side to feed (nil without a status server: its methods do
+// nothing then).
+func (n *Node) Dashboard() *metrics.Dashboard { return n.dash }
+
+// FiguresProtocol answers another member's dashboard with this peer's
+// live figures (metrics.PeerFigures as JSON), so a browser needs to reach
+// one peer only.
+const FiguresProtocol = protocol.ID("/gossiptrain/figures/1.0.0")
+
+// maxFigures bounds a figures answer.
+const maxFigures = 64 << 10
+
+func (n *Node) handleFigures(s network.Stream) {
+	defer s.Close()
+	s.SetDeadline(time.Now().Add(5 * time.Second))
+	if !n.helloDone(s.Conn().RemotePeer()) {
+		s.Reset() // only peers that passed the hello (same job) see the figures
+		return
+	}
+	_ = json.NewEncoder(s).Encode(n.dash.Self())
+}
+
+// fetchFigures asks member id for its figures over FiguresProtocol.
+func (n *Node) fetchFigures(ctx context.Context, id string) (metrics.PeerFigures, error) {
+	var f metrics.PeerFigures
+	pid, err := peer.Decode(id)
+	if err != nil {
+		return f, err
+	}
+	s, err := n.host.NewStream(network.WithNoDial(ctx, "dashboard figures"), pid, FiguresProtocol)
+	if err != nil {
+		return f, err
+	}
+	defer s.Close()
+	if d, ok := ctx.Deadline(); ok {
+		s.SetDeadline(d)
+	}
+	if err := json.NewDecoder(io.LimitReader(s, maxFigures)).Decode(&f); err != nil {
+		s.Reset()
+		return f, fmt.Errorf("figures from %s: %w", id, err)
+	}
+	f.PeerID = id
+	return f, nil
+}
+
+// linkKind says how this peer reaches id: directly, through a relay, or
+// not at the moment.
+func (n *Node) linkKind(id string) string {
+	pid, err := peer.Decode(id)
+	if err != nil {
+		return metrics.LinkNone
+	}
+	conns := n.host.Network().ConnsToPeer(pid)
+	if len(conns) == 0 {
+		return metrics.LinkNone
+	}
+	for _, c := range conns {
+		if _, err := c.RemoteMultiaddr().ValueForProtocol(ma.P_CIRCUIT); err != nil {
+			return metrics.LinkDirect // any direct connection is the one used
+		}
+	}
+	return metrics.LinkRelayed
+}
+
+// feedDashboard passes the membership's views and changes to the
+// dashboard until the node closes.
+func (n *Node) feedDashboard() {
+	evs, cancel := n.Subscribe()
+	defer cancel()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case ev, ok := <-evs:
+			if !ok {
+				return
+			}
+			m := metrics.MembershipFigures{
+				Epoch: ev.View.Epoch, Agreed: ev.Agreed, Members: ev.View.Members,
+				Joined: ev.Joined, Left: ev.Left, Died: ev.Died, Restarted: ev.Restarted,
+			}
+			if ev.Ring != nil {
+				m.Ring = ev.Ring.Assignment()
+			}
+			n.dash.Membership(m)
+		}
+	}
 }
 
 // statusURL turns "host:port", "http://host:port" or a full URL into the

@@ -106,8 +106,8 @@ type owner struct {
 	paid     map[owe]bool
 	nextReq  uint64
 	final    bool
-	ff       map[int]bool // sync takeovers: shards a copy further on may still replace
-	gotIn    []uint64     // sync: per shard, the newest configuration when its copy was installed or restarted here
+	ff       map[int]bool            // sync takeovers: shards a copy further on may still replace
+	gotIn    []uint64                // sync: per shard, the newest configuration when its copy was installed or restarted here
 	changed  map[uint64]changedRound // sync full gather: rows changed by round
 	scratch  model.Sparse
 	sum, tmp model.Sparse
