@@ -146,6 +146,7 @@ func (o *owner) takeovers(oldRoute map[uint64][][]string, t *tconf) {
 	for _, m := range t.Crashed {
 		crashed[m.Peer] = true
 	}
+	self := c.cfg.Self
 	rounds := make([]uint64, 0, len(oldRoute))
 	for r := range oldRoute {
 		rounds = append(rounds, r)
@@ -164,13 +165,24 @@ func (o *owner) takeovers(oldRoute map[uint64][][]string, t *tconf) {
 				}
 			}
 			if c.routeMe(s, r) && !o.currentFor(s, r) {
+				// Ask the survivors of this round and of the later ones:
+				// the holders of a later round have it further on (the
+				// crashed primary may have applied it, or a copy kept
+				// here was dropped since).
 				a := &await{since: c.tick, takeover: true, takenAt: r, prev: o.prevAlive(s, r)}
-				at := c.cs.at(r)
-				for _, h := range survivors {
-					if m, ok := at.member(h); ok {
-						a.from = append(a.from, m)
-					} else if m, ok := t.member(h); ok {
-						a.from = append(a.from, m)
+				for _, r2 := range rounds {
+					if r2 < r {
+						continue
+					}
+					at := c.cs.at(r2)
+					for _, h := range oldRoute[r2][s] {
+						m, ok := at.member(h)
+						if !ok {
+							m, ok = t.member(h)
+						}
+						if ok && h != self && !crashed[h] && !slices.ContainsFunc(a.from, func(x Member) bool { return x.Peer == h }) {
+							a.from = append(a.from, m)
+						}
 					}
 				}
 				o.awaiting[s] = a

@@ -1031,7 +1031,7 @@ func (s *sim) finish() {
 		}
 		led := pp.ledger[sh]
 		for _, q := range s.procs {
-			if q.crashed || q.removed || q.core == nil {
+			if q.crashed || q.removed || q.refused || q.core == nil {
 				continue
 			}
 			first := q.core.FirstRound()
