@@ -107,6 +107,7 @@ type owner struct {
 	nextReq  uint64
 	final    bool
 	ff       map[int]bool            // sync takeovers: shards a copy further on may still replace
+	gapSince map[gapKey]uint64       // ssp/async: tick a worker's contribution to a shard was first seen behind a gap
 	gotIn    []uint64                // sync: per shard, the newest configuration when its copy was installed or restarted here
 	changed  map[uint64]changedRound // sync full gather: rows changed by round
 	scratch  model.Sparse
@@ -122,6 +123,12 @@ func (o *owner) deferMsg(from string, msg *wire.Core) {
 		}
 	}
 	o.deferred = append(o.deferred, deferredMsg{from, msg.Clone(), o.c.tick})
+}
+
+// gapKey is a worker's contributions to a shard (async apply order).
+type gapKey struct {
+	member uint64
+	shard  uint32
 }
 
 type deferredMsg struct {
@@ -146,6 +153,7 @@ func (o *owner) init(c *Core) {
 	o.xfer = map[uint64]*stateOut{}
 	o.paid = map[owe]bool{}
 	o.ff = map[int]bool{}
+	o.gapSince = map[gapKey]uint64{}
 	o.gotIn = make([]uint64, c.shards)
 	o.changed = map[uint64]changedRound{}
 }
@@ -179,6 +187,17 @@ func (o *owner) tick() {
 	}
 	for _, id := range sortedKeys(o.fwd) {
 		f := o.fwd[id]
+		if cur := c.cs.cur(); cur != nil && c.aliveOK {
+			if _, member := cur.member(f.to); !member && !o.peerAlive(f.to) {
+				// It left and is gone: nothing will acknowledge, nothing
+				// waits for its copy.
+				delete(o.fwd, id)
+				for _, k := range f.of {
+					k.acks--
+				}
+				continue
+			}
+		}
 		if c.tick-f.sentAt >= uint64(c.cfg.RetryTicks)<<min(f.tries, 3) {
 			f.tries++
 			f.sentAt = c.tick
@@ -468,6 +487,7 @@ func (o *owner) pushAsync(k *contribution) {
 		}
 	}
 	state := 0 // 1 apply, 2 duplicate, 3 gap
+	skipped := uint64(0)
 	for _, s := range k.shards {
 		a := o.appliedOf(int(s), k.member)
 		st := 1
@@ -476,6 +496,21 @@ func (o *owner) pushAsync(k *contribution) {
 			st = 2
 		case a < k.round:
 			st = 3
+			_, known := o.applied[s][k.member]
+			g := gapKey{k.member, s}
+			if !known && o.fresh.has(int(s)) {
+				// Restarted from nothing: this worker's earlier rounds
+				// went with the holders that crashed.
+				st = 1
+			} else if since, ok := o.gapSince[g]; !ok {
+				o.gapSince[g] = c.tick
+			} else if c.tick-since > uint64(4*c.cfg.RetryTicks) {
+				// The rounds before never came: answered by a holder
+				// that crashed before its copy reached this one. They
+				// are lost; go on without them.
+				st = 1
+				skipped = max(skipped, k.round-a)
+			}
 		}
 		if state == 0 {
 			state = st
@@ -502,6 +537,11 @@ func (o *owner) pushAsync(k *contribution) {
 	}
 	for _, s := range k.shards {
 		o.applied[s][k.member] = k.round + 1
+		delete(o.gapSince, gapKey{k.member, s})
+	}
+	if skipped > 0 {
+		c.stats.Lost += skipped
+		c.event(Event{Kind: EvLost, Shards: len(k.shards), Text: fmt.Sprintf("%d rounds of a worker lost with a crashed holder", skipped)})
 	}
 	if k.flags&wire.FlagDone != 0 {
 		if d, ok := o.doneAt[k.member]; !ok || k.round < d {
@@ -1111,8 +1151,9 @@ func (o *owner) forward(from string, msg *wire.Core) {
 			// includes this one.
 			c.send(from, &wire.Core{Op: wire.CoreAck, Req: msg.Req})
 			return
-		case a == nil && !o.held.has(int(s)) && c.cfg.Mode == Sync:
-			// Not a holder any more (handed over): nothing to apply to.
+		case a == nil && !o.held.has(int(s)):
+			// Not a holder any more (handed over), or not yet in the
+			// primary's view: nothing to apply to.
 			c.send(from, &wire.Core{Op: wire.CoreAck, Req: msg.Req})
 			return
 		case !o.usable(int(s), msg.Round):
@@ -1184,7 +1225,20 @@ func (o *owner) forward(from string, msg *wire.Core) {
 			case a > wk.Clock:
 				st = 2
 			case a < wk.Clock:
+				// The primary's earlier forwards may still come (they are
+				// sent until acknowledged); if they do not, the primary
+				// went on without those rounds (lost with a holder that
+				// crashed): so does this replica.
 				st = 3
+				_, known := o.applied[s][wk.Member]
+				g := gapKey{wk.Member, s}
+				if !known && o.fresh.has(int(s)) {
+					st = 1
+				} else if since, ok := o.gapSince[g]; !ok {
+					o.gapSince[g] = c.tick
+				} else if c.tick-since > uint64(4*c.cfg.RetryTicks) {
+					st = 1
+				}
 			}
 			if state == 0 {
 				state = st
@@ -1200,6 +1254,7 @@ func (o *owner) forward(from string, msg *wire.Core) {
 			}
 			for _, s := range msg.Shards {
 				o.applied[s][wk.Member] = wk.Clock + 1
+				delete(o.gapSince, gapKey{wk.Member, s})
 			}
 			if msg.Examples > 0 {
 				c.trace(TraceEvent{Kind: TraceApply, Shards: msg.Shards, Round: wk.Clock, Members: []uint64{wk.Member}, Replica: true, Peer: from})

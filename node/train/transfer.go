@@ -633,6 +633,7 @@ func (o *owner) state(from string, msg *wire.Core) {
 		o.gotIn[s] = cur.ID
 	} else {
 		clear(o.applied[s])
+		o.fresh.del(s)
 		for _, mc := range msg.Clocks {
 			if mc.Member&doneBit != 0 {
 				id := mc.Member &^ doneBit
@@ -761,6 +762,7 @@ func (o *owner) promoteLost() bool {
 			o.gotIn[s] = c.cs.cur().ID
 		} else {
 			clear(o.applied[s])
+			o.fresh.add(s) // each worker's next contribution is the first
 		}
 		c.stats.Promoted++
 		c.trace(TraceEvent{Kind: TracePromote, Shards: []uint32{uint32(s)}, Round: round})
