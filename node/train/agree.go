@@ -393,7 +393,11 @@ func (a *agreement) apply(e *pb.Entry) {
 		a.ccAt = 0
 	case pb.EntryNormal:
 		if len(e.GetData()) == 0 {
-			return // a new leader's empty entry
+			// A new leader's empty entry, or a conf change raft refused
+			// (one was pending) and logged as an empty entry: propose
+			// the next one now.
+			a.ccAt = 0
+			return
 		}
 		t, err := decodeConf(e.GetData())
 		if err != nil {

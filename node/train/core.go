@@ -150,8 +150,13 @@ type Core struct {
 	finishing bool            // Finish was called
 	doneSent  bool            // Ready.Done reported
 	company   uint64          // tick some other member was last alive
+	removedAt uint64          // tick a configuration removed this peer as dead (0: not removed)
 	err       error
 }
+
+// lingering reports whether this peer was removed as dead while alive and
+// only takes part in agreement until the leader demotes it.
+func (c *Core) lingering() bool { return c.removedAt != 0 }
 
 // New returns a core. With cfg.Initial it bootstraps the run's first
 // configuration together with the other initial members; else it asks
@@ -181,6 +186,10 @@ func New(cfg Config) (*Core, error) {
 func (c *Core) Tick() {
 	c.tick++
 	c.ag.tick()
+	if c.lingering() {
+		c.flush()
+		return
+	}
 	c.w.tick()
 	c.o.tick()
 	if c.finishing && !c.doneSent && c.tick%uint64(max(1, c.cfg.RetryTicks/4)) == 0 {
@@ -221,7 +230,7 @@ func (c *Core) Alive(ids []uint64) {
 	for _, id := range ids {
 		c.alive[id] = true
 	}
-	if back {
+	if back && !c.lingering() {
 		// A peer came back (a partition healed): what waits for it may
 		// have been lost; ask again now rather than at the next backoff.
 		c.w.retryAll()
@@ -237,6 +246,9 @@ func (c *Core) Alive(ids []uint64) {
 func (c *Core) Receive(from string, msg *wire.Core) {
 	if err := msg.Check(c.cfg.Limits); err != nil {
 		c.stats.Rejected++
+		return
+	}
+	if c.lingering() && msg.Op != wire.CoreRaft {
 		return
 	}
 	switch msg.Op {
@@ -271,12 +283,18 @@ func (c *Core) Receive(from string, msg *wire.Core) {
 // Batch gives the core the next batch: the sorted distinct rows it touches
 // and its examples (> 0). Batches are numbered by rounds in the order given.
 func (c *Core) Batch(keys []uint32, examples int) {
+	if c.lingering() {
+		return
+	}
 	c.w.addBatch(keys, examples)
 	c.flush()
 }
 
 // EndOfData tells the core there are no more batches.
 func (c *Core) EndOfData() {
+	if c.lingering() {
+		return
+	}
 	c.w.endOfData()
 	c.flush()
 }
@@ -284,6 +302,9 @@ func (c *Core) EndOfData() {
 // Computed gives the gradient of ComputeReq round (len(Keys)*Width values,
 // the sum over the batch's examples) and its summed loss.
 func (c *Core) Computed(round uint64, grad []float32, loss float64) {
+	if c.lingering() {
+		return
+	}
 	c.w.computed(round, grad, loss)
 	c.flush()
 }
@@ -300,6 +321,9 @@ func (c *Core) Leave() {
 // its next push waits until the answer is in) or the final values once
 // training is over. The answer comes in Ready.Fetched with id.
 func (c *Core) Fetch(id uint64, keys []uint32, all bool) {
+	if c.lingering() {
+		return
+	}
 	c.w.fetch(id, keys, all, false)
 	c.flush()
 }
@@ -307,6 +331,9 @@ func (c *Core) Fetch(id uint64, keys []uint32, all bool) {
 // FetchHashes asks the owners for the hashes of their shards
 // (model.Model.ShardHash), for the model's hash without copying it.
 func (c *Core) FetchHashes(id uint64) {
+	if c.lingering() {
+		return
+	}
 	c.w.fetch(id, nil, false, true)
 	c.flush()
 }
@@ -444,6 +471,14 @@ func (c *Core) fail(err error) {
 func (c *Core) flush() {
 	if c.err != nil {
 		c.rd.Err = c.err
+		return
+	}
+	if c.lingering() {
+		c.ag.work()
+		if !c.ag.isVoter() || c.tick-c.removedAt > uint64(10*c.cfg.RetryTicks) {
+			c.fail(ErrRemoved)
+			c.rd.Err = c.err
+		}
 		return
 	}
 	for range 64 {

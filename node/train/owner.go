@@ -125,6 +125,41 @@ func (o *owner) deferMsg(from string, msg *wire.Core) {
 	o.deferred = append(o.deferred, deferredMsg{from, msg.Clone(), o.c.tick})
 }
 
+// asyncOrder sorts shards for a worker's contribution of round r (ssp and
+// async: each worker's contributions apply to a shard in round order): the
+// shards to apply it to now, those that already have it left out; gap when
+// an earlier round of the worker is still missing for one of them (it may
+// come: wait). A gap that lasts 4 retry intervals is given up on (those
+// rounds went with a holder that crashed): skipped counts them.
+func (o *owner) asyncOrder(member, r uint64, shards []uint32) (apply []uint32, gap bool, skipped uint64) {
+	c := o.c
+	for _, s := range shards {
+		a := o.appliedOf(int(s), member)
+		switch {
+		case a > r:
+			continue // applied already
+		case a < r:
+			_, known := o.applied[s][member]
+			g := gapKey{member, s}
+			if !known && o.fresh.has(int(s)) {
+				// Restarted from nothing: the worker's earlier rounds
+				// went with the holders that crashed.
+			} else if since, ok := o.gapSince[g]; !ok {
+				o.gapSince[g] = c.tick
+				gap = true
+				continue
+			} else if c.tick-since <= uint64(4*c.cfg.RetryTicks) {
+				gap = true
+				continue
+			} else {
+				skipped = max(skipped, r-a)
+			}
+		}
+		apply = append(apply, s)
+	}
+	return apply, gap, skipped
+}
+
 // gapKey is a worker's contributions to a shard (async apply order).
 type gapKey struct {
 	member uint64
@@ -486,56 +521,41 @@ func (o *owner) pushAsync(k *contribution) {
 			return
 		}
 	}
-	state := 0 // 1 apply, 2 duplicate, 3 gap
-	skipped := uint64(0)
-	for _, s := range k.shards {
-		a := o.appliedOf(int(s), k.member)
-		st := 1
-		switch {
-		case a > k.round:
-			st = 2
-		case a < k.round:
-			st = 3
-			_, known := o.applied[s][k.member]
-			g := gapKey{k.member, s}
-			if !known && o.fresh.has(int(s)) {
-				// Restarted from nothing: this worker's earlier rounds
-				// went with the holders that crashed.
-				st = 1
-			} else if since, ok := o.gapSince[g]; !ok {
-				o.gapSince[g] = c.tick
-			} else if c.tick-since > uint64(4*c.cfg.RetryTicks) {
-				// The rounds before never came: answered by a holder
-				// that crashed before its copy reached this one. They
-				// are lost; go on without them.
-				st = 1
-				skipped = max(skipped, k.round-a)
-			}
-		}
-		if state == 0 {
-			state = st
-		} else if state != st {
-			state = 3
-		}
-	}
-	switch state {
-	case 2:
+	if o.final {
+		// Every worker's contributions up to its done round are in: this
+		// one was answered before (a copy sent again), or went to a
+		// holder that crashed and a shard restarted since, whose values
+		// were already served as final. Nothing changes the final values.
 		k.applied = true
 		o.addPending(k)
 		return
-	case 3:
+	}
+	apply, gap, skipped := o.asyncOrder(k.member, k.round, k.shards)
+	if gap {
 		o.deferMsg(k.from, o.asMsg(k))
 		return
 	}
-	if k.examples > 0 && k.rows.Len() > 0 {
-		c.m.Apply(&k.rows, int(k.examples), o.step)
+	if len(apply) == 0 {
+		k.applied = true // a copy sent again
+		o.addPending(k)
+		return
+	}
+	rows := &k.rows
+	if len(apply) < len(k.shards) {
+		set := newShardSet(c.shards)
+		set.fromList(apply)
+		o.scratch = filterSet(&k.rows, set, c.width, c.mask, o.scratch)
+		rows = &o.scratch
+	}
+	if k.examples > 0 && rows.Len() > 0 {
+		c.m.Apply(rows, int(k.examples), o.step)
 		o.step++
 		c.stats.Applied++
 	}
 	if k.examples > 0 {
-		c.trace(TraceEvent{Kind: TraceApply, Shards: k.shards, Round: k.round, Members: []uint64{k.member}})
+		c.trace(TraceEvent{Kind: TraceApply, Shards: apply, Round: k.round, Members: []uint64{k.member}})
 	}
-	for _, s := range k.shards {
+	for _, s := range apply {
 		o.applied[s][k.member] = k.round + 1
 		delete(o.gapSince, gapKey{k.member, s})
 	}
@@ -1217,47 +1237,29 @@ func (o *owner) forward(from string, msg *wire.Core) {
 			return
 		}
 		wk := msg.Clocks[0]
-		state := 0
-		for _, s := range msg.Shards {
-			a := o.appliedOf(int(s), wk.Member)
-			st := 1
-			switch {
-			case a > wk.Clock:
-				st = 2
-			case a < wk.Clock:
-				// The primary's earlier forwards may still come (they are
-				// sent until acknowledged); if they do not, the primary
-				// went on without those rounds (lost with a holder that
-				// crashed): so does this replica.
-				st = 3
-				_, known := o.applied[s][wk.Member]
-				g := gapKey{wk.Member, s}
-				if !known && o.fresh.has(int(s)) {
-					st = 1
-				} else if since, ok := o.gapSince[g]; !ok {
-					o.gapSince[g] = c.tick
-				} else if c.tick-since > uint64(4*c.cfg.RetryTicks) {
-					st = 1
-				}
-			}
-			if state == 0 {
-				state = st
-			} else if state != st {
-				state = 3
-			}
+		apply, gap, _ := o.asyncOrder(wk.Member, wk.Clock, msg.Shards)
+		if gap {
+			o.deferMsg(from, msg)
+			return
 		}
-		switch state {
-		case 1:
-			if msg.Examples > 0 && msg.Rows.Len() > 0 {
-				c.m.Apply(&msg.Rows, int(msg.Examples), o.step)
+		if len(apply) > 0 {
+			rows := &msg.Rows
+			if len(apply) < len(msg.Shards) {
+				set := newShardSet(c.shards)
+				set.fromList(apply)
+				o.scratch = filterSet(&msg.Rows, set, c.width, c.mask, o.scratch)
+				rows = &o.scratch
+			}
+			if msg.Examples > 0 && rows.Len() > 0 {
+				c.m.Apply(rows, int(msg.Examples), o.step)
 				o.step++
 			}
-			for _, s := range msg.Shards {
+			for _, s := range apply {
 				o.applied[s][wk.Member] = wk.Clock + 1
 				delete(o.gapSince, gapKey{wk.Member, s})
 			}
 			if msg.Examples > 0 {
-				c.trace(TraceEvent{Kind: TraceApply, Shards: msg.Shards, Round: wk.Clock, Members: []uint64{wk.Member}, Replica: true, Peer: from})
+				c.trace(TraceEvent{Kind: TraceApply, Shards: apply, Round: wk.Clock, Members: []uint64{wk.Member}, Replica: true, Peer: from})
 			}
 			if msg.Flags&wire.FlagDone != 0 {
 				if d, ok := o.doneAt[wk.Member]; !ok || wk.Clock < d {
@@ -1265,9 +1267,6 @@ func (o *owner) forward(from string, msg *wire.Core) {
 				}
 			}
 			c.stats.Replicated++
-		case 3:
-			o.deferMsg(from, msg)
-			return
 		}
 	}
 	c.send(from, &wire.Core{Op: wire.CoreAck, Req: msg.Req})

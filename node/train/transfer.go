@@ -60,7 +60,11 @@ func (c *Core) applyConfig(t *tconf) {
 	if wasMember && !isMember {
 		for _, m := range t.Crashed {
 			if m.ID == c.cfg.ID {
-				c.fail(ErrRemoved)
+				// Removed as dead while alive (it was cut off). Its work
+				// is others' now; as a raft voter it still counts toward
+				// the group's quorum, so it stays in the group until the
+				// leader demotes it (Core.lingering), then fails.
+				c.removedAt = max(c.tick, 1)
 				return
 			}
 		}

@@ -557,8 +557,8 @@ func (w *worker) reply(from string, msg *wire.Core) {
 		// The owner's newer configuration removed this peer as dead (it
 		// was cut off). Believe a member of this peer's own newest
 		// configuration only.
-		if cur := c.cs.cur(); msg.Config > cur.ID && cur.isMember(from, msg.Member) {
-			c.fail(ErrRemoved)
+		if cur := c.cs.cur(); msg.Config > cur.ID && cur.isMember(from, msg.Member) && !c.ag.isVoter() {
+			c.fail(ErrRemoved) // (a voter learns it from raft, and lingers)
 		}
 		return
 	}
