@@ -129,8 +129,9 @@ func (o *owner) deferMsg(from string, msg *wire.Core) {
 // async: each worker's contributions apply to a shard in round order): the
 // shards to apply it to now, those that already have it left out; gap when
 // an earlier round of the worker is still missing for one of them (it may
-// come: wait). A gap that lasts 4 retry intervals is given up on (those
-// rounds went with a holder that crashed): skipped counts them.
+// come: wait). Once a peer has crashed, a gap that lasts 16 retry intervals
+// is given up on (those rounds went with a holder that crashed): skipped
+// counts them.
 func (o *owner) asyncOrder(member, r uint64, shards []uint32) (apply []uint32, gap bool, skipped uint64) {
 	c := o.c
 	for _, s := range shards {
@@ -148,7 +149,9 @@ func (o *owner) asyncOrder(member, r uint64, shards []uint32) (apply []uint32, g
 				o.gapSince[g] = c.tick
 				gap = true
 				continue
-			} else if c.tick-since <= uint64(4*c.cfg.RetryTicks) {
+			} else if len(c.cs.crashed) == 0 || c.tick-since <= uint64(16*c.cfg.RetryTicks) {
+				// (Without a crash nothing is lost: the worker sends its
+				// earlier rounds until they are acknowledged.)
 				gap = true
 				continue
 			} else {

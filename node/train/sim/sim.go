@@ -995,11 +995,22 @@ func (s *sim) finish() {
 		s.res.Owned[pr]++
 	}
 	owners := ref.core.Holders()
+	curPrims := ref.core.Primaries()
 	for sh := range o.Shards {
 		var pp *proc
 		for _, q := range s.procs {
 			if q.peer == prims[sh] && (q.running || q.done) && !q.crashed {
 				pp = q
+			}
+		}
+		if ref.finalPrims != nil && (pp == nil || !pp.core.Holds(sh)) && curPrims != nil {
+			// Moved after the final round (a crash): its holder now.
+			prims[sh] = curPrims[sh]
+			pp = nil
+			for _, q := range s.procs {
+				if q.peer == prims[sh] && (q.running || q.done) && !q.crashed {
+					pp = q
+				}
 			}
 		}
 		if pp == nil {
