@@ -569,4 +569,3 @@ func TestCoreLinkHostilePeer(t *testing.T) {
 		t.Fatalf("stats %+v: %d received, want %d", s, s.Received, n+ra.count("evil"))
 	}
 }
-
