@@ -338,8 +338,15 @@ func (l *CoreLink) run() {
 // Send sends msg to peer to (this peer's own ID: delivered back without the
 // network). It encodes msg before it returns (the caller may reuse msg)
 // and never blocks: a message that does not fit its destination's queue
-// is dropped and counted, as is one that does not encode.
+// is dropped and counted (QueueFull), as is one that fails msg.Check
+// within Limits or does not encode (EncodeErrors, logged as a warning:
+// the receiver would refuse it). After Close, Send drops everything.
 func (l *CoreLink) Send(to string, msg *wire.Core) {
+	if err := msg.Check(l.cfg.Limits); err != nil {
+		l.c.encodeErrors.Add(1)
+		l.cfg.Log.Warn().Err(err).Str("peer", to).Stringer("op", msg.Op).Msg("core link: message out of the limits; dropped")
+		return
+	}
 	if to == l.self {
 		l.sendLocal(msg)
 		return
@@ -434,11 +441,6 @@ func (l *CoreLink) sendLocal(msg *wire.Core) {
 			return
 		}
 	} else {
-		if err := msg.Check(l.cfg.Limits); err != nil {
-			l.c.encodeErrors.Add(1)
-			l.cfg.Log.Warn().Err(err).Str("peer", l.self).Stringer("op", msg.Op).Msg("core link: message out of the limits; dropped")
-			return
-		}
 		m = msg.Clone()
 	}
 	l.mu.Lock()

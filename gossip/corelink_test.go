@@ -135,7 +135,7 @@ func checkStream(t *testing.T, what string, got, want []*wire.Core) {
 // the order it was sent, bit for bit, although each sender scribbles over
 // a message as soon as Send returns.
 func TestCoreLinkMemnet(t *testing.T) {
-	const peers, perPair, self = 4, 1500, 150
+	const peers, perPair, self = 4, 1000, 100
 	net := newCoreNet(t)
 	cfg := coreCfg()
 	cfg.Limits.MaxMessage = 2048
@@ -351,6 +351,33 @@ func TestCoreLinkIdle(t *testing.T) {
 	waitCond(t, "the second message", func() bool { return rb.count("a") == 2 })
 	if got := na.Stats().StreamsOpened; got != 2 {
 		t.Fatalf("%d streams opened, want 2", got)
+	}
+}
+
+// TestCoreLinkRefusesInvalid: a message the receiver would refuse (out of
+// order shards, an index past the model, a blob over MaxMessage) is not
+// sent, to a peer or to self: counted as an encode error.
+func TestCoreLinkRefusesInvalid(t *testing.T) {
+	net := newCoreNet(t)
+	cfg := coreCfg()
+	cfg.Limits.Features = 100
+	ra, rb := newCoreRx(), newCoreRx()
+	a := newLink(t, net.NewNode("a"), cfg, ra)
+	newLink(t, net.NewNode("b"), cfg, rb)
+	bad := []*wire.Core{
+		{Op: wire.CoreAck, Shards: []uint32{3, 1}},
+		{Op: wire.CorePull, Want: []uint32{100}},
+		{Op: wire.CoreRaft, Blob: make([]byte, cfg.Limits.MaxMessage+1)},
+		{Op: 99},
+	}
+	for _, m := range bad {
+		a.Send("b", m)
+		a.Send("a", m)
+	}
+	a.Send("b", &wire.Core{Op: wire.CoreAck, Req: 1})
+	waitCond(t, "the valid message", func() bool { return rb.count("a") == 1 })
+	if s := a.Stats(); s.EncodeErrors != uint64(2*len(bad)) || s.Dropped != s.EncodeErrors || s.Sent != 1 || ra.count("a") != 0 {
+		t.Fatalf("stats %+v, %d delivered to self: want %d encode errors, 1 sent", s, ra.count("a"), 2*len(bad))
 	}
 }
 

@@ -2,6 +2,7 @@ package gossiptest
 
 import (
 	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -110,4 +111,76 @@ func BenchCoreLink(b *testing.B, a, c gossip.Transport, cfg gossip.CoreLinkConfi
 	}
 	b.ReportMetric(float64(b.N)/el, "msgs/s")
 	b.ReportMetric(float64(s.SentBytes-s0.SentBytes)/el/1e6, "MB/s")
+}
+
+// BenchCoreLinkFanout measures one link sending b.N copies of msg spread
+// over the receivers' links, at most window in flight to each: from one
+// goroutine taking the receivers in turn (a core's driver), or with
+// parallel from one goroutine per receiver, which contend for the link's
+// one encoder. It reports messages/s.
+func BenchCoreLinkFanout(b *testing.B, a gossip.Transport, receivers []gossip.Transport, cfg gossip.CoreLinkConfig, msg *wire.Core, window int, parallel bool) {
+	send, err := gossip.NewCoreLink(a, cfg, func(string, *wire.Core) {})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer send.Close()
+	k := len(receivers)
+	tokens := make([]chan struct{}, k)
+	var got atomic.Int64
+	for i, tr := range receivers {
+		tokens[i] = make(chan struct{}, window)
+		l, err := gossip.NewCoreLink(tr, cfg, func(string, *wire.Core) {
+			<-tokens[i]
+			got.Add(1)
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer l.Close()
+	}
+	await := func(n int64) {
+		deadline := time.Now().Add(5 * time.Minute)
+		for got.Load() < n {
+			if s := send.Stats(); s.Dropped != 0 || time.Now().After(deadline) {
+				b.Fatalf("%d of %d delivered; sender %+v", got.Load(), n, s)
+			}
+			time.Sleep(50 * time.Microsecond)
+		}
+	}
+	sendTo := func(i, n int) {
+		for range n {
+			tokens[i] <- struct{}{}
+			send.Send(receivers[i].Self(), msg)
+		}
+	}
+	for i := range k { // warm up: streams and buffers
+		sendTo(i, window)
+	}
+	await(int64(k * window))
+	got.Store(0)
+	per := (b.N + k - 1) / k
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	if parallel {
+		var wg sync.WaitGroup
+		for i := range k {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				sendTo(i, per)
+			}()
+		}
+		wg.Wait()
+	} else {
+		for range per {
+			for i := range k {
+				sendTo(i, 1)
+			}
+		}
+	}
+	await(int64(k * per))
+	el := time.Since(start).Seconds()
+	b.StopTimer()
+	b.ReportMetric(float64(k*per)/el, "msgs/s")
 }
