@@ -188,7 +188,8 @@ type linkCounters struct {
 //
 // Send is safe for concurrent use and never blocks. deliver is called on
 // one goroutine, sequentially; a peer's messages arrive in the order that
-// peer sent them (unless one is lost).
+// peer sent them (unless one is lost). One CoreLink per Transport: it
+// handles CoreProtocol's streams.
 type CoreLink struct {
 	tr      Transport
 	cfg     CoreLinkConfig

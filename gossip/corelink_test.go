@@ -5,7 +5,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -378,6 +381,66 @@ func TestCoreLinkRefusesInvalid(t *testing.T) {
 	waitCond(t, "the valid message", func() bool { return rb.count("a") == 1 })
 	if s := a.Stats(); s.EncodeErrors != uint64(2*len(bad)) || s.Dropped != s.EncodeErrors || s.Sent != 1 || ra.count("a") != 0 {
 		t.Fatalf("stats %+v, %d delivered to self: want %d encode errors, 1 sent", s, ra.count("a"), 2*len(bad))
+	}
+}
+
+// TestCoreMaxBody: the largest body Limits allow, with the widest codes
+// (indices spread over 2^32, values of every exponent, lists with huge
+// gaps), fits in CoreMaxBody: a state transfer within the limits is never
+// refused for its size.
+func TestCoreMaxBody(t *testing.T) {
+	lim := wire.DefaultLimits()
+	lim.MaxRows, lim.MaxValues, lim.MaxList = 1<<12, 1<<14, 256
+	r := rand.New(rand.NewPCG(8, 8))
+	spread := func(n int) []uint32 {
+		set := map[uint32]bool{}
+		for len(set) < n {
+			set[r.Uint32()] = true
+		}
+		out := make([]uint32, 0, n)
+		for k := range set {
+			out = append(out, k)
+		}
+		slices.Sort(out)
+		return out
+	}
+	value := func() float32 {
+		for {
+			if v := math.Float32frombits(r.Uint32()); !math.IsNaN(float64(v)) && !math.IsInf(float64(v), 0) {
+				return v
+			}
+		}
+	}
+	width := lim.MaxValues / lim.MaxRows
+	m := &wire.Core{Op: wire.CoreState, Flags: 1<<9 - 1, Member: math.MaxUint64, Config: math.MaxUint64, Round: math.MaxUint64,
+		Through: math.MaxUint64, Req: math.MaxUint64, Examples: math.MaxUint64, RowWidth: width,
+		Text: strings.Repeat("x", lim.MaxString), Blob: make([]byte, lim.MaxMessage)}
+	m.Shards = spread(lim.MaxList)
+	for i := range m.Shards {
+		m.Shards[i] >>= 1 // shards are below 2^31
+	}
+	for i, k := range spread(lim.MaxList) {
+		m.Clocks = append(m.Clocks, wire.MemberClock{Member: uint64(k)<<32 | uint64(i), Clock: math.MaxUint64})
+	}
+	m.Rows.Idx = spread(lim.MaxRows)
+	for range lim.MaxValues {
+		m.Rows.Val = append(m.Rows.Val, value())
+	}
+	m.Want = spread(lim.MaxRows)
+	for range lim.MaxValues {
+		m.Values = append(m.Values, value())
+	}
+	if err := m.Check(lim); err != nil {
+		t.Fatal(err)
+	}
+	body, _, err := wire.NewCodec(wire.F32, wire.None, lim).CoreBody(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if max := gossip.CoreMaxBody(lim); len(body) > max {
+		t.Fatalf("worst-case body of %d bytes, CoreMaxBody %d", len(body), max)
+	} else {
+		t.Logf("worst-case body %d bytes, CoreMaxBody %d", len(body), max)
 	}
 }
 

@@ -756,20 +756,34 @@ func (nd *Node) OpenStream(ctx context.Context, peer, proto string) (io.WriteClo
 		delete(n.streams, s)
 		n.mu.Unlock()
 	}()
-	return streamWriter{s}, nil
+	return &streamWriter{s: s}, nil
 }
 
-type streamWriter struct{ s *stream }
+type streamWriter struct {
+	s     *stream
+	abort atomic.Bool // a write failed or is under way: Close resets
+}
 
-func (w streamWriter) Write(p []byte) (int, error) {
+func (w *streamWriter) Write(p []byte) (int, error) {
+	w.abort.Store(true)
 	k, err := w.s.pw.Write(p)
 	w.s.sent.Add(uint64(k))
 	w.s.recv.Add(uint64(k))
+	if err == nil {
+		w.abort.Store(false)
+	}
 	return k, err
 }
 
-// Close ends the stream: the handler reads what was written, then io.EOF.
-func (w streamWriter) Close() error { return w.s.pw.Close() }
+// Close ends the stream: the handler reads what was written, then io.EOF;
+// or, when a write failed or is blocked, aborts it (ErrReset on both
+// sides), as libp2p's stream is reset.
+func (w *streamWriter) Close() error {
+	if w.abort.Load() {
+		return w.s.pw.CloseWithError(ErrReset)
+	}
+	return w.s.pw.Close()
+}
 
 type streamReader struct{ s *stream }
 
