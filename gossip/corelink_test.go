@@ -1,6 +1,7 @@
 package gossip_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -14,6 +15,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/gossiptrain/gossiptrain/gossip"
 	"github.com/gossiptrain/gossiptrain/gossip/gossiptest"
@@ -556,6 +559,8 @@ func TestCoreLinkHostilePeer(t *testing.T) {
 	cfg := coreCfg()
 	cfg.Limits.Features = 1000
 	cfg.MaxBody = 4 << 20
+	var logs syncBuffer
+	cfg.Log = zerolog.New(&logs).Level(zerolog.DebugLevel)
 	ra, rh := newCoreRx(), newCoreRx()
 	vl := newLink(t, net.NewNode("victim"), cfg, ra)
 	honest := newLink(t, net.NewNode("honest"), cfg, rh)
@@ -658,4 +663,36 @@ func TestCoreLinkHostilePeer(t *testing.T) {
 	if s := vl.Stats(); s.Received != uint64(n+ra.count("evil")) {
 		t.Fatalf("stats %+v: %d received, want %d", s, s.Received, n+ra.count("evil"))
 	}
+	// Each refusal is logged at debug with the peer and the reason.
+	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+	refused := 0
+	for _, line := range lines {
+		if strings.Contains(line, "message refused") {
+			refused++
+			if !strings.Contains(line, `"level":"debug"`) || !strings.Contains(line, `"peer":"evil"`) || !strings.Contains(line, `"reason":`) {
+				t.Fatalf("log line %s: want debug, the peer and the reason", line)
+			}
+		}
+	}
+	if refused != int(want.Total()) {
+		t.Fatalf("%d refusals logged, %d counted", refused, want.Total())
+	}
+}
+
+// syncBuffer is a bytes.Buffer for concurrent writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
