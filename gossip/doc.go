@@ -84,6 +84,25 @@
 // retransmit slots, decoders and reassembly buffers are reused (memnet
 // copies each published message once; libp2p allocates in gossipsub).
 //
+// # The core link
+//
+// CoreLink carries the messages of the training core (node/train), which
+// does its own retries and deduplication: no sequencing or repair, one
+// long-lived stream (CoreProtocol) per sender and receiver, strict
+// validation, bounded queues, bodies of any size up to MaxBody in parts.
+// The driver feeds the core from deliver and sends what it decides:
+//
+//	cfg := gossip.DefaultCoreLinkConfig()
+//	cfg.Job, cfg.Limits = "ctr1", coreCfg.Limits // the core's limits
+//	link, err := gossip.NewCoreLink(transport, cfg, func(from string, m *wire.Core) {
+//		inbox <- msgIn{from, m} // one goroutine, in each peer's order; m is ours
+//	})
+//	// the driver's loop: core.Receive(in.from, in.m) for each inbox item,
+//	// core.Tick() on its ticker, then for each Envelope e of the Ready:
+//	link.Send(e.To, e.Msg) // never blocks; encodes before it returns
+//
+// docs/protocol.md ("Core link") has the framing, bounds and figures.
+//
 // # Figures
 //
 // One worker sending gradients of the given wire size to one owner, at most

@@ -46,6 +46,20 @@ type Transport interface {
 	Ready(ctx context.Context, topic string, n int) error
 	// Stats returns the transport's counters since it started.
 	Stats() TransportStats
+	// OpenStream opens a long-lived direct stream of protocol proto to peer
+	// and returns its write side (the receiver never writes back). Writes
+	// block while the receiver does not read (flow control); a write error
+	// means the stream is broken for good: open another. Close ends the
+	// stream: the receiver reads what was written, then io.EOF; Close may
+	// be called while a Write blocks, to abort it.
+	OpenStream(ctx context.Context, peer, proto string) (io.WriteCloser, error)
+	// HandleStream registers h for incoming streams of protocol proto,
+	// replacing any earlier handler. h runs on its own goroutine for each
+	// stream, with from the authenticated remote peer and r the stream's
+	// read side; Close on r aborts the stream (the sender's writes fail).
+	// The transport closes the stream when h returns. cancel removes the
+	// handler; streams already open run until their h returns.
+	HandleStream(proto string, h func(from string, r io.ReadCloser)) (cancel func())
 }
 
 // TransportStats are a transport's counters. Message counts are pubsub
@@ -59,6 +73,8 @@ type TransportStats struct {
 	Dropped        uint64 // messages the router dropped (memnet: injected faults and full queues; p2p: the gossipsub tracer's count)
 	Requests       uint64 // direct requests this node opened
 	Served         uint64 // direct requests this node answered
-	StreamSent     uint64 // bytes written on direct streams (requests and responses)
+	StreamSent     uint64 // bytes written on direct streams (requests, responses and long-lived streams)
 	StreamRecv     uint64 // bytes read from direct streams
+	StreamsOpened  uint64 // long-lived streams this node opened (OpenStream)
+	StreamsServed  uint64 // long-lived streams this node accepted (HandleStream)
 }

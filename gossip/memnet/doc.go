@@ -29,5 +29,10 @@
 // seeded by Config.Seed: with a single publishing goroutine, the same seed
 // drops and reorders the same messages.
 //
+// Long-lived streams (OpenStream, HandleStream) are pipes: a write blocks
+// until the receiver's handler reads it. Opening one fails like a request;
+// a crash or partition resets the streams across it, and ResetStreams(a, b)
+// resets those between two nodes, as a dropped connection would.
+//
 // Every method of Network and Node is safe for concurrent use.
 package memnet

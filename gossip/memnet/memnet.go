@@ -30,6 +30,9 @@ var (
 	ErrClosed = errors.New("memnet: network closed")
 	// ErrConfig: a Config field is out of its domain.
 	ErrConfig = errors.New("memnet: invalid config")
+	// ErrReset: a long-lived stream was aborted (by its receiver, a crash,
+	// a partition, ResetStreams or Close).
+	ErrReset = errors.New("memnet: stream reset")
 )
 
 // Config configures a Network.
@@ -99,6 +102,8 @@ type Network struct {
 	delay         time.Duration
 	group         map[string]int // partition groups; nil when healed
 	crashed       map[string]bool
+	streams       map[*stream]struct{} // open long-lived streams
+	streamWG      sync.WaitGroup       // their handler goroutines
 }
 
 // New returns an empty network.
@@ -114,6 +119,7 @@ func New(cfg Config) (*Network, error) {
 		changed:   make(chan struct{}),
 		rules:     make(map[int]func(Envelope) bool),
 		crashed:   make(map[string]bool),
+		streams:   make(map[*stream]struct{}),
 	}, nil
 }
 
@@ -129,10 +135,11 @@ type Node struct {
 	held     []held
 	subs     map[string]*subscription
 	handlers map[string]func(ctx context.Context, from string, req []byte, w io.Writer) error
+	streamH  map[string]*streamHandler
 
-	published, publishedBytes, received, receivedBytes atomic.Uint64
-	rejected, dropped, requests, served                atomic.Uint64
-	streamSent, streamRecv                             atomic.Uint64
+	published, publishedBytes, received, receivedBytes   atomic.Uint64
+	rejected, dropped, requests, served                  atomic.Uint64
+	streamSent, streamRecv, streamsOpened, streamsServed atomic.Uint64
 }
 
 var _ gossip.Transport = (*Node)(nil)
@@ -162,7 +169,8 @@ func (n *Network) NewNode(id string) *Node {
 		panic(fmt.Sprintf("memnet: node %q added twice", id))
 	}
 	nd := &Node{net: n, id: id, subs: make(map[string]*subscription),
-		handlers: make(map[string]func(context.Context, string, []byte, io.Writer) error)}
+		handlers: make(map[string]func(context.Context, string, []byte, io.Writer) error),
+		streamH:  make(map[string]*streamHandler)}
 	nd.cond = sync.NewCond(&n.mu)
 	n.nodes[id] = nd
 	i, _ := slices.BinarySearch(n.ids, id)
@@ -175,7 +183,8 @@ func (n *Network) NewNode(id string) *Node {
 }
 
 // Close stops every delivery goroutine and waits for them. Undelivered
-// messages are discarded.
+// messages are discarded. Long-lived streams are reset, and Close waits
+// for their handlers to return.
 func (n *Network) Close() {
 	n.mu.Lock()
 	n.closed = true
@@ -183,8 +192,10 @@ func (n *Network) Close() {
 		nd.cond.Broadcast()
 	}
 	n.notify()
+	n.resetStreams(func(*stream) bool { return true })
 	n.mu.Unlock()
 	n.wg.Wait()
+	n.streamWG.Wait()
 }
 
 // notify wakes Ready waiters. Callers hold n.mu.
@@ -252,6 +263,7 @@ func (n *Network) Partition(groups ...[]string) {
 			n.group[id] = i + 1
 		}
 	}
+	n.resetStreams(func(s *stream) bool { return n.cut(s.from, s.to) })
 	n.notify()
 }
 
@@ -273,6 +285,7 @@ func (n *Network) Crash(id string) {
 		nd.dropped.Add(uint64(len(nd.queue) - nd.head + len(nd.held)))
 		nd.queue, nd.head, nd.held = nd.queue[:0], 0, nil
 	}
+	n.resetStreams(func(s *stream) bool { return s.from == id || s.to == id })
 	n.notify()
 }
 
@@ -634,6 +647,154 @@ func (r *response) Close() error {
 	return r.pr.Close()
 }
 
+// streamHandler is a HandleStream registration; a pointer, so that a
+// cancel removes only its own.
+type streamHandler struct {
+	h func(from string, r io.ReadCloser)
+}
+
+// stream is a long-lived stream: a pipe from its opener to the handler of
+// its receiver. Writes block until the handler reads them, as a stream
+// whose receiver stops reading blocks once its window is full.
+type stream struct {
+	from, to string
+	pr       *io.PipeReader
+	pw       *io.PipeWriter
+	sent     *atomic.Uint64 // the opener's StreamSent
+	recv     *atomic.Uint64 // the receiver's StreamRecv
+}
+
+// reset aborts s: pending and later writes fail with ErrReset, reads
+// with io.ErrClosedPipe. (Closing only the read side: a pipe whose write
+// side is closed too reports io.ErrClosedPipe to writers.)
+func (s *stream) reset() {
+	s.pr.CloseWithError(ErrReset)
+}
+
+// resetStreams resets every open stream for which f is true. Callers hold
+// n.mu.
+func (n *Network) resetStreams(f func(*stream) bool) int {
+	k := 0
+	for s := range n.streams {
+		if f(s) {
+			s.reset()
+			delete(n.streams, s)
+			k++
+		}
+	}
+	return k
+}
+
+// ResetStreams aborts every long-lived stream between a and b (either
+// direction), as a dropped connection would, and returns how many there
+// were. Both nodes stay reachable: new streams open at once.
+func (n *Network) ResetStreams(a, b string) int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.resetStreams(func(s *stream) bool { return s.from == a && s.to == b || s.from == b && s.to == a })
+}
+
+// HandleStream implements gossip.Transport.
+func (nd *Node) HandleStream(proto string, h func(from string, r io.ReadCloser)) (cancel func()) {
+	sh := &streamHandler{h: h}
+	n := nd.net
+	n.mu.Lock()
+	nd.streamH[proto] = sh
+	n.mu.Unlock()
+	return func() {
+		n.mu.Lock()
+		if nd.streamH[proto] == sh {
+			delete(nd.streamH, proto)
+		}
+		n.mu.Unlock()
+	}
+}
+
+// OpenStream implements gossip.Transport: the receiver's handler starts
+// on its own goroutine. Crashes, partitions and DropIf rules (Envelope
+// with Proto set, Data nil) refuse the stream with ErrUnreachable; a crash
+// or partition also resets streams already open across it.
+func (nd *Node) OpenStream(ctx context.Context, peer, proto string) (io.WriteCloser, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("memnet: open %s to %s: %w", proto, peer, err)
+	}
+	n := nd.net
+	n.mu.Lock()
+	to := n.nodes[peer]
+	var sh *streamHandler
+	var err error
+	switch {
+	case n.closed:
+		err = ErrClosed
+	case to == nil:
+		err = fmt.Errorf("%w: no node %q", ErrUnreachable, peer)
+	case n.cut(nd.id, peer):
+		err = fmt.Errorf("%w: %s cannot reach %s (crash or partition)", ErrUnreachable, nd.id, peer)
+	case n.ruled(Envelope{Proto: proto, From: nd.id, To: peer}):
+		err = fmt.Errorf("%w: stream %s from %s to %s dropped by a rule", ErrUnreachable, proto, nd.id, peer)
+	default:
+		if sh = to.streamH[proto]; sh == nil {
+			err = fmt.Errorf("%w: %s does not handle streams of %s", ErrNoProtocol, peer, proto)
+		}
+	}
+	if err != nil {
+		n.mu.Unlock()
+		return nil, err
+	}
+	pr, pw := io.Pipe()
+	s := &stream{from: nd.id, to: peer, pr: pr, pw: pw, sent: &nd.streamSent, recv: &to.streamRecv}
+	n.streams[s] = struct{}{}
+	n.streamWG.Add(1)
+	n.mu.Unlock()
+	nd.streamsOpened.Add(1)
+	to.streamsServed.Add(1)
+	go func() {
+		defer n.streamWG.Done()
+		sh.h(nd.id, streamReader{s})
+		s.reset()
+		n.mu.Lock()
+		delete(n.streams, s)
+		n.mu.Unlock()
+	}()
+	return &streamWriter{s: s}, nil
+}
+
+type streamWriter struct {
+	s     *stream
+	abort atomic.Bool // a write failed or is under way: Close resets
+}
+
+func (w *streamWriter) Write(p []byte) (int, error) {
+	w.abort.Store(true)
+	k, err := w.s.pw.Write(p)
+	w.s.sent.Add(uint64(k))
+	w.s.recv.Add(uint64(k))
+	if err == nil {
+		w.abort.Store(false)
+	}
+	return k, err
+}
+
+// Close ends the stream: the handler reads what was written, then io.EOF;
+// or, when a write failed or is blocked, aborts it (ErrReset on both
+// sides), as libp2p's stream is reset.
+func (w *streamWriter) Close() error {
+	if w.abort.Load() {
+		return w.s.pw.CloseWithError(ErrReset)
+	}
+	return w.s.pw.Close()
+}
+
+type streamReader struct{ s *stream }
+
+func (r streamReader) Read(p []byte) (int, error) { return r.s.pr.Read(p) }
+
+// Close aborts the stream: the opener's writes fail with ErrReset.
+func (r streamReader) Close() error {
+	r.s.reset()
+	return nil
+}
+
 // Stats implements gossip.Transport. Dropped counts messages to this node
 // lost to faults, full queues or a crash.
 func (nd *Node) Stats() gossip.TransportStats {
@@ -643,5 +804,6 @@ func (nd *Node) Stats() gossip.TransportStats {
 		Rejected: nd.rejected.Load(), Dropped: nd.dropped.Load(),
 		Requests: nd.requests.Load(), Served: nd.served.Load(),
 		StreamSent: nd.streamSent.Load(), StreamRecv: nd.streamRecv.Load(),
+		StreamsOpened: nd.streamsOpened.Load(), StreamsServed: nd.streamsServed.Load(),
 	}
 }

@@ -344,3 +344,133 @@ func TestDelayAutomatic(t *testing.T) {
 		t.Errorf("delivered after %v, delay 30ms", d)
 	}
 }
+
+// streamSink is a HandleStream handler that records what it reads and how
+// the stream ended.
+type streamSink struct {
+	from chan string
+	data chan string
+	end  chan error
+}
+
+func newSink() *streamSink {
+	return &streamSink{from: make(chan string, 8), data: make(chan string, 8), end: make(chan error, 8)}
+}
+
+func (s *streamSink) handle(from string, r io.ReadCloser) {
+	s.from <- from
+	b, err := io.ReadAll(r)
+	s.data <- string(b)
+	s.end <- err
+}
+
+func wait[T any](t *testing.T, ch <-chan T) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(20 * time.Second):
+		t.Fatal("timed out")
+	}
+	panic("unreachable")
+}
+
+// Long-lived streams: the handler reads what the opener writes, then EOF
+// on Close; a handler that closes its side makes the opener's writes fail;
+// crashes, partitions and ResetStreams reset streams across them; opening
+// fails where a request would.
+func TestStreams(t *testing.T) {
+	n, err := New(DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Close)
+	a, b, c := n.NewNode("a"), n.NewNode("b"), n.NewNode("c")
+	sink := newSink()
+	cancel := b.HandleStream("/s/1", sink.handle)
+	ctx := context.Background()
+
+	w, err := a.OpenStream(ctx, "b", "/s/1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if from := wait(t, sink.from); from != "a" {
+		t.Fatalf("from %q, want a", from)
+	}
+	for _, p := range []string{"hello ", "world"} {
+		if _, err := w.Write([]byte(p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.Close()
+	if got, err := wait(t, sink.data), wait(t, sink.end); got != "hello world" || err != nil {
+		t.Fatalf("read %q, %v", got, err)
+	}
+	if s := a.Stats(); s.StreamsOpened != 1 || s.StreamSent != 11 {
+		t.Fatalf("opener stats %+v", s)
+	}
+	if s := b.Stats(); s.StreamsServed != 1 || s.StreamRecv != 11 {
+		t.Fatalf("receiver stats %+v", s)
+	}
+
+	// The receiver aborts: the opener's writes fail with ErrReset.
+	b.HandleStream("/abort/1", func(from string, r io.ReadCloser) { r.Close() })
+	w, err = a.OpenStream(ctx, "b", "/abort/1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write([]byte("x")); !errors.Is(err, ErrReset) {
+		t.Fatalf("write to an aborted stream: %v", err)
+	}
+
+	// Crash, partition and ResetStreams reset open streams.
+	for _, tc := range []struct {
+		name  string
+		fault func()
+		heal  func()
+	}{
+		{"crash", func() { n.Crash("b") }, func() { n.Restore("b") }},
+		{"partition", func() { n.Partition([]string{"a"}, []string{"b"}) }, n.Heal},
+		{"reset", func() {
+			if k := n.ResetStreams("b", "a"); k != 1 {
+				t.Errorf("reset %d streams, want 1", k)
+			}
+		}, func() {}},
+	} {
+		w, err := a.OpenStream(ctx, "b", "/s/1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		wait(t, sink.from)
+		tc.fault()
+		if _, err := w.Write([]byte("x")); !errors.Is(err, ErrReset) {
+			t.Errorf("%s: write: %v, want ErrReset", tc.name, err)
+		}
+		wait(t, sink.data)
+		if err := wait(t, sink.end); err == nil {
+			t.Errorf("%s: the handler read a clean end", tc.name)
+		}
+		if tc.name != "reset" {
+			if _, err := a.OpenStream(ctx, "b", "/s/1"); !errors.Is(err, ErrUnreachable) {
+				t.Errorf("%s: open: %v, want ErrUnreachable", tc.name, err)
+			}
+		}
+		tc.heal()
+	}
+
+	remove := n.DropIf(func(e Envelope) bool { return e.Proto == "/s/1" && e.To == "b" })
+	if _, err := a.OpenStream(ctx, "b", "/s/1"); !errors.Is(err, ErrUnreachable) {
+		t.Errorf("open dropped by a rule: %v", err)
+	}
+	remove()
+	if _, err := c.OpenStream(ctx, "b", "/none/1"); !errors.Is(err, ErrNoProtocol) {
+		t.Errorf("open of an unhandled protocol: %v", err)
+	}
+	cancel()
+	if _, err := c.OpenStream(ctx, "b", "/s/1"); !errors.Is(err, ErrNoProtocol) {
+		t.Errorf("open after the handler was cancelled: %v", err)
+	}
+	if _, err := c.OpenStream(ctx, "nobody", "/s/1"); !errors.Is(err, ErrUnreachable) {
+		t.Errorf("open to an unknown node: %v", err)
+	}
+}

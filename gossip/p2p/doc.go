@@ -47,5 +47,8 @@
 // Direct streams carry one framed request (at most MaxRequest bytes) and a
 // response of at most MaxResponse bytes, under a deadline of StreamTimeout
 // or the request's ctx, whichever is sooner; cancelling ctx resets the
-// stream. Every method is safe for concurrent use.
+// stream. Long-lived streams (OpenStream, HandleStream: the core link's)
+// are plain libp2p streams, one-way; a write that makes no progress for
+// StreamTimeout fails and resets the stream, and the handler's from is
+// the connection's remote peer. Every method is safe for concurrent use.
 package p2p

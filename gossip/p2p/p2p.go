@@ -130,6 +130,7 @@ type Transport struct {
 
 	published, publishedBytes, received, receivedBytes atomic.Uint64
 	rejected, requests, served, streamSent, streamRecv atomic.Uint64
+	streamsOpened, streamsServed                       atomic.Uint64
 }
 
 var _ gossip.Transport = (*Transport)(nil)
@@ -575,6 +576,95 @@ func (c *countWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
+// streamChunk is the most OpenStream's writer hands libp2p in one call:
+// each chunk gets a fresh write deadline, so StreamTimeout bounds a stall
+// (no progress), not the time a 64 MiB write takes.
+const streamChunk = 1 << 20
+
+// OpenStream implements gossip.Transport with a libp2p stream (dialling
+// the peer if it is not connected). A write that makes no progress for
+// StreamTimeout fails (the receiver stopped reading or the connection is
+// gone) and resets the stream.
+func (t *Transport) OpenStream(ctx context.Context, peerID, proto string) (io.WriteCloser, error) {
+	p, err := peer.Decode(peerID)
+	if err != nil {
+		return nil, fmt.Errorf("p2p: open %s: peer %q: %w", proto, peerID, err)
+	}
+	s, err := t.h.NewStream(ctx, p, protocol.ID(proto))
+	if err != nil {
+		return nil, fmt.Errorf("p2p: open %s to %s: %w", proto, peerID, err)
+	}
+	t.streamsOpened.Add(1)
+	return &outStream{s: s, timeout: t.cfg.StreamTimeout, n: &t.streamSent}, nil
+}
+
+// outStream is OpenStream's write side.
+type outStream struct {
+	s       network.Stream
+	timeout time.Duration
+	n       *atomic.Uint64
+	abort   atomic.Bool // a write failed or is under way: Close resets
+}
+
+func (o *outStream) Write(p []byte) (int, error) {
+	o.abort.Store(true)
+	done := 0
+	for done < len(p) {
+		k := min(len(p)-done, streamChunk)
+		if err := o.s.SetWriteDeadline(time.Now().Add(o.timeout)); err != nil {
+			return done, err
+		}
+		w, err := o.s.Write(p[done : done+k])
+		done += w
+		o.n.Add(uint64(w))
+		if err != nil {
+			return done, err
+		}
+	}
+	o.abort.Store(false)
+	return done, nil
+}
+
+// Close closes the stream (the receiver reads the rest, then io.EOF), or
+// resets it when a write failed or is blocked.
+func (o *outStream) Close() error {
+	if o.abort.Load() {
+		return o.s.Reset()
+	}
+	return o.s.Close()
+}
+
+// HandleStream implements gossip.Transport: from is the connection's
+// remote peer, whose identity the security handshake proved.
+func (t *Transport) HandleStream(proto string, h func(from string, r io.ReadCloser)) (cancel func()) {
+	pid := protocol.ID(proto)
+	t.mu.Lock()
+	t.protos = append(t.protos, pid)
+	t.mu.Unlock()
+	t.h.SetStreamHandler(pid, func(s network.Stream) {
+		t.streamsServed.Add(1)
+		h(t.id(s.Conn().RemotePeer()), &inStream{s: s, n: &t.streamRecv})
+		s.Close()
+	})
+	var once sync.Once
+	return func() { once.Do(func() { t.h.RemoveStreamHandler(pid) }) }
+}
+
+// inStream is HandleStream's read side.
+type inStream struct {
+	s network.Stream
+	n *atomic.Uint64
+}
+
+func (r *inStream) Read(p []byte) (int, error) {
+	k, err := r.s.Read(p)
+	r.n.Add(uint64(k))
+	return k, err
+}
+
+// Close aborts the stream: the sender's writes fail.
+func (r *inStream) Close() error { return r.s.Reset() }
+
 // Stats implements gossip.Transport. Dropped comes from Config.Drops.
 func (t *Transport) Stats() gossip.TransportStats {
 	s := gossip.TransportStats{
@@ -582,6 +672,7 @@ func (t *Transport) Stats() gossip.TransportStats {
 		Received: t.received.Load(), ReceivedBytes: t.receivedBytes.Load(),
 		Rejected: t.rejected.Load(), Requests: t.requests.Load(), Served: t.served.Load(),
 		StreamSent: t.streamSent.Load(), StreamRecv: t.streamRecv.Load(),
+		StreamsOpened: t.streamsOpened.Load(), StreamsServed: t.streamsServed.Load(),
 	}
 	if t.cfg.Drops != nil {
 		s.Dropped = t.cfg.Drops()

@@ -366,3 +366,80 @@ func TestJoinHook(t *testing.T) {
 		t.Errorf("topic closed by the transport: %v", err)
 	}
 }
+
+// Long-lived streams: the handler's from is the opener's authenticated
+// peer ID and it reads what was written, then EOF on Close; a handler
+// that aborts makes the opener's writes fail; a receiver that stops
+// reading makes a write fail after StreamTimeout without progress.
+func TestStreams(t *testing.T) {
+	cfg := testCfg()
+	cfg.StreamTimeout = 500 * time.Millisecond
+	nodes := newNodes(t, 2, cfg)
+	a, b := nodes[0], nodes[1]
+	type got struct {
+		from, data string
+		err        error
+	}
+	ch := make(chan got, 4)
+	b.tr.HandleStream("/s/1", func(from string, r io.ReadCloser) {
+		data, err := io.ReadAll(r)
+		ch <- got{from, string(data), err}
+	})
+	b.tr.HandleStream("/abort/1", func(from string, r io.ReadCloser) { r.Close() })
+	stuck := make(chan struct{})
+	t.Cleanup(func() { close(stuck) })
+	b.tr.HandleStream("/stuck/1", func(from string, r io.ReadCloser) { <-stuck })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	w, err := a.tr.OpenStream(ctx, b.tr.Self(), "/s/1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := bytes.Repeat([]byte("0123456789abcdef"), 1<<17) // 2 MiB: more than one chunk
+	if _, err := w.Write(big); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case g := <-ch:
+		if g.from != a.tr.Self() || g.data != string(big) || g.err != nil {
+			t.Fatalf("handler got %d bytes from %s (%v), want %d from %s", len(g.data), g.from, g.err, len(big), a.tr.Self())
+		}
+	case <-ctx.Done():
+		t.Fatal("timed out")
+	}
+
+	w, err = a.tr.OpenStream(ctx, b.tr.Self(), "/abort/1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !waitUntil(20*time.Second, func() bool { _, err := w.Write([]byte("x")); return err != nil }) {
+		t.Fatal("writes to an aborted stream kept succeeding")
+	}
+	w.Close()
+
+	w, err = a.tr.OpenStream(ctx, b.tr.Self(), "/stuck/1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, err = w.Write(make([]byte, 64<<20))
+	if err == nil {
+		t.Fatal("64 MiB written to a receiver that does not read")
+	}
+	t.Logf("stalled write failed after %v: %v", time.Since(start).Round(time.Millisecond), err)
+	w.Close()
+
+	if _, err := a.tr.OpenStream(ctx, b.tr.Self(), "/none/1"); err == nil {
+		t.Fatal("opened a stream of a protocol nobody handles")
+	}
+	if s := a.tr.Stats(); s.StreamsOpened != 3 {
+		t.Fatalf("opened %d streams, want 3", s.StreamsOpened)
+	}
+	if s := b.tr.Stats(); s.StreamsServed != 3 {
+		t.Fatalf("served %d streams, want 3", s.StreamsServed)
+	}
+}
