@@ -45,9 +45,14 @@ type Worker struct {
 	phase1 func(chunk int)
 	phase2 func(chunk int)
 	gather func(chunk int)
+	apply  func(chunk int)
 	m      *model.Model
 	keys   []uint32
 	dst    []float32
+	grad   *model.Sparse
+	n      int
+	step   int64
+	parts  []model.Sparse // Apply's chunks
 }
 
 // chunksPerThread is how many chunks a phase is split into per thread:
@@ -63,12 +68,13 @@ const chunksPerThread = 4
 func NewWorker(m *model.Model, threads int) *Worker {
 	threads = max(threads, 1)
 	w := &Worker{shape: shapeOf(m), threads: threads, pool: newPool(threads - 1)}
-	w.phase1, w.phase2, w.gather = w.examplesChunk, w.rowsChunk, w.gatherChunk
+	w.phase1, w.phase2, w.gather, w.apply = w.examplesChunk, w.rowsChunk, w.gatherChunk, w.applyChunk
 	n := 1
 	if threads > 1 {
 		n = threads * chunksPerThread
 	}
 	w.sums = make([][]float64, n)
+	w.parts = make([]model.Sparse, n)
 	for i := range w.sums {
 		w.sums[i] = make([]float64, w.shape.width)
 	}
@@ -391,4 +397,48 @@ func (w *Worker) gatherChunk(c int) {
 	lo, hi := w.split[c], w.split[c+1]
 	width := w.m.Layout.Width
 	gatherRows(w.m, w.keys[lo:hi], w.dst[lo*width:hi*width])
+}
+
+// growTo returns s with length n, reusing its storage when it can.
+func growTo(s []float32, n int) []float32 {
+	if cap(s) < n {
+		return make([]float32, n)
+	}
+	return s[:n]
+}
+
+// Apply is m.Apply(g, n, step) split over the worker's goroutines, each
+// applying a contiguous range of g's rows: the same model, bit for bit,
+// since every row's update reads and writes only that row's weights and
+// optimizer state (model.Apply documents that calls on disjoint rows may
+// run concurrently once m.Steps > step, which Apply makes so first).
+func (w *Worker) Apply(m *model.Model, g *model.Sparse, n int, step int64) {
+	width := m.Layout.Width
+	chunks := w.chunks(len(g.Val) / applyChunkFloats)
+	if chunks <= 1 || len(g.Val) != len(g.Idx)*width {
+		m.Apply(g, n, step) // also reports a malformed g
+		return
+	}
+	if step+1 > m.Steps {
+		m.Steps = step + 1
+	}
+	rows := len(g.Idx)
+	for c := range chunks {
+		lo, hi := rows*c/chunks, rows*(c+1)/chunks
+		w.parts[c] = model.Sparse{Idx: g.Idx[lo:hi], Val: g.Val[lo*width : hi*width]}
+	}
+	w.m, w.n, w.step = m, n, step
+	w.pool.run(chunks, w.apply)
+	w.m = nil
+	clear(w.parts)
+}
+
+// applyChunkFloats is the least an Apply chunk updates: below it, waking
+// another goroutine costs more than it saves.
+const applyChunkFloats = 2048
+
+func (w *Worker) applyChunk(c int) {
+	if len(w.parts[c].Idx) > 0 {
+		w.m.Apply(&w.parts[c], w.n, w.step)
+	}
 }

@@ -1,6 +1,7 @@
 package sgd
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -382,4 +383,132 @@ func TestComputeSumsInExampleOrder(t *testing.T) {
 			}
 		}
 	}
+}
+
+// gradLoop is the local loop as it was before Prepare and Compute: one
+// Grad, Add, Collect and Apply per batch, on one goroutine. It returns the
+// summed loss and the examples trained on.
+func gradLoop(m *model.Model, rows []row, batch, epochs int, limit int64) (loss float64, examples int64) {
+	m.OwnAll()
+	g := NewGrad(m)
+	var b data.Batch
+	var sp model.Sparse
+	for range epochs {
+		src := newSource(rows)
+		for limit == 0 || examples < limit {
+			want := batch
+			if limit > 0 {
+				want = int(min(int64(want), limit-examples))
+			}
+			n, err := src.Next(&b, want)
+			if n > 0 {
+				loss += g.Add(m, &b)
+				g.Collect(&sp)
+				m.Apply(&sp, n, m.Steps)
+				examples += int64(n)
+			}
+			if err != nil {
+				break
+			}
+		}
+	}
+	return loss, examples
+}
+
+// Train (read-ahead, Prepare, Gather, Compute with 1 to 3 threads, Apply)
+// makes the model the old Grad loop makes, bit for bit, with the same
+// loss, for every kind and optimizer, over several epochs, a last short
+// batch and a limit that stops mid-epoch.
+func TestTrainMatchesGradLoop(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 22))
+	for _, kind := range []model.Kind{model.Logreg, model.Softmax, model.MLP} {
+		for _, opt := range []model.OptConfig{
+			{Kind: model.SGD, LR: 0.3, L2: 0.01, Decay: 0.1, Power: 0.5},
+			{Kind: model.AdaGrad, LR: 0.2, L2: 0.001, Eps: 1e-6},
+			{Kind: model.FTRL, LR: 0.2, Beta: 1, L1: 0.001, L2: 0.01},
+		} {
+			classes := map[model.Kind]int{model.Logreg: 0, model.Softmax: 4, model.MLP: 3}[kind]
+			const dim = 500
+			rows := randomRows(rng, 230, dim, 12, max(classes, 2))
+			fresh := func() *model.Model {
+				if kind == model.MLP {
+					return newMLP(t, dim, classes, 8, 8, opt)
+				}
+				return newModel(t, kind, dim, classes, 8, opt)
+			}
+			for _, limit := range []int64{0, 400} {
+				checkTrainMatches(t, fmt.Sprintf("%v/%v limit %d", kind, opt.Kind, limit), fresh, rows, 32, 3, limit)
+			}
+		}
+	}
+	// Batches large enough that Gather and Apply split too.
+	rows := randomRows(rng, 1200, 1<<16, 40, 2)
+	fresh := func() *model.Model {
+		return newModel(t, model.Logreg, 1<<16, 0, 16, model.DefaultOptConfig(model.AdaGrad))
+	}
+	checkTrainMatches(t, "logreg batch 400", fresh, rows, 400, 2, 0)
+}
+
+// checkTrainMatches trains fresh models on rows with Train and with the
+// old Grad loop, and reports any difference in model, steps or loss.
+func checkTrainMatches(t *testing.T, name string, fresh func() *model.Model, rows []row, batch, epochs int, limit int64) {
+	t.Helper()
+	ref := fresh()
+	wantLoss, wantExamples := gradLoop(ref, rows, batch, epochs, limit)
+	for _, threads := range []int{1, 2, 3} {
+		m := fresh()
+		cfg := DefaultConfig()
+		cfg.Batch, cfg.Epochs, cfg.MaxExamples, cfg.Threads = batch, epochs, limit, threads
+		sum, err := Train(context.Background(), m, cfg, sourceOf(rows), nil, Hooks{})
+		if err != nil {
+			t.Fatalf("%s, %d threads: %v", name, threads, err)
+		}
+		if m.Hash() != ref.Hash() || m.Steps != ref.Steps {
+			t.Errorf("%s, %d threads: model %016x after %d steps, the Grad loop's %016x after %d", name, threads, m.Hash(), m.Steps, ref.Hash(), ref.Steps)
+		}
+		if sum.Examples != wantExamples || sum.TrainLoss != wantLoss/float64(wantExamples) {
+			t.Errorf("%s, %d threads: %d examples, loss %v; the Grad loop %d, %v", name, threads, sum.Examples, sum.TrainLoss, wantExamples, wantLoss/float64(wantExamples))
+		}
+	}
+}
+
+// Worker.Apply, which splits a gradient's rows over its goroutines, makes
+// the model m.Apply makes, with any threads, for every optimizer.
+func TestWorkerApply(t *testing.T) {
+	rng := rand.New(rand.NewPCG(31, 32))
+	for _, opt := range []model.OptConfig{
+		{Kind: model.SGD, LR: 0.3, L2: 0.01, Decay: 0.5, Power: 0.5},
+		{Kind: model.AdaGrad, LR: 0.2, L2: 0.01, Eps: 1e-6},
+		{Kind: model.FTRL, LR: 0.2, Beta: 1, L1: 0.01, L2: 0.01},
+	} {
+		ref := newModel(t, model.Softmax, 20000, 5, 16, opt)
+		ref.OwnAll()
+		randomize(ref, rng, 0.5)
+		var g model.Sparse
+		for k := uint32(0); k <= ref.Bias(); k += 1 + uint32(rng.IntN(4)) {
+			row := make([]float32, 5)
+			for c := range row {
+				row[c] = float32(rng.NormFloat64())
+			}
+			g.Append(k, row)
+		}
+		for _, threads := range []int{1, 2, 3} {
+			m := ref.Clone()
+			w := NewWorker(m, threads)
+			want := ref.Clone()
+			for step := range int64(3) {
+				want.Apply(&g, 9, 10+step)
+				w.Apply(m, &g, 9, 10+step)
+			}
+			w.Close()
+			if m.Hash() != want.Hash() || m.Steps != want.Steps || m.Steps != 13 {
+				t.Errorf("%v, %d threads: Worker.Apply differs from Apply (steps %d, want %d)", opt.Kind, threads, m.Steps, want.Steps)
+			}
+		}
+	}
+	m := newModel(t, model.Logreg, 10, 0, 1, model.DefaultOptConfig(model.SGD))
+	m.OwnAll()
+	w := NewWorker(m, 2)
+	defer w.Close()
+	mustPanic(t, "values for", func() { w.Apply(m, &model.Sparse{Idx: []uint32{1}, Val: []float32{1, 2}}, 1, 0) })
 }
