@@ -81,7 +81,7 @@ type Preparer struct {
 	keyBits int      // bits of the largest feature, dim-1
 	packed  []uint64 // per nonzero: feature<<32 | nonzero number
 	tmp     []uint64 // the sort's second buffer
-	rowOf   []uint32 // per nonzero: its example
+	ents    []cscEntry // per nonzero: its example and value, in batch order
 	count   []uint32 // the sort's counters
 }
 
@@ -119,16 +119,18 @@ func (pr *Preparer) Prepare(b *data.Batch, p *Prepared) {
 		return
 	}
 	pr.packed = slices.Grow(pr.packed[:0], nnz)[:nnz]
-	pr.rowOf = slices.Grow(pr.rowOf[:0], nnz)[:nnz]
-	packed, rowOf, dim := pr.packed, pr.rowOf, s.dim
+	pr.ents = slices.Grow(pr.ents[:0], nnz)[:nnz]
+	packed, ents, dim := pr.packed, pr.ents, s.dim
 	for r, label := range b.Labels {
 		lo, hi := b.Offsets[r], b.Offsets[r+1]
-		for i, k := range b.Indices[lo:hi] {
+		idx, val := b.Indices[lo:hi], b.Values[lo:hi]
+		val = val[:len(idx)]
+		for i, k := range idx {
 			if k >= dim {
 				panic(fmt.Sprintf("sgd: feature %d in batch row %d, model dim %d", k, r, dim))
 			}
 			packed[lo+i] = uint64(k)<<32 | uint64(lo+i)
-			rowOf[lo+i] = uint32(r)
+			ents[lo+i] = cscEntry{r: uint32(r), v: val[i]}
 		}
 		p.rowOff[r] = uint32(lo)
 		if s.kind == model.Logreg {
@@ -145,7 +147,7 @@ func (pr *Preparer) Prepare(b *data.Batch, p *Prepared) {
 	sorted := pr.sort(packed)
 	keys := slices.Grow(p.Keys, nnz+s.extraRows())
 	keyOff := slices.Grow(p.keyOff, nnz+1)
-	col, csc, val := p.col, p.csc, p.val
+	col, csc := p.col, p.csc[:len(sorted)]
 	for j, e := range sorted {
 		k, i := uint32(e>>32), uint32(e)
 		if len(keys) == 0 || keys[len(keys)-1] != k {
@@ -153,7 +155,7 @@ func (pr *Preparer) Prepare(b *data.Batch, p *Prepared) {
 			keyOff = append(keyOff, uint32(j))
 		}
 		col[i] = uint32(len(keys) - 1)
-		csc[j] = cscEntry{r: rowOf[i], v: val[i]}
+		csc[j] = ents[i]
 	}
 	p.feats = len(keys)
 	p.keyOff = append(keyOff, uint32(nnz))
