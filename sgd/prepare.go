@@ -78,11 +78,11 @@ func (p *Prepared) NNZ() int { return len(p.col) }
 // the Prepared's buffers have grown, Prepare allocates nothing.
 type Preparer struct {
 	shape   shape
-	keyBits int      // bits of the largest feature, dim-1
-	packed  []uint64 // per nonzero: feature<<32 | nonzero number
-	tmp     []uint64 // the sort's second buffer
+	keyBits int        // bits of the largest feature, dim-1
+	packed  []uint64   // per nonzero: feature<<32 | nonzero number
+	tmp     []uint64   // the sort's second buffer
 	ents    []cscEntry // per nonzero: its example and value, in batch order
-	count   []uint32 // the sort's counters
+	count   []uint32   // the sort's counters
 }
 
 // NewPreparer returns a Preparer for models shaped like m (its kind,
