@@ -291,8 +291,8 @@ func TestPrepareComputeInvariants(t *testing.T) {
 	mustPanic(t, "into 2 floats", func() { Gather(m, []uint32{1}, make([]float32, 2)) })
 }
 
-// Once buffers have grown, Prepare, Gather and Compute allocate nothing,
-// with one thread or several.
+// Once buffers have grown, Prepare, Gather, Compute and Apply allocate
+// nothing, with one thread or several.
 func TestComputeAllocs(t *testing.T) {
 	rng := rand.New(rand.NewPCG(2, 2))
 	for _, kind := range []model.Kind{model.Logreg, model.Softmax, model.MLP} {
@@ -307,15 +307,17 @@ func TestComputeAllocs(t *testing.T) {
 		default:
 			m = newModel(t, kind, 1<<20, classes, 16, model.DefaultOptConfig(model.SGD))
 		}
+		m.OwnAll()
 		batches := []*data.Batch{
 			batchOf(randomRows(rng, 50, 1000, 20, classes)),
-			batchOf(randomRows(rng, 200, 1000, 20, classes)),
+			batchOf(randomRows(rng, 2000, 1000, 20, classes)), // large enough to split Gather and Apply
 		}
 		for _, threads := range []int{1, 2} {
 			pr := NewPreparer(m)
 			w := NewWorker(m, threads)
 			var p Prepared
 			var ws, grad []float32
+			var sp model.Sparse
 			i := 0
 			step := func() {
 				pr.Prepare(batches[i%2], &p)
@@ -324,11 +326,13 @@ func TestComputeAllocs(t *testing.T) {
 				ws, grad = slices.Grow(ws[:0], n)[:n], slices.Grow(grad[:0], n)[:n]
 				w.Gather(m, p.Keys, ws)
 				w.Compute(&p, ws, grad)
+				sp.Idx, sp.Val = p.Keys, grad
+				w.Apply(m, &sp, p.Examples(), m.Steps)
 			}
 			step()
 			step()
 			if a := testing.AllocsPerRun(20, step); a != 0 {
-				t.Errorf("%v, %d threads: Prepare+Gather+Compute allocate %v times per step", kind, threads, a)
+				t.Errorf("%v, %d threads: Prepare+Gather+Compute+Apply allocate %v times per step", kind, threads, a)
 			}
 			w.Close()
 		}
