@@ -34,25 +34,27 @@ type Worker struct {
 	pool    *pool
 
 	// The current call's inputs and buffers, read by the chunks.
-	p      *Prepared
-	w, g   []float32
-	d      []float64 // per example, width each: dloss/dz (dloss/dh for an MLP)
-	h      []float64 // MLP: per example, the hidden activations
-	dz     []float64 // MLP: per example, dloss/dz (classes each)
-	loss   []float64 // per example
-	split  []int     // the current phase's chunk boundaries
-	sums   [][]float64
-	phase1 func(chunk int)
-	phase2 func(chunk int)
-	gather func(chunk int)
-	apply  func(chunk int)
-	m      *model.Model
-	keys   []uint32
-	dst    []float32
-	grad   *model.Sparse
-	n      int
-	step   int64
-	parts  []model.Sparse // Apply's chunks
+	p     *Prepared
+	w, g  []float32
+	d     []float64 // per example, width each: dloss/dz (dloss/dh for an MLP)
+	h     []float64 // MLP: per example, the hidden activations
+	dz    []float64 // MLP: per example, dloss/dz (classes each)
+	loss  []float64 // per example
+	split []int     // the current phase's chunk boundaries
+	// chunkWork is computeChunkWork; tests lower it to split small batches.
+	chunkWork int
+	sums      [][]float64
+	phase1    func(chunk int)
+	phase2    func(chunk int)
+	gather    func(chunk int)
+	apply     func(chunk int)
+	m         *model.Model
+	keys      []uint32
+	dst       []float32
+	grad      *model.Sparse
+	n         int
+	step      int64
+	parts     []model.Sparse // Apply's chunks
 }
 
 // chunksPerThread is how many chunks a phase is split into per thread:
@@ -67,7 +69,7 @@ const chunksPerThread = 4
 // alone.
 func NewWorker(m *model.Model, threads int) *Worker {
 	threads = max(threads, 1)
-	w := &Worker{shape: shapeOf(m), threads: threads, pool: newPool(threads - 1)}
+	w := &Worker{shape: shapeOf(m), threads: threads, pool: newPool(threads - 1), chunkWork: computeChunkWork}
 	w.phase1, w.phase2, w.gather, w.apply = w.examplesChunk, w.rowsChunk, w.gatherChunk, w.applyChunk
 	n := 1
 	if threads > 1 {
@@ -122,9 +124,9 @@ func (w *Worker) Compute(p *Prepared, weights, grad []float32) (loss float64) {
 	if s.kind == model.MLP {
 		perExample = 2 * s.classes
 	}
-	chunks := w.chunks(n)
-	w.split = slices.Grow(w.split[:0], chunks+1)[:chunks+1]
 	total := len(p.col) + n*perExample
+	chunks := min(n, w.chunks(total*s.width/w.chunkWork))
+	w.split = slices.Grow(w.split[:0], chunks+1)[:chunks+1]
 	for c := range w.split {
 		target := total * c / chunks
 		w.split[c] = sort.Search(n, func(r int) bool { return int(p.rowOff[r])+r*perExample >= target })
@@ -135,10 +137,10 @@ func (w *Worker) Compute(p *Prepared, weights, grad []float32) (loss float64) {
 	// Phase 2: rows, split by their cost (nonzeros for a feature, every
 	// example for the dense rows).
 	rows := len(p.Keys)
-	chunks = w.chunks(rows)
-	w.split = slices.Grow(w.split[:0], chunks+1)[:chunks+1]
 	nnz := len(p.col)
 	total = nnz + (rows-p.feats)*n
+	chunks = min(rows, w.chunks(total*s.width/w.chunkWork))
+	w.split = slices.Grow(w.split[:0], chunks+1)[:chunks+1]
 	for c := range w.split {
 		target := total * c / chunks
 		w.split[c] = sort.Search(rows, func(i int) bool {
@@ -158,7 +160,14 @@ func (w *Worker) Compute(p *Prepared, weights, grad []float32) (loss float64) {
 	return loss
 }
 
-// chunks is the number of chunks to split items into.
+// computeChunkWork is the least work (multiply-adds) a chunk of a
+// Compute phase gets: below it, handing out chunks costs more than the
+// second core saves (a logreg batch of 100 Criteo rows runs inline).
+const computeChunkWork = 4096
+
+// chunks is the number of chunks to split a job of items chunk-sized
+// pieces into: at most chunksPerThread per thread, at least one, and one
+// for a worker of one thread.
 func (w *Worker) chunks(items int) int {
 	if w.threads == 1 {
 		return 1

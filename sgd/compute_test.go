@@ -162,6 +162,9 @@ func TestComputeMatchesGrad(t *testing.T) {
 					w := workers[key]
 					if w == nil {
 						w = NewWorker(m, threads)
+						if threads > 2 {
+							w.chunkWork = 1 // split even the smallest batch
+						}
 						workers[key] = w
 					}
 					grad := make([]float32, len(ws))
@@ -373,6 +376,7 @@ func TestComputeSumsInExampleOrder(t *testing.T) {
 		i, _ := slices.BinarySearch(p.Keys, tc.row)
 		for _, threads := range []int{1, 3} {
 			w := NewWorker(tc.m, threads)
+			w.chunkWork = 1
 			grad := make([]float32, len(ws))
 			w.Compute(&p, ws, grad)
 			w.Close()
