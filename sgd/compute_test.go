@@ -8,6 +8,7 @@ import (
 	"slices"
 	"testing"
 	"testing/quick"
+	"time"
 
 	"github.com/gossiptrain/gossiptrain/data"
 	"github.com/gossiptrain/gossiptrain/model"
@@ -519,4 +520,33 @@ func TestWorkerApply(t *testing.T) {
 	w := NewWorker(m, 2)
 	defer w.Close()
 	mustPanic(t, "values for", func() { w.Apply(m, &model.Sparse{Idx: []uint32{1}, Val: []float32{1, 2}}, 1, 0) })
+}
+
+// A progress hook may ask a data.Shared source how far it got while
+// Train's reader goroutine reads it (run with -race, as CI does): the
+// pattern the train command's progress display uses.
+func TestTrainHookReadsSharedStats(t *testing.T) {
+	rows := randomRows(rand.New(rand.NewPCG(41, 42)), 2000, 50, 5, 2)
+	m := newModel(t, model.Logreg, 50, 0, 4, model.DefaultOptConfig(model.SGD))
+	var src data.Source
+	open := func(int) (data.Source, error) {
+		src = data.Shared(newSource(rows))
+		return src, nil
+	}
+	cfg := DefaultConfig()
+	cfg.Batch, cfg.Threads, cfg.ProgressEvery = 10, 2, time.Nanosecond
+	var seen int64
+	hooks := Hooks{Progress: func(p Progress) {
+		st := src.Stats()
+		if st.Rows < p.Examples || st.Rows < seen {
+			t.Errorf("Stats says %d rows read after %d trained (and %d before)", st.Rows, p.Examples, seen)
+		}
+		seen = st.Rows
+	}}
+	if _, err := Train(context.Background(), m, cfg, open, nil, hooks); err != nil {
+		t.Fatal(err)
+	}
+	if seen == 0 || src.Stats().Rows != 2000 {
+		t.Errorf("Stats at the end %+v, last seen %d; want 2000 rows", src.Stats(), seen)
+	}
 }
