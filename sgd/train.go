@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"time"
 
 	"github.com/gossiptrain/gossiptrain/data"
@@ -123,8 +124,8 @@ type Summary struct {
 
 // Train runs the local (single-peer) SGD loop on m, which it makes own every
 // shard. For each epoch e (0-based) it calls open(e) and reads batches of
-// cfg.Batch rows on a goroutine of its own, which also prepares them
-// (Preparer.Prepare) and keeps up to readAhead of them ready. The loop
+// cfg.Batch rows on a goroutine of its own, prepares them on another
+// (Preparer.Prepare), and keeps up to readAhead of them ready. The loop
 // takes one step per batch: Gather the batch's rows, Worker.Compute with
 // cfg.Threads goroutines, m.Apply(gradient, rows, step), continuing from
 // step m.Steps so a loaded model continues its schedule. The model is
@@ -312,24 +313,30 @@ func (t *trainer) readInline(ctx context.Context, src data.Source) (rows int64, 
 	}
 }
 
-// readAhead is the local loop's epoch: a goroutine reads src's batches
-// and prepares them up to readAhead batches ahead, while this one steps
-// (stepPrepared) through them in order. It returns like readInline.
+// readAhead is the local loop's epoch, a pipeline of three goroutines: a
+// reader reads src's batches, a preparer prepares them (Prepare), and this
+// one steps (stepPrepared) through them in order, up to readAhead batches
+// behind the reader. Reading and preparing each take about as long as a
+// step's gathering, computing and applying on one core (profiled on
+// Criteo-like rows), so on separate goroutines they overlap with it and
+// with each other. It returns like readInline.
 //
 // The reader checks ctx and MaxExamples before each batch, as readInline
 // does; on cancellation the batches it read before are still trained on,
 // so what a cancelled run did does not depend on timing.
 func (t *trainer) readAhead(ctx context.Context, src data.Source) (rows int64, whole bool, err error) {
-	free := make(chan *aheadSlot, len(t.slots))
-	full := make(chan *aheadSlot, len(t.slots)) // never full: there are only so many slots
+	n := len(t.slots)
+	free := make(chan *aheadSlot, n)
+	read := make(chan *aheadSlot, n) // never full: there are only n slots
+	ready := make(chan *aheadSlot, n)
 	for i := range t.slots {
 		free <- &t.slots[i]
 	}
-	stop, done := make(chan struct{}), make(chan struct{})
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
 	examples, batch, limit, pr := t.sum.Examples, t.cfg.Batch, t.cfg.MaxExamples, t.pr
-	go func() {
-		defer close(done)
-		defer close(full)
+	wg.Go(func() { // the reader
+		defer close(read)
 		for {
 			var s *aheadSlot
 			select {
@@ -345,7 +352,7 @@ func (t *trainer) readAhead(ctx context.Context, src data.Source) (rows int64, w
 			s.n, s.err, s.cancelled = 0, nil, nil
 			if err := ctx.Err(); err != nil {
 				s.cancelled = err
-				full <- s
+				read <- s
 				return
 			}
 			want := batch
@@ -358,20 +365,26 @@ func (t *trainer) readAhead(ctx context.Context, src data.Source) (rows int64, w
 			}
 			s.n, s.err = src.Next(&s.batch, want)
 			examples += int64(s.n)
-			if s.n > 0 {
-				pr.Prepare(&s.batch, &s.prep)
-			}
-			full <- s
+			read <- s
 			if s.err != nil {
 				return
 			}
 		}
-	}()
+	})
+	wg.Go(func() { // the preparer
+		defer close(ready)
+		for s := range read {
+			if s.n > 0 {
+				pr.Prepare(&s.batch, &s.prep)
+			}
+			ready <- s
+		}
+	})
 	defer func() {
 		close(stop)
-		<-done // the reader is out of src before the caller closes it
+		wg.Wait() // the reader is out of src before the caller closes it
 	}()
-	for s := range full {
+	for s := range ready {
 		if s.cancelled != nil {
 			return rows, false, s.cancelled
 		}
@@ -394,9 +407,9 @@ func (t *trainer) readAhead(ctx context.Context, src data.Source) (rows int64, w
 }
 
 // readAhead is how many batches Train reads and prepares ahead of the one
-// it steps on: one hides the reading when it takes about as long as a step;
-// a second absorbs the jitter of a shared machine.
-const readAhead = 2
+// it steps on: one being read, one being prepared, one ready so that a
+// step never waits on a shared machine's jitter.
+const readAhead = 3
 
 // aheadSlot is one batch read ahead: the rows as read, prepared, and what
 // the read returned.
