@@ -150,7 +150,10 @@ func Train(ctx context.Context, m *model.Model, cfg Config, open func(epoch int)
 		threads = defaultThreads()
 	}
 	t := trainer{m: m, cfg: cfg, openFn: open, test: test, h: h, now: cfg.Now,
-		pr: NewPreparer(m), wk: NewWorker(m, threads), slots: make([]aheadSlot, readAhead+1)}
+		wk: NewWorker(m, threads), slots: make([]aheadSlot, threads+readAhead)}
+	for range threads {
+		t.prs = append(t.prs, NewPreparer(m))
+	}
 	defer t.wk.Close()
 	if t.now == nil {
 		t.now = time.Now
@@ -180,7 +183,7 @@ type trainer struct {
 
 	// The local loop's step: batches prepared ahead in slots, the working
 	// set gathered into ws, the gradient computed into gv.
-	pr     *Preparer
+	prs    []*Preparer // one per preparing goroutine
 	wk     *Worker
 	slots  []aheadSlot
 	ws, gv []float32
@@ -313,13 +316,14 @@ func (t *trainer) readInline(ctx context.Context, src data.Source) (rows int64, 
 	}
 }
 
-// readAhead is the local loop's epoch, a pipeline of three goroutines: a
-// reader reads src's batches, a preparer prepares them (Prepare), and this
-// one steps (stepPrepared) through them in order, up to readAhead batches
-// behind the reader. Reading and preparing each take about as long as a
-// step's gathering, computing and applying on one core (profiled on
-// Criteo-like rows), so on separate goroutines they overlap with it and
-// with each other. It returns like readInline.
+// readAhead is the local loop's epoch, a pipeline: a reader goroutine
+// reads src's batches, preparer goroutines (one per thread) prepare them
+// (Prepare), several batches at once, and this goroutine steps
+// (stepPrepared) through them in the order they were read. Reading and
+// preparing a batch each take about as long as its step's gathering,
+// computing and applying on one core (profiled on Criteo-like rows), so
+// they overlap with it and with each other, and the goroutines give every
+// core something to do. It returns like readInline.
 //
 // The reader checks ctx and MaxExamples before each batch, as readInline
 // does; on cancellation the batches it read before are still trained on,
@@ -327,16 +331,25 @@ func (t *trainer) readInline(ctx context.Context, src data.Source) (rows int64, 
 func (t *trainer) readAhead(ctx context.Context, src data.Source) (rows int64, whole bool, err error) {
 	n := len(t.slots)
 	free := make(chan *aheadSlot, n)
-	read := make(chan *aheadSlot, n) // never full: there are only n slots
-	ready := make(chan *aheadSlot, n)
+	read := make(chan *aheadSlot, n)  // to the preparers; never full: there are only n slots
+	order := make(chan *aheadSlot, n) // to the stepper, in reading order
 	for i := range t.slots {
-		free <- &t.slots[i]
+		s := &t.slots[i]
+		if s.prepared == nil {
+			s.prepared = make(chan struct{}, 1)
+		}
+		select {
+		case <-s.prepared: // left by an epoch that stopped early
+		default:
+		}
+		free <- s
 	}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	examples, batch, limit, pr := t.sum.Examples, t.cfg.Batch, t.cfg.MaxExamples, t.pr
+	examples, batch, limit := t.sum.Examples, t.cfg.Batch, t.cfg.MaxExamples
 	wg.Go(func() { // the reader
 		defer close(read)
+		defer close(order)
 		for {
 			var s *aheadSlot
 			select {
@@ -352,39 +365,41 @@ func (t *trainer) readAhead(ctx context.Context, src data.Source) (rows int64, w
 			s.n, s.err, s.cancelled = 0, nil, nil
 			if err := ctx.Err(); err != nil {
 				s.cancelled = err
-				read <- s
-				return
-			}
-			want := batch
-			if limit > 0 {
-				left := limit - examples
-				if left <= 0 {
-					return
+			} else {
+				want := batch
+				if limit > 0 {
+					left := limit - examples
+					if left <= 0 {
+						return
+					}
+					want = int(min(int64(want), left))
 				}
-				want = int(min(int64(want), left))
+				s.n, s.err = src.Next(&s.batch, want)
+				examples += int64(s.n)
 			}
-			s.n, s.err = src.Next(&s.batch, want)
-			examples += int64(s.n)
+			order <- s
 			read <- s
-			if s.err != nil {
+			if s.err != nil || s.cancelled != nil {
 				return
 			}
 		}
 	})
-	wg.Go(func() { // the preparer
-		defer close(ready)
-		for s := range read {
-			if s.n > 0 {
-				pr.Prepare(&s.batch, &s.prep)
+	for _, pr := range t.prs {
+		wg.Go(func() { // a preparer
+			for s := range read {
+				if s.n > 0 {
+					pr.Prepare(&s.batch, &s.prep)
+				}
+				s.prepared <- struct{}{}
 			}
-			ready <- s
-		}
-	})
+		})
+	}
 	defer func() {
 		close(stop)
 		wg.Wait() // the reader is out of src before the caller closes it
 	}()
-	for s := range ready {
+	for s := range order {
+		<-s.prepared
 		if s.cancelled != nil {
 			return rows, false, s.cancelled
 		}
@@ -406,9 +421,9 @@ func (t *trainer) readAhead(ctx context.Context, src data.Source) (rows int64, w
 	return rows, false, nil // MaxExamples reached
 }
 
-// readAhead is how many batches Train reads and prepares ahead of the one
-// it steps on: one being read, one being prepared, one ready so that a
-// step never waits on a shared machine's jitter.
+// readAhead is how many batches, beyond one per preparer, Train reads
+// ahead of the one it steps on: one being read, one ready so that a step
+// never waits on a shared machine's jitter, one spare.
 const readAhead = 3
 
 // aheadSlot is one batch read ahead: the rows as read, prepared, and what
@@ -416,6 +431,7 @@ const readAhead = 3
 type aheadSlot struct {
 	batch     data.Batch
 	prep      Prepared
+	prepared  chan struct{} // receives once prep is ready
 	n         int
 	err       error // from Next: io.EOF, or a source error
 	cancelled error // ctx's error, seen before reading
