@@ -348,8 +348,10 @@ func (t *trainer) readAhead(ctx context.Context, src data.Source) (rows int64, w
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	examples, batch, limit := t.sum.Examples, t.cfg.Batch, t.cfg.MaxExamples
-	var most batchSize // the largest batch read: a slot read into the first time grows to it at once
-	wg.Go(func() {     // the reader
+	// most is the largest batch read: a slot read into for the first time
+	// grows to it at once.
+	var most batchSize
+	wg.Go(func() { // the reader
 		defer close(read)
 		defer close(order)
 		for {
