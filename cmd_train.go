@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -138,6 +139,7 @@ type runFlags struct {
 	report        string
 	save          string
 	progressEvery time.Duration
+	threads       int
 	log           logFlags
 }
 
@@ -160,6 +162,7 @@ func (r *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&r.report, "report", "", "write a JSON-lines run report to `FILE` (one line per evaluation and a final summary)")
 	fs.StringVar(&r.save, "save", "", "save the trained model to `FILE` (read it back with 'gossiptrain eval')")
 	fs.DurationVar(&r.progressEvery, "progress-every", 5*time.Second, "log a progress line this often (0 turns it off)")
+	fs.IntVar(&r.threads, "threads", runtime.GOMAXPROCS(0), "`cores` to train on: each batch's gradient and update are split over this many goroutines while\nthe next batches are read and prepared on others, and the process runs on at most this many CPUs at\na time (GOMAXPROCS). The default is the CPUs this process may use (a cgroup CPU limit\nincluded). Any value trains the same model, bit for bit. Training alone only, for now")
 }
 
 // Epoch defaults: standalone train with --epochs auto runs until the
@@ -276,6 +279,12 @@ leaves; a crashed peer's shards are taken over after --dead-after.`
 		}
 		if err := checkOutputs(tf); err != nil {
 			return err
+		}
+		if r.threads < 1 {
+			return usageErr("threads", "want at least 1, got %d", r.threads)
+		}
+		if c.set("threads") && tf.distributed(c) {
+			return usageErr("threads", "not implemented for a peer of a cluster (--job) yet: it computes on one core; --threads is for training alone")
 		}
 		job, err := prepareTraining(c, d, m, r, log)
 		if err != nil {
@@ -660,8 +669,12 @@ func (j *trainJob) runLocal(ctx context.Context) (sgd.Summary, error) {
 	prog := j.progressHook()
 	open := func(epoch int) (data.Source, error) {
 		s, err := j.openTrain(epoch)
+		if err != nil {
+			return nil, err
+		}
+		s = data.Shared(s) // Train reads on a goroutine of its own; the progress hook asks for Stats
 		prog.track(s)
-		return s, err
+		return s, nil
 	}
 	var bad int64
 	hooks := sgd.Hooks{
@@ -678,7 +691,9 @@ func (j *trainJob) runLocal(ctx context.Context) (sgd.Summary, error) {
 		cfg.StopTol, cfg.MinEpochs = autoStopTol, autoMinEpochs
 	}
 	cfg.EvalEvery = j.r.evalEvery
-	log.Info().Strs("train", j.trainFiles).Int("batch", cfg.Batch).Int("epochs", cfg.Epochs).Msg("training")
+	cfg.Threads = j.r.threads
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(j.r.threads)) // at most --threads CPUs at a time while training
+	log.Info().Strs("train", j.trainFiles).Int("batch", cfg.Batch).Int("epochs", cfg.Epochs).Int("threads", cfg.Threads).Msg("training")
 	sum, err := sgd.Train(ctx, j.model, cfg, open, j.openTest(), hooks)
 	if prog.cur != nil {
 		bad = prog.cur.Stats().BadLines

@@ -23,7 +23,9 @@ func (c OptConfig) StepLR(t int64) float64 {
 // log-loss + (L2/2)·||w||². Rows not in g are untouched (regularisation is
 // lazy: a row decays when it has a gradient). step is the 0-based step
 // number of SGD's schedule; afterwards Steps >= step+1. Only W and the
-// owned shards' State change, and Apply allocates nothing.
+// owned shards' State change, and Apply allocates nothing. A row's update
+// reads and writes that row's weights and state only, so calls on disjoint
+// rows may run concurrently once Steps > step (sgd.Worker.Apply does).
 //
 // The updates, per weight w with gradient g = g/n + L2·w (arithmetic in
 // float64, results stored as float32):
