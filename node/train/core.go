@@ -366,6 +366,15 @@ func (c *Core) Ready() Ready {
 	return rd
 }
 
+// WantBatches is how many more batches the core wants than it has now
+// (Ready.WantBatches as of the latest call).
+func (c *Core) WantBatches() int {
+	if c.lingering() || c.err != nil {
+		return 0
+	}
+	return c.w.wantBatches()
+}
+
 // Stats returns the core's counters.
 func (c *Core) Stats() Stats { return c.stats }
 

@@ -1,0 +1,116 @@
+package trainer
+
+import (
+	"fmt"
+	"io"
+	"slices"
+
+	"github.com/gossiptrain/gossiptrain/data"
+	"github.com/gossiptrain/gossiptrain/model"
+	"github.com/gossiptrain/gossiptrain/sgd"
+)
+
+// evaluator evaluates the run's model on the test set from the values of
+// only the rows the test set uses: a peer holds its shards, not the model,
+// so it fetches those rows from their owners and evaluates a compact copy
+// of the model in which they are numbered densely. The test set is read
+// once, re-indexed to the compact numbering, and kept in memory.
+type evaluator struct {
+	keys    []uint32     // the model rows to fetch, ascending: the test set's features, then the rows past Dim (bias, an MLP's W2 and b2)
+	compact *model.Model // those rows, feature k at its position in keys
+	rows    data.Batch   // the test set, re-indexed
+	batch   int
+	ev      sgd.Evaluator
+}
+
+func newEvaluator(m *model.Model, test func() (data.Source, error), batch int) (*evaluator, error) {
+	src, err := test()
+	if err != nil {
+		return nil, err
+	}
+	defer src.Close()
+	e := &evaluator{batch: batch}
+	var b data.Batch
+	for {
+		n, err := src.Next(&b, batch)
+		if n > 0 {
+			e.rows.AppendRows(&b)
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("test set: %w", err)
+		}
+	}
+	if e.rows.Rows() == 0 {
+		return nil, fmt.Errorf("test set: %w", sgd.ErrNoData)
+	}
+	feats := slices.Clone(e.rows.Indices)
+	slices.Sort(feats)
+	feats = slices.Compact(feats)
+	for i, k := range e.rows.Indices {
+		j, _ := slices.BinarySearch(feats, k)
+		e.rows.Indices[i] = uint32(j)
+	}
+	e.keys = feats
+	for k := uint32(m.Dim); uint64(k) < m.Layout.Features; k++ {
+		e.keys = append(e.keys, k)
+	}
+	dim := uint64(max(len(feats), 1))
+	if m.Kind == model.MLP {
+		e.compact, err = model.NewMLP(dim, m.Classes, m.Hidden, 1, m.Opt, 0)
+	} else {
+		e.compact, err = model.New(m.Kind, dim, m.Classes, 1, m.Opt)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// evaluate sets the compact model's rows from values (len(keys)·Width, in
+// keys' order) and evaluates it on the test set.
+func (e *evaluator) evaluate(values []float32) (sgd.Metrics, error) {
+	w := e.compact.Layout.Width
+	if len(values) != len(e.keys)*w {
+		return sgd.Metrics{}, fmt.Errorf("evaluate: %d values for %d rows of width %d", len(values), len(e.keys), w)
+	}
+	nf := len(e.keys) - int(e.compact.Layout.Features-e.compact.Dim)
+	for i, k := range e.keys {
+		row := uint32(i)
+		if i >= nf {
+			row = e.compact.Bias() + uint32(i-nf) // rows past Dim keep their order
+		}
+		_ = k
+		copy(e.compact.Row(row), values[i*w:(i+1)*w])
+	}
+	return e.ev.Evaluate(e.compact, &memSource{b: &e.rows}, e.batch)
+}
+
+// memSource reads a batch held in memory.
+type memSource struct {
+	b   *data.Batch
+	pos int
+}
+
+func (s *memSource) Next(b *data.Batch, max int) (int, error) {
+	b.Reset()
+	n := 0
+	for s.pos < s.b.Rows() && n < max {
+		idx, val := s.b.Row(s.pos)
+		for i, k := range idx {
+			b.Add(k, val[i])
+		}
+		b.EndRow(s.b.Labels[s.pos])
+		s.pos++
+		n++
+	}
+	if n == 0 {
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+func (s *memSource) Stats() data.Stats { return data.Stats{Rows: int64(s.pos)} }
+func (s *memSource) Close() error      { return nil }

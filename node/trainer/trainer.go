@@ -1,0 +1,714 @@
+// Package trainer drives one peer's train.Core: it is the thin loop that
+// does the core's I/O. It ticks the core's logical clock, hands it the
+// messages the link delivers and the membership's live set, reads and
+// prepares batches ahead of the core's needs, computes the gradients the
+// core asks for on a pool of goroutines (sgd.Worker), evaluates the model
+// by fetching only the rows the test set uses, and reports progress,
+// rounds and configuration changes to hooks.
+//
+// Everything the protocol decides is in node/train, which the simulator
+// tests under every fault; this package only moves data between the core,
+// the network, the disk and the CPU. One goroutine (Run's) owns the core.
+package trainer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/gossiptrain/gossiptrain/data"
+	"github.com/gossiptrain/gossiptrain/gossip/wire"
+	"github.com/gossiptrain/gossiptrain/model"
+	"github.com/gossiptrain/gossiptrain/node/train"
+	"github.com/gossiptrain/gossiptrain/sgd"
+)
+
+// Link sends the core's messages to other peers (gossip.CoreLink). Send
+// must not block; a message it cannot send is lost, which the core
+// tolerates (it asks again).
+type Link interface {
+	Send(to string, msg *wire.Core)
+}
+
+// Config configures a Trainer. Start from DefaultConfig.
+type Config struct {
+	// Core is the protocol core's configuration (its Model is the one
+	// this peer trains).
+	Core train.Config
+	// Batch is the number of rows per round; Epochs the passes over this
+	// peer's data.
+	Batch  int
+	Epochs int
+	// EvalEvery evaluates every so many training examples of this peer; 0
+	// only at the end. EvalBatch is the evaluation's batch size.
+	EvalEvery int64
+	EvalBatch int
+	// Threads computes a batch's gradient with up to this many goroutines.
+	Threads int
+	// Tick is the core's tick: its retries and raft timers count them.
+	Tick time.Duration
+	// ProgressEvery is the interval of Hooks.Progress.
+	ProgressEvery time.Duration
+	// FetchModel fetches every row of the final model into Core.Model when
+	// training ends (to save it); otherwise only the rows the final
+	// evaluation needs travel, and the model hash is computed from the
+	// owners' shard hashes.
+	FetchModel bool
+	// Log receives the trainer's own lines.
+	Log zerolog.Logger
+}
+
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
+	return Config{
+		Core:      train.DefaultConfig(),
+		Batch:     100,
+		Epochs:    1,
+		EvalBatch: 1000,
+		Threads:   1,
+		// The core's timings are tuned for a 10ms tick (train.DefaultConfig).
+		Tick:          10 * time.Millisecond,
+		ProgressEvery: time.Second,
+		Log:           zerolog.Nop(),
+	}
+}
+
+// RoundPoint is one round of this worker, passed to Hooks.Round.
+type RoundPoint struct {
+	Round       int64   // the round just pushed
+	Examples    int64   // this worker's examples so far
+	Seconds     float64 // since Run started
+	WaitSeconds float64 // waiting for values since the previous round
+	Staleness   int64   // the largest staleness so far (ssp/async)
+	Config      uint64  // the newest configuration
+	Owned       int     // shards this peer is primary of
+	Members     int     // workers of the newest configuration
+}
+
+// ChangePoint describes a configuration that took effect here.
+type ChangePoint struct {
+	Config  uint64
+	Start   uint64
+	Members []string
+	Joined  []string
+	Left    []string
+	Crashed []string
+	Owned   int // shards this peer is primary of in it
+}
+
+// Hooks receive the trainer's reports, on Run's goroutine: they must
+// return quickly. Nil hooks are skipped.
+type Hooks struct {
+	Progress func(sgd.Progress)
+	Eval     func(sgd.EvalPoint)
+	Round    func(RoundPoint)
+	Change   func(ChangePoint)
+	// Event receives the core's other events (handoffs, promotions, lost
+	// contributions, leadership) for the log.
+	Event func(train.Event)
+}
+
+// Summary is what a run did on this peer.
+type Summary struct {
+	sgd.Summary
+	Rounds       int64
+	WaitSeconds  float64
+	MaxStaleness int64
+	Configs      uint64 // the newest configuration's ID
+	Members      int    // its workers
+	Owned        int    // shards this peer is primary of at the end
+	ModelHash    uint64 // of the final model (every peer computes the same)
+	Left         bool   // this peer left the run before its end
+	Core         train.Stats
+}
+
+// Errors.
+var (
+	// ErrLeft: Run ended because this peer left the run (Leave).
+	ErrLeft = errors.New("left the training job")
+)
+
+// Trainer runs one peer's core. Deliver, SetAlive and Leave may be called
+// from any goroutine; Run from one.
+type Trainer struct {
+	cfg   Config
+	hooks Hooks
+	link  Link
+	m     *model.Model
+	log   zerolog.Logger
+
+	inbox chan delivery
+	alive chan []uint64
+	leave chan struct{}
+
+	core *train.Core
+	now  func() time.Time
+}
+
+type delivery struct {
+	from string
+	msg  *wire.Core
+}
+
+// New returns a trainer; the core starts in Run.
+func New(cfg Config, hooks Hooks, link Link) (*Trainer, error) {
+	switch {
+	case cfg.Batch < 1:
+		return nil, fmt.Errorf("%w: batch %d, want >= 1", train.ErrConfig, cfg.Batch)
+	case cfg.Epochs < 1:
+		return nil, fmt.Errorf("%w: epochs %d, want >= 1", train.ErrConfig, cfg.Epochs)
+	case cfg.Tick <= 0 || cfg.ProgressEvery <= 0:
+		return nil, fmt.Errorf("%w: tick %v and progress interval %v must be > 0", train.ErrConfig, cfg.Tick, cfg.ProgressEvery)
+	case cfg.EvalBatch < 1 || cfg.EvalEvery < 0:
+		return nil, fmt.Errorf("%w: evaluation batch %d (want >= 1), every %d (want >= 0)", train.ErrConfig, cfg.EvalBatch, cfg.EvalEvery)
+	case link == nil:
+		return nil, fmt.Errorf("%w: no link", train.ErrConfig)
+	}
+	if err := cfg.Core.Validate(); err != nil {
+		return nil, err
+	}
+	return &Trainer{
+		cfg: cfg, hooks: hooks, link: link, m: cfg.Core.Model, log: cfg.Log,
+		inbox: make(chan delivery, 4096), alive: make(chan []uint64, 1), leave: make(chan struct{}, 1),
+		now: time.Now,
+	}, nil
+}
+
+// Deliver hands the core a message from peer from (authenticated by the
+// link). It blocks while the trainer's inbox is full, which slows the
+// link's reader rather than growing memory.
+func (t *Trainer) Deliver(from string, msg *wire.Core) {
+	t.inbox <- delivery{from, msg}
+}
+
+// SetAlive gives the member IDs the membership sees alive (train.MemberID
+// of each member's peer ID and incarnation). Only the newest set counts.
+func (t *Trainer) SetAlive(ids []uint64) {
+	ids = slices.Clone(ids)
+	for {
+		select {
+		case t.alive <- ids:
+			return
+		default:
+		}
+		select {
+		case <-t.alive: // drop the older set
+		default:
+		}
+	}
+}
+
+// Leave asks the run to let this peer go: its shards are handed over and
+// Run returns ErrLeft.
+func (t *Trainer) Leave() {
+	select {
+	case t.leave <- struct{}{}:
+	default:
+	}
+}
+
+// prepared is a batch read and made ready to compute.
+type prepared struct {
+	p     *sgd.Prepared
+	epoch int
+	end   bool  // no more batches
+	err   error // reading failed
+}
+
+// computeJob is one gradient to compute.
+type computeJob struct {
+	round   uint64
+	p       *sgd.Prepared
+	weights []float32
+}
+
+type computeDone struct {
+	round    uint64
+	grad     []float32
+	loss     float64
+	examples int
+	p        *sgd.Prepared
+}
+
+// Fetch IDs of the end of the run.
+const (
+	fetchEval  = 1 << 62
+	fetchHash  = fetchEval + 1
+	fetchModel = fetchEval + 2
+)
+
+// run is one Run's state, owned by its goroutine.
+type run struct {
+	t     *Trainer
+	core  *train.Core
+	start time.Time
+
+	batches  chan prepared
+	free     chan *sgd.Prepared
+	jobs     chan computeJob
+	results  chan computeDone
+	dataDone bool
+	readErr  error
+	given    uint64                   // batches given to the core
+	queue    map[uint64]*sgd.Prepared // by the order they were given
+	epoch    int
+
+	examples   int64
+	rounds     int64
+	lossSum    float64
+	lastRound  uint64
+	askedAt    time.Time // the core's latest compute request came (or the previous result went) then
+	waiting    bool      // no gradient is being computed
+	waitSec    float64
+	progAt     time.Time
+	progEx     int64
+	progLoss   float64
+	progSteps  int64
+	nextEvalAt int64
+
+	ev          *evaluator
+	evalID      uint64
+	evalBusy    bool
+	evalDone    chan evalResult
+	evalSec     float64
+	final       bool
+	pending     map[uint64]bool // end-of-run fetches not answered yet
+	finalEval   *sgd.Metrics
+	finalValues []float32 // the final evaluation's values, while a periodic one runs
+	hash        uint64
+	finishing   bool
+	done        bool
+	left        bool
+	cfgID       uint64
+	owned       int
+	members     int
+}
+
+type evalResult struct {
+	final    bool
+	metrics  sgd.Metrics
+	err      error
+	examples int64
+	seconds  float64
+}
+
+// Run trains until the run ends for this peer: every worker is done and
+// every member has the final values it needs (nil), this peer left
+// (ErrLeft), the core failed (train.ErrRemoved, ErrRefused, ErrAlone), or
+// ctx ended. open(e) opens this peer's data for epoch e; test, when not
+// nil, is the test set, evaluated every EvalEvery examples and at the end.
+func (t *Trainer) Run(ctx context.Context, open func(epoch int) (data.Source, error), test func() (data.Source, error)) (Summary, error) {
+	r := &run{
+		t: t, start: t.now(),
+		batches: make(chan prepared, 4), free: make(chan *sgd.Prepared, 8),
+		jobs: make(chan computeJob, 1), results: make(chan computeDone, 1),
+		queue: map[uint64]*sgd.Prepared{}, evalDone: make(chan evalResult, 1),
+		pending: map[uint64]bool{}, nextEvalAt: t.cfg.EvalEvery, waiting: true,
+	}
+	r.progAt, r.askedAt = r.start, r.start
+	if test != nil {
+		ev, err := newEvaluator(t.m, test, t.cfg.EvalBatch)
+		if err != nil {
+			return Summary{}, err
+		}
+		r.ev = ev
+	}
+	core, err := train.New(t.cfg.Core)
+	if err != nil {
+		return Summary{}, err
+	}
+	r.core = core
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
+	wg.Go(func() { r.read(ctx, open) })
+	wg.Go(func() { r.compute(ctx) })
+	tick := time.NewTicker(t.cfg.Tick)
+	defer tick.Stop()
+	for {
+		if err := r.handle(); err != nil {
+			return r.summary(), err
+		}
+		if r.left {
+			return r.summary(), ErrLeft
+		}
+		if r.done {
+			if r.readErr != nil {
+				return r.summary(), r.readErr
+			}
+			return r.summary(), nil
+		}
+		select {
+		case <-ctx.Done():
+			return r.summary(), ctx.Err()
+		case d := <-t.inbox:
+			core.Receive(d.from, d.msg)
+		case ids := <-t.alive:
+			core.Alive(ids)
+		case <-t.leave:
+			t.log.Info().Msg("leaving the run: this peer's shards go to their new holders")
+			core.Leave()
+		case <-tick.C:
+			core.Tick()
+			r.progress(false)
+		case res := <-r.results:
+			r.computed(res)
+		case b := <-r.batchesWanted():
+			r.takeBatch(b)
+		case e := <-r.evalDone:
+			r.evalFinished(e)
+		}
+	}
+}
+
+// batchesWanted is the batch channel while the core wants batches, else
+// nil (a nil channel never fires in a select).
+func (r *run) batchesWanted() chan prepared {
+	if !r.dataDone && r.core.WantBatches() > 0 {
+		return r.batches
+	}
+	return nil
+}
+
+func (r *run) takeBatch(b prepared) {
+	switch {
+	case b.err != nil:
+		r.readErr = b.err
+		r.t.log.Error().Err(b.err).Msg("reading the training data failed: this peer stops training (the others go on)")
+		r.dataDone = true
+		r.core.EndOfData()
+	case b.end:
+		r.dataDone = true
+		r.core.EndOfData()
+	default:
+		r.epoch = b.epoch
+		r.queue[r.given] = b.p
+		r.given++
+		r.core.Batch(b.p.Keys, b.p.Examples())
+	}
+}
+
+// computed hands the core a gradient.
+func (r *run) computed(res computeDone) {
+	r.core.Computed(res.round, res.grad, res.loss)
+	r.examples += int64(res.examples)
+	r.rounds++
+	r.lossSum += res.loss
+	r.progLoss += res.loss
+	r.progSteps++
+	r.waiting = true
+	r.askedAt = r.t.now()
+	select {
+	case r.free <- res.p:
+	default:
+	}
+}
+
+// handle acts on what the core decided, until it decides nothing more.
+func (r *run) handle() error {
+	t := r.t
+	for range 1000 {
+		rd := r.core.Ready()
+		for _, e := range rd.Messages {
+			if e.To == t.cfg.Core.Self {
+				// To itself: back through the inbox, after what is queued
+				// (the core never expects a message handled within its
+				// own call).
+				select {
+				case t.inbox <- delivery{e.To, e.Msg}:
+				default:
+					go func(d delivery) { t.inbox <- d }(delivery{e.To, e.Msg})
+				}
+				continue
+			}
+			t.link.Send(e.To, e.Msg)
+		}
+		if c := rd.Compute; c != nil {
+			i := c.Round - r.core.FirstRound()
+			p := r.queue[i]
+			if p == nil {
+				return fmt.Errorf("trainer: the core asked for round %d, batch %d, which it was not given", c.Round, i)
+			}
+			delete(r.queue, i)
+			now := t.now()
+			if r.waiting {
+				r.waitSec += now.Sub(r.askedAt).Seconds()
+			}
+			r.waiting = false
+			r.jobs <- computeJob{round: c.Round, p: p, weights: c.Weights}
+		}
+		for _, e := range rd.Events {
+			r.event(e)
+		}
+		for i := range rd.Fetched {
+			r.fetched(&rd.Fetched[i])
+		}
+		if rd.Err != nil {
+			return rd.Err
+		}
+		if rd.Left {
+			r.left = true
+		}
+		if rd.Done {
+			r.done = true
+		}
+		if len(rd.Messages) == 0 && rd.Compute == nil && len(rd.Events) == 0 && len(rd.Fetched) == 0 {
+			break
+		}
+	}
+	r.rounds2()
+	r.maybeEval()
+	r.maybeFinish()
+	return nil
+}
+
+// rounds2 reports the rounds this worker pushed since the last call.
+func (r *run) rounds2() {
+	cur := r.core.Round()
+	for r.lastRound < cur {
+		if r.t.hooks.Round != nil && r.lastRound >= r.core.FirstRound() {
+			r.t.hooks.Round(RoundPoint{
+				Round: int64(r.lastRound), Examples: r.examples, Seconds: r.t.now().Sub(r.start).Seconds(),
+				WaitSeconds: r.waitSec, Staleness: int64(r.core.Stats().MaxStaleness),
+				Config: r.cfgID, Owned: r.owned, Members: r.members,
+			})
+		}
+		r.lastRound++
+	}
+}
+
+func (r *run) event(e train.Event) {
+	t := r.t
+	switch e.Kind {
+	case train.EvConfig:
+		r.cfgID, r.owned, r.members = e.Config, e.Shards, len(e.Members)
+		if t.hooks.Change != nil {
+			t.hooks.Change(ChangePoint{Config: e.Config, Start: e.Start, Members: e.Members, Joined: e.Joined, Left: e.Left, Crashed: e.Crashed, Owned: e.Shards})
+		}
+	case train.EvFinal:
+		r.final = true
+		if r.ev != nil {
+			r.pending[fetchEval] = true
+			r.core.Fetch(fetchEval, r.ev.keys, false)
+		}
+		r.pending[fetchHash] = true
+		r.core.FetchHashes(fetchHash)
+		if t.cfg.FetchModel {
+			r.pending[fetchModel] = true
+			r.core.Fetch(fetchModel, nil, true)
+		}
+	default:
+		if t.hooks.Event != nil {
+			t.hooks.Event(e)
+		}
+	}
+}
+
+func (r *run) fetched(f *train.FetchResult) {
+	t := r.t
+	switch f.ID {
+	case fetchEval:
+		delete(r.pending, f.ID)
+		if r.evalBusy {
+			r.finalValues = f.Values // after the periodic evaluation running now
+		} else {
+			r.startEval(f.Values, true)
+		}
+	case fetchHash:
+		delete(r.pending, f.ID)
+		r.hash = model.CombineHashes(t.m.Layout, f.Hashes)
+	case fetchModel:
+		delete(r.pending, f.ID)
+		// The model's storage holds this peer's shards; every other row
+		// is zero there until now.
+		t.m.SetRows(&f.Rows)
+	default:
+		if f.ID == r.evalID && r.evalBusy {
+			r.startEval(f.Values, false)
+		}
+	}
+}
+
+// maybeEval starts a periodic evaluation once this worker's examples pass
+// the next multiple of EvalEvery.
+func (r *run) maybeEval() {
+	if r.ev == nil || r.t.cfg.EvalEvery == 0 || r.final || r.evalBusy || r.examples < r.nextEvalAt {
+		return
+	}
+	for r.nextEvalAt <= r.examples {
+		r.nextEvalAt += r.t.cfg.EvalEvery
+	}
+	r.evalBusy = true
+	r.evalID++
+	r.core.Fetch(r.evalID, r.ev.keys, false)
+}
+
+// startEval evaluates fetched values on their own goroutine.
+func (r *run) startEval(values []float32, final bool) {
+	r.evalBusy = true
+	ex := r.examples
+	go func() {
+		at := time.Now()
+		m, err := r.ev.evaluate(values)
+		r.evalDone <- evalResult{final: final, metrics: m, err: err, examples: ex, seconds: time.Since(at).Seconds()}
+	}()
+}
+
+func (r *run) evalFinished(e evalResult) {
+	t := r.t
+	r.evalBusy = false
+	r.evalSec += e.seconds
+	if r.finalValues != nil {
+		r.startEval(r.finalValues, true)
+		r.finalValues = nil
+	}
+	if e.err != nil {
+		t.log.Error().Err(e.err).Msg("evaluation failed")
+		if e.final {
+			r.finalEval = &sgd.Metrics{}
+		}
+		return
+	}
+	if e.final {
+		r.finalEval = &e.metrics
+	}
+	if t.hooks.Eval != nil {
+		t.hooks.Eval(sgd.EvalPoint{Epoch: r.epoch + 1, Examples: e.examples, Seconds: t.now().Sub(r.start).Seconds(), Metrics: e.metrics})
+	}
+}
+
+// maybeFinish tells the core this peer has what it needs once the final
+// fetches are in and the final evaluation ran.
+func (r *run) maybeFinish() {
+	if !r.final || r.finishing || len(r.pending) > 0 || r.ev != nil && r.finalEval == nil {
+		return
+	}
+	r.finishing = true
+	r.progress(true)
+	r.core.Finish()
+}
+
+// progress calls Hooks.Progress every ProgressEvery (or now).
+func (r *run) progress(now bool) {
+	t := r.t
+	at := t.now()
+	dt := at.Sub(r.progAt)
+	if t.hooks.Progress == nil || !now && dt < t.cfg.ProgressEvery {
+		return
+	}
+	p := sgd.Progress{Epoch: r.epoch + 1, Examples: r.examples, Steps: r.rounds, Seconds: at.Sub(r.start).Seconds()}
+	if n := r.examples - r.progEx; n > 0 {
+		p.TrainLoss = r.progLoss / float64(n)
+		p.ExamplesPerSec = float64(n) / dt.Seconds()
+	}
+	t.hooks.Progress(p)
+	r.progAt, r.progEx, r.progLoss, r.progSteps = at, r.examples, 0, 0
+}
+
+func (r *run) summary() Summary {
+	t := r.t
+	sec := t.now().Sub(r.start).Seconds()
+	s := Summary{
+		Rounds: r.rounds, WaitSeconds: r.waitSec, Configs: r.cfgID, Members: r.members, Owned: r.owned,
+		ModelHash: r.hash, Left: r.left,
+	}
+	if r.core != nil {
+		s.Core = r.core.Stats()
+		s.MaxStaleness = int64(s.Core.MaxStaleness)
+	}
+	s.Examples, s.Steps, s.Epochs, s.Seconds, s.EvalSeconds = r.examples, r.rounds, r.epoch+1, sec, r.evalSec
+	if train := sec - r.evalSec; train > 0 {
+		s.ExamplesPerSec = float64(r.examples) / train
+	}
+	if r.examples > 0 {
+		s.TrainLoss = r.lossSum / float64(r.examples)
+	}
+	if r.finalEval != nil {
+		s.Final, s.Evaluated = *r.finalEval, true
+	}
+	return s
+}
+
+// read reads and prepares batches ahead of the core, epoch after epoch.
+func (r *run) read(ctx context.Context, open func(epoch int) (data.Source, error)) {
+	t := r.t
+	pr := sgd.NewPreparer(t.m)
+	var b data.Batch
+	send := func(p prepared) bool {
+		select {
+		case r.batches <- p:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	for e := range t.cfg.Epochs {
+		src, err := open(e)
+		if err != nil {
+			send(prepared{err: fmt.Errorf("epoch %d: %w", e+1, err)})
+			return
+		}
+		rows := 0
+		for {
+			n, err := src.Next(&b, t.cfg.Batch)
+			if n > 0 {
+				rows += n
+				var p *sgd.Prepared
+				select {
+				case p = <-r.free:
+				default:
+					p = new(sgd.Prepared)
+				}
+				pr.Prepare(&b, p)
+				if !send(prepared{p: p, epoch: e}) {
+					src.Close()
+					return
+				}
+			}
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				src.Close()
+				send(prepared{err: fmt.Errorf("epoch %d: %w", e+1, err)})
+				return
+			}
+		}
+		src.Close()
+		if rows == 0 {
+			send(prepared{err: fmt.Errorf("epoch %d: %w", e+1, sgd.ErrNoData)})
+			return
+		}
+	}
+	send(prepared{end: true})
+}
+
+// compute computes the gradients the core asks for, one at a time, with
+// the worker's goroutines.
+func (r *run) compute(ctx context.Context) {
+	w := sgd.NewWorker(r.t.m, r.t.cfg.Threads)
+	defer w.Close()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case j := <-r.jobs:
+			grad := make([]float32, len(j.weights)) // the core keeps it until the round is pushed
+			loss := w.Compute(j.p, j.weights, grad)
+			select {
+			case r.results <- computeDone{round: j.round, grad: grad, loss: loss, examples: j.p.Examples(), p: j.p}:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
+}
