@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -35,9 +36,10 @@ func (b benchConfig) dirName() string { return fmt.Sprintf("%s-%s-b%d", b.topolo
 
 func benchCmd() *command {
 	c := newCommand("bench", "run several configurations on the same data and report on them (report.md, bench.json, plots)",
-		"[--peers N] [--topologies master,ring] [--modes sync,async] [--batches 1000] [--examples N] [--out DIR] [train flags]")
+		"[--peers N|1,2,4,8] [--cpus C] [--topologies master,ring] [--modes sync,async] [--batches 1000] [--examples N] [--out DIR] [train flags]")
 	var (
-		peers       int
+		peersList   = defaultList{vals: []string{"4"}}
+		cf          cpuFlags
 		topologies  = defaultList{vals: []string{"master", "ring"}}
 		modes       = defaultList{vals: []string{"sync"}}
 		batches     = defaultList{vals: []string{strconv.Itoa(benchDefaultBatch)}}
@@ -48,7 +50,7 @@ func benchCmd() *command {
 		stopOnError bool
 	)
 	c.group("Benchmark", func(fs *flag.FlagSet) {
-		fs.IntVar(&peers, "peers", 4, "local peer `processes` in every configuration")
+		fs.Var(&peersList, "peers", "local peer `processes` in every configuration, or a list of counts for a scaling series\n(1,2,4,8): 1 is one plain train process alone on all the data, the baseline of the\nreport's speedup and efficiency columns and plot")
 		fs.Var(&topologies, "topologies", "`list` of topologies to run: master (every shard on peer 0: the parameter server) and/or ring")
 		fs.Var(&modes, "modes", "`list` of modes to run: sync, ssp (with --staleness) and/or async")
 		fs.Var(&batches, "batches", "`list` of batch sizes (examples per peer and step) to run, e.g. 1,100,1000,10000")
@@ -56,6 +58,7 @@ func benchCmd() *command {
 		fs.StringVar(&out, "out", "", "output `DIR`: data/ (generated), runs/<configuration>/ (reports, logs), report.md,\nbench.json and the plots (default ./gossiptrain-runs/<time>-bench)")
 		fs.BoolVar(&stopOnError, "stop-on-error", false, "stop at the first configuration that fails (default: report it and go on)")
 	})
+	c.group("VM emulation", cf.register)
 	c.group("Network emulation", nf.register)
 	tp := registerTrainFlags(c, mergeSkip(clusterSkipFlags, "batch", "topology", "mode", "epochs", "save"))
 	c.group("Logging", lf.register)
@@ -75,9 +78,21 @@ runs of the master and the ring compute bit-identical models.
 
 With --netns --rate 100mbit each peer's link is limited as on a VM with a
 100 Mbit/s NIC: the master's link saturates while the ring spreads the
-traffic over all links.`
+traffic over all links.
+
+Measuring scaling: --peers 1,2,4,8 runs every configuration at each of
+these peer counts, and 1 as one plain 'gossiptrain train' process on all the
+data (the same data the peers split among themselves): the report then gives
+each run's speedup (its examples/s over that one peer's), efficiency
+(speedup / peers) and the bytes a peer received per example it trained, and
+plots speedup against peers with the ideal line. On one machine peers share
+its cores, so N uncapped peers on 2 cores measure nothing: give --cpus C to
+cap every peer (and the lone peer) at C cores with a cgroup, as on N equal
+VMs (root; C x N should fit in the machine's cores).`
 	c.example = `  gossiptrain bench --out bench1
   sudo gossiptrain bench --netns --rate 100mbit --peers 4 --topologies master,ring --modes sync
+  sudo gossiptrain bench --cpus 0.4 --peers 1,2,4 --modes sync,async --out scaling
+  sudo gossiptrain bench --cpus 0.4 --peers 1,2,4 --netns --rate 100mbit --topologies master,ring
   gossiptrain bench --modes sync,ssp,async --staleness 4 --batches 100,1000,10000 --examples 2000000`
 	c.run = func(c *command, args []string) error {
 		if len(args) > 0 {
@@ -87,9 +102,23 @@ traffic over all links.`
 		if err != nil {
 			return err
 		}
-		if peers < 1 {
-			return usageErr("peers", "want at least 1, got %d", peers)
+		counts, err := parsePeerList(peersList.vals)
+		if err != nil {
+			return err
 		}
+		// A list of counts is a scaling series: 1 is one plain train
+		// process alone, the baseline of every speedup.
+		series := len(counts) > 1
+		if series && !containsInt(counts, 1) {
+			counts = append(counts, 1)
+			log.Info().Msg("--peers: a scaling series runs one peer alone too (1: plain train on all the data), the baseline of its speedups")
+		}
+		slices.Sort(counts)
+		clusterCounts := counts
+		if series {
+			clusterCounts = counts[1:]
+		}
+		maxPeers := counts[len(counts)-1]
 		var cfgs []benchConfig
 		for _, t := range topologies.vals {
 			if t != "master" && t != "ring" {
@@ -111,8 +140,11 @@ traffic over all links.`
 		if len(cfgs) == 0 {
 			return usageErr("topologies", "nothing to run: give at least one topology, mode and batch")
 		}
-		if examples < int64(peers) {
-			return usageErr("examples", "want at least one example per peer (%d), got %d", peers, examples)
+		if examples < int64(maxPeers) {
+			return usageErr("examples", "want at least one example per peer (%d), got %d", maxPeers, examples)
+		}
+		if err := cf.check(c); err != nil {
+			return err
 		}
 		netns, err := nf.config(c)
 		if err != nil {
@@ -134,11 +166,15 @@ traffic over all links.`
 		// The data: generated once, or the user's, passed whole enough
 		// times to make --examples.
 		pass := tp.args(perPeerFlags...)
-		var split peerSplit
+		local := tp.localArgs(perPeerFlags...) // what a plain train (the baseline) takes of them
+		var trainPats []string
 		epochs := 1
 		if len(tp.trainPatterns()) == 0 {
 			gen := data.DefaultGenConfig()
-			gen.Rows, gen.Parts, gen.Seed = examples, peers, 1
+			gen.Rows, gen.Parts, gen.Seed = examples, maxPeers, 1
+			if series {
+				gen.Parts = seriesParts(counts, examples) // whole files for every count
+			}
 			gen.TestRows = min(max(examples/10, 1000), 20_000) // evaluations stay cheap next to training
 			gen.Features = benchDefaultFeatures
 			if c.set("dim") {
@@ -152,20 +188,18 @@ traffic over all links.`
 			if err != nil {
 				return err
 			}
-			pass = append(pass, "--train="+strings.Join(m.Files, ","))
+			trainPats = m.Files
+			var extra []string
 			if !c.set("test") {
-				pass = append(pass, "--test="+m.TestFile)
+				extra = append(extra, "--test="+m.TestFile)
 			}
 			if !c.set("dim") {
-				pass = append(pass, "--dim="+strconv.FormatUint(m.Features, 10))
+				extra = append(extra, "--dim="+strconv.FormatUint(m.Features, 10))
 			}
-			if split, err = splitData(m.Files, peers); err != nil {
-				return err
-			}
+			pass = append(append(pass, "--train="+strings.Join(m.Files, ",")), extra...)
+			local = append(local, extra...)
 		} else {
-			if split, err = splitData(tp.trainPatterns(), peers); err != nil {
-				return err
-			}
+			trainPats = tp.trainPatterns()
 			pass = append(pass, "--train="+tp.value("train"))
 		}
 		resolved, job, err := resolveModel(pass, log)
@@ -184,64 +218,139 @@ traffic over all links.`
 			log.Info().Int64("rows", sr.Rows).Int("epochs", epochs).Int64("examples", int64(epochs)*sr.Rows).
 				Msg("--examples: whole passes over --train")
 		}
-		common := append(append(withoutFlag(pass, "train"), split.common...), resolved...)
-		common = append(common, "--epochs", strconv.Itoa(epochs), "--log-level", lf.level)
-		if !c.set("eval-every") {
-			// Four evaluations along the way and the final one: the curves
-			// of the report. Eval lines count a peer's own examples.
-			common = append(common, "--eval-every", strconv.FormatInt(max(examples*int64(epochs)/int64(peers)/4, 1), 10))
+		// runFlags are the flags of a run of n peers (or one alone).
+		runFlags := func(n int) []string {
+			a := append(append([]string(nil), resolved...), "--epochs", strconv.Itoa(epochs), "--log-level", lf.level)
+			if !c.set("eval-every") {
+				// Four evaluations along the way and the final one: the
+				// curves of the report. Eval lines count a peer's own
+				// examples.
+				a = append(a, "--eval-every", strconv.FormatInt(max(examples*int64(epochs)/int64(n)/4, 1), 10))
+			}
+			return a
+		}
+		splits := map[int]peerSplit{}
+		for _, n := range clusterCounts {
+			if splits[n], err = splitData(trainPats, n); err != nil {
+				return err
+			}
+		}
+
+		// The plan: the baselines first, then every configuration at every
+		// peer count.
+		type benchRun struct {
+			peers int
+			bc    benchConfig
+			alone bool // the baseline: one plain train process
+		}
+		var plan []benchRun
+		if series {
+			for _, b := range batches.vals {
+				n, _ := strconv.Atoi(b)
+				plan = append(plan, benchRun{peers: 1, bc: benchConfig{topology: "single", mode: "local", batch: n}, alone: true})
+			}
+		}
+		for _, n := range clusterCounts {
+			for _, bc := range cfgs {
+				plan = append(plan, benchRun{peers: n, bc: bc})
+			}
+		}
+		dirName := func(r benchRun) string {
+			switch {
+			case r.alone:
+				return fmt.Sprintf("single-b%d", r.bc.batch)
+			case series:
+				return fmt.Sprintf("%s-%dp", r.bc.dirName(), r.peers)
+			}
+			return r.bc.dirName()
 		}
 
 		cmdline := strings.Join(os.Args, " ")
 		ids := filepath.Join(out, "identities")
 		var failures []string
-		for k, bc := range cfgs {
-			dir := filepath.Join(out, "runs", bc.dirName())
+		var ran []string // this invocation's run directories
+		for k, r := range plan {
+			name := dirName(r)
+			dir := filepath.Join(out, "runs", name)
 			if err := os.RemoveAll(dir); err != nil {
 				return fmt.Errorf("--out: %w", err)
 			}
-			cfg := cluster.DefaultConfig()
-			cfg.Peers, cfg.Dir, cfg.Identities, cfg.NetNS, cfg.Log = peers, dir, ids, netns, log
-			cfg.Job = "bench-" + bc.dirName()
-			cfg.TrainArgs = append(append([]string(nil), common...),
-				"--topology", bc.topology, "--mode", bc.mode, "--batch", strconv.Itoa(bc.batch))
-			cfg.PeerArgs = func(i int) []string { return append(split.own(i), tp.perPeer(i)...) }
-			cfg.ProgressEvery = progressEvery(tp)
-			log.Info().Str("configuration", bc.dirName()).Int("of", len(cfgs)).Int("n", k+1).Msg("running")
+			log.Info().Str("configuration", name).Int("peers", r.peers).Int("of", len(plan)).Int("n", k+1).Msg("running")
 			start := time.Now()
-			res, err := cluster.Run(ctx, cfg)
+			var res *cluster.Result
+			var err error
+			if r.alone {
+				args := append(append(append([]string(nil), local...), "--train="+strings.Join(trainPats, ",")), runFlags(1)...)
+				args = append(append(args, "--batch", strconv.Itoa(r.bc.batch)), tp.baselineCache()...)
+				res, err = runBaseline(ctx, dir, args, cf.cpus, progressEvery(tp), log)
+			} else {
+				split := splits[r.peers]
+				cfg := cluster.DefaultConfig()
+				cfg.Peers, cfg.Dir, cfg.Identities, cfg.NetNS, cfg.Log = r.peers, dir, ids, netns, log
+				cfg.CPUs = cf.cpus
+				cfg.Job = "bench-" + name
+				cfg.TrainArgs = append(append(append(withoutFlag(pass, "train"), split.common...), runFlags(r.peers)...),
+					"--topology", r.bc.topology, "--mode", r.bc.mode, "--batch", strconv.Itoa(r.bc.batch))
+				cfg.PeerArgs = func(i int) []string { return append(split.own(i), tp.perPeer(i)...) }
+				cfg.ProgressEvery = progressEvery(tp)
+				res, err = cluster.Run(ctx, cfg)
+			}
+			ran = append(ran, dir)
 			if err != nil {
 				if ctx.Err() != nil {
 					return err
 				}
 				if stopOnError {
-					return fmt.Errorf("configuration %s: %w", bc.dirName(), err)
+					return fmt.Errorf("configuration %s: %w", name, err)
 				}
-				log.Error().Err(err).Str("configuration", bc.dirName()).Msg("configuration failed; going on with the next")
-				failures = append(failures, fmt.Sprintf("configuration %s failed: %s", bc.dirName(), firstLine(err.Error())))
+				log.Error().Err(err).Str("configuration", name).Msg("configuration failed; going on with the next")
+				failures = append(failures, fmt.Sprintf("configuration %s failed: %s", name, firstLine(err.Error())))
 				continue
 			}
-			log.Info().Str("configuration", bc.dirName()).Str("took", roundDur(time.Since(start)).String()).
+			log.Info().Str("configuration", name).Str("took", roundDur(time.Since(start)).String()).
 				Str("dir", res.Dir).Msg("configuration done")
 		}
 
-		files, err := findReports([]string{filepath.Join(out, "runs")})
-		if err != nil {
-			return err
-		}
-		var runs []*report.Run
-		for _, f := range files {
-			r, err := report.ReadFile(f)
+		var groups []*report.Config
+		if series {
+			// Each run on its own: the same configuration at several peer
+			// counts. Only this invocation's runs, so every speedup is
+			// against the baseline measured here.
+			var sets [][]*report.Run
+			for _, dir := range ran {
+				if _, err := os.Stat(dir); err != nil {
+					continue // the run failed before it started
+				}
+				runs, err := readReports(dir)
+				if err != nil {
+					return err
+				}
+				if len(runs) > 0 {
+					sets = append(sets, runs)
+				}
+			}
+			if groups, err = report.GroupSeries(sets); err != nil {
+				return err
+			}
+		} else {
+			runs, err := readReports(filepath.Join(out, "runs"))
 			if err != nil {
 				return err
 			}
-			runs = append(runs, r)
+			if groups, err = report.GroupRuns(runs); err != nil {
+				return err
+			}
 		}
-		groups, err := report.GroupRuns(runs)
-		if err != nil {
-			return err
+		if len(groups) == 0 {
+			return errors.New(strings.Join(failures, "; "))
 		}
-		title := fmt.Sprintf("gossiptrain bench: %d peers", peers)
+		title := fmt.Sprintf("gossiptrain bench: %d peers", maxPeers)
+		if series {
+			title = fmt.Sprintf("gossiptrain bench: scaling series of %s peers", joinInts(counts))
+		}
+		if cf.cpus > 0 {
+			title += ", " + cf.describe()
+		}
 		if netns != nil {
 			title += ", links " + netns.String()
 		}
@@ -288,4 +397,21 @@ func (l *defaultList) Set(s string) error {
 func firstLine(s string) string {
 	line, _, _ := strings.Cut(s, "\n")
 	return line
+}
+
+// readReports reads every report file under dir.
+func readReports(dir string) ([]*report.Run, error) {
+	files, err := findReports([]string{dir})
+	if err != nil {
+		return nil, err
+	}
+	var runs []*report.Run
+	for _, f := range files {
+		r, err := report.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		runs = append(runs, r)
+	}
+	return runs, nil
 }

@@ -33,15 +33,16 @@ var clusterSkipFlags = map[string]bool{
 // trainPass is train's flags registered on a cluster or bench command:
 // what the user sets there is passed to every peer's train.
 type trainPass struct {
-	names map[string]bool // the train flags registered on the outer command
-	c     *command        // the outer command
+	names  map[string]bool   // the train flags registered on the outer command
+	groups map[string]string // each one's group in train's help: "Data", "Model", "Run", …
+	c      *command          // the outer command
 }
 
 // registerTrainFlags registers train's flags on c under train's groups,
 // except skip and those c already has.
 func registerTrainFlags(c *command, skip map[string]bool) *trainPass {
 	tc, _ := newTrainCommand()
-	tp := &trainPass{names: map[string]bool{}, c: c}
+	tp := &trainPass{names: map[string]bool{}, groups: map[string]string{}, c: c}
 	for _, g := range tc.groups {
 		var names []string
 		for _, n := range g.names {
@@ -57,6 +58,7 @@ func registerTrainFlags(c *command, skip map[string]bool) *trainPass {
 				f := tc.flags.Lookup(n)
 				fs.Var(f.Value, n, f.Usage)
 				tp.names[n] = true
+				tp.groups[n] = g.title
 			}
 		})
 	}
@@ -157,7 +159,9 @@ type peerSplit struct {
 }
 
 // splitData divides --train among n peers: one file each when the
-// patterns name exactly n files, else --part i/n of all of them.
+// patterns name exactly n files, every n-th file when they name a multiple
+// of n (peer i reads files i, i+n, …: no peer reads rows it skips), else
+// --part i/n of all of them.
 func splitData(patterns []string, n int) (peerSplit, error) {
 	files, _, err := expandInputs(patterns, "train")
 	if err != nil {
@@ -170,6 +174,17 @@ func splitData(patterns []string, n int) (peerSplit, error) {
 	if len(files) == n && n > 1 {
 		s.own = func(i int) []string { return []string{"--train", files[i]} }
 		s.how = "one file per peer"
+		return s, nil
+	}
+	if n > 1 && len(files)%n == 0 {
+		s.own = func(i int) []string {
+			var own []string
+			for k := i; k < len(files); k += n {
+				own = append(own, files[k])
+			}
+			return []string{"--train", strings.Join(own, ",")}
+		}
+		s.how = fmt.Sprintf("%d files per peer", len(files)/n)
 		return s, nil
 	}
 	s.common = []string{"--train", strings.Join(patterns, ",")}
@@ -248,6 +263,8 @@ func clusterCmd() *command {
 		peers    int
 		dir, job string
 		save     string
+		baseline bool
+		cf       cpuFlags
 		nf       netFlags
 		lf       logFlags
 	)
@@ -256,7 +273,9 @@ func clusterCmd() *command {
 		fs.StringVar(&dir, "dir", "", "run `DIR`: identities, each peer's report and log, report.md and plots\n(default ./gossiptrain-runs/<time>-cluster)")
 		fs.StringVar(&job, "job", "cluster", "job `name` the peers get (--job)")
 		fs.StringVar(&save, "save", "", "peer 0 saves the trained model to `FILE` (every peer ends with the same model)")
+		fs.BoolVar(&baseline, "baseline", false, "first run one peer alone (plain train) on all the data the peers split, under the same\n--cpus cap, and print the cluster's speedup against it: does the cluster pay?")
 	})
+	c.group("VM emulation", cf.register)
 	c.group("Network emulation", nf.register)
 	tp := registerTrainFlags(c, mergeSkip(clusterSkipFlags, "save"))
 	c.group("Logging", lf.register)
@@ -276,7 +295,13 @@ features), and the table compares the result with the planted model.
 
 --netns runs every peer in its own network namespace with a shaped link
 (root): --rate 100mbit makes a master topology's link the bottleneck it is on
-real VMs.
+real VMs. --cpus 0.4 caps every peer at 0.4 cores with a cgroup (root), as
+on VMs of that size: peers on one machine otherwise share its cores, and
+N uncapped peers on 2 cores say nothing about N VMs. --baseline first runs
+one plain 'gossiptrain train' on all the data under the same cap, and the
+table then gives the cluster's speedup against it (its examples/s over the
+lone peer's) and efficiency (speedup / peers). 'gossiptrain bench --peers
+1,2,4,8' runs a whole scaling series.
 
 Ctrl-C stops the whole job at once: cluster sends every peer SIGUSR1, on which
 a peer stops without the graceful leave SIGTERM starts (handing shards to peers
@@ -288,7 +313,8 @@ the signal gets SIGKILL.`
 	c.example = `  gossiptrain cluster                                   # 4 peers on a generated data set
   gossiptrain cluster --peers 3 --topology master --mode async
   gossiptrain cluster --train 'data/train-*.svm' --test data/test.svm --dim 16777216 --batch 1000
-  sudo gossiptrain cluster --netns --rate 100mbit --delay 1ms`
+  sudo gossiptrain cluster --netns --rate 100mbit --delay 1ms
+  sudo gossiptrain cluster --cpus 0.4 --baseline --batch 1000   # 4 peers vs one, each on 0.4 cores`
 	c.run = func(c *command, args []string) error {
 		if len(args) > 0 {
 			return fmt.Errorf("%w: unexpected argument %q (flags start with --)", errUsage, args[0])
@@ -299,6 +325,9 @@ the signal gets SIGKILL.`
 		}
 		if peers < 1 {
 			return usageErr("peers", "want at least 1, got %d", peers)
+		}
+		if err := cf.check(c); err != nil {
+			return err
 		}
 		netns, err := nf.config(c)
 		if err != nil {
@@ -311,8 +340,11 @@ the signal gets SIGKILL.`
 		defer cancel()
 
 		pass := tp.args(perPeerFlags...)
+		local := tp.localArgs(perPeerFlags...) // what the baseline's plain train takes of them
 		var split peerSplit
 		var meta *data.GenMeta
+		var trainAll string    // --train of all the data, for the baseline
+		var baselineEval int64 // the baseline's --eval-every (0: its own default)
 		if len(tp.trainPatterns()) == 0 {
 			gen := clusterDefaultData()
 			gen.Parts = peers
@@ -321,13 +353,17 @@ the signal gets SIGKILL.`
 				return err
 			}
 			meta = &m
-			pass = append(pass, "--train="+strings.Join(m.Files, ","))
+			trainAll = "--train=" + strings.Join(m.Files, ",")
+			pass = append(pass, trainAll)
+			var extra []string
 			if !c.set("test") {
-				pass = append(pass, "--test="+m.TestFile)
+				extra = append(extra, "--test="+m.TestFile)
 			}
 			if !c.set("dim") {
-				pass = append(pass, "--dim="+strconv.FormatUint(m.Features, 10))
+				extra = append(extra, "--dim="+strconv.FormatUint(m.Features, 10))
 			}
+			pass = append(pass, extra...)
+			local = append(local, extra...)
 			if !c.set("eval-every") {
 				// Four evaluations along the way, and the final one: the
 				// test-error curves of report.md. They count a peer's own
@@ -338,6 +374,7 @@ the signal gets SIGKILL.`
 				}
 				if err == nil && ep > 0 {
 					pass = append(pass, "--eval-every="+strconv.FormatInt(max(m.Rows*int64(ep)/int64(peers)/4, 1), 10))
+					baselineEval = max(m.Rows*int64(ep)/4, 1)
 				}
 			}
 			split, err = splitData(m.Files, peers)
@@ -350,15 +387,32 @@ the signal gets SIGKILL.`
 				return err
 			}
 			meta = split.meta
-			pass = append(pass, "--train="+tp.value("train"))
+			trainAll = "--train=" + tp.value("train")
+			pass = append(pass, trainAll)
 		}
 		resolved, _, err := resolveModel(pass, log)
 		if err != nil {
 			return err
 		}
 		common := append(append(withoutFlag(pass, "train"), split.common...), resolved...)
+		var base *cluster.Result
+		if baseline {
+			// The same data, model, epochs and cap, on one plain train.
+			args := append(append(append([]string(nil), local...), trainAll), resolved...)
+			if baselineEval > 0 {
+				args = append(args, "--eval-every", strconv.FormatInt(baselineEval, 10))
+			}
+			if tp.value("epochs") == "auto" {
+				args = append(withoutFlag(args, "epochs"), "--epochs", strconv.Itoa(distEpochs)) // as every peer runs it
+			}
+			args = append(append(args, tp.baselineCache()...), "--log-level", lf.level)
+			if base, err = runBaseline(ctx, filepath.Join(dir, "baseline"), args, cf.cpus, progressEvery(tp), log); err != nil {
+				return fmt.Errorf("--baseline: %w", err)
+			}
+		}
 		cfg := cluster.DefaultConfig()
 		cfg.Peers, cfg.Dir, cfg.Job, cfg.NetNS, cfg.Log = peers, dir, job, netns, log
+		cfg.CPUs = cf.cpus
 		cfg.TrainArgs = append(common, "--log-level", lf.level)
 		cfg.PeerArgs = func(i int) []string {
 			a := split.own(i)
@@ -378,13 +432,13 @@ the signal gets SIGKILL.`
 		if err != nil {
 			if errors.Is(err, context.Canceled) && res != nil && len(res.Peers) > 0 {
 				// Interrupted: the peers wrote partial reports; show them.
-				if ferr := finishCluster(c.stdout(), res, meta, strings.Join(os.Args, " "), log); ferr != nil {
+				if ferr := finishClusterBaseline(c.stdout(), res, base, meta, strings.Join(os.Args, " "), log); ferr != nil {
 					log.Warn().Err(ferr).Msg("no result table for the interrupted run")
 				}
 			}
 			return err
 		}
-		return finishCluster(c.stdout(), res, meta, strings.Join(os.Args, " "), log)
+		return finishClusterBaseline(c.stdout(), res, base, meta, strings.Join(os.Args, " "), log)
 	}
 	return c
 }
@@ -392,9 +446,24 @@ the signal gets SIGKILL.`
 // finishCluster prints the result table and writes report.md and plots
 // into the run directory.
 func finishCluster(w io.Writer, res *cluster.Result, meta *data.GenMeta, cmdline string, log zerolog.Logger) error {
+	return finishClusterBaseline(w, res, nil, meta, cmdline, log)
+}
+
+// finishClusterBaseline is finishCluster with the run of --baseline (nil
+// without), which the table and report.md compare the cluster with.
+func finishClusterBaseline(w io.Writer, res, base *cluster.Result, meta *data.GenMeta, cmdline string, log zerolog.Logger) error {
 	runs, err := res.Reports()
 	if err != nil {
 		return err
+	}
+	if base != nil {
+		// The lone peer's report joins the cluster's: report.Summarize
+		// measures the cluster's speedup against it.
+		b, err := base.Reports()
+		if err != nil {
+			return fmt.Errorf("--baseline: %w", err)
+		}
+		runs = append(runs, b...)
 	}
 	cfgs, err := report.GroupRuns(runs)
 	if err != nil {
@@ -419,7 +488,16 @@ func finishCluster(w io.Writer, res *cluster.Result, meta *data.GenMeta, cmdline
 // writeClusterTable prints a run's result: a row per peer, totals, the
 // final test figures and whether the peers agree.
 func writeClusterTable(w io.Writer, res *cluster.Result, bs []report.BenchConfig, meta *data.GenMeta) error {
+	var alone *report.BenchConfig // the --baseline run
+	for i, b := range bs {
+		if b.Topology == "single" && len(bs) > 1 {
+			alone = &bs[i]
+		}
+	}
 	for _, b := range bs {
+		if alone != nil && b.Name == alone.Name {
+			continue
+		}
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintf(w, "\n%s: %d peers, %s mode, batch %d\n", b.Topology, b.PeerCount, b.Mode, b.Batch)
 		fmt.Fprintln(tw, "peer\tpeer ID\texamples\texamples/s\tsent MB\treceived MB\tCPU %\tpeak RSS MiB\twait s\towned shards\t")
@@ -453,8 +531,30 @@ func writeClusterTable(w io.Writer, res *cluster.Result, bs []report.BenchConfig
 			fmt.Fprintf(w, ", accuracy %.4f\n", float64(b.TestAccuracy))
 		}
 		writeHashLine(w, b)
+		if alone != nil && b.Baseline == alone.Name {
+			fmt.Fprintf(w, "one peer alone (plain train on all the data, same cap): %s examples/s in %.1f s; the cluster's speedup %s, efficiency %s (speedup / %d peers); a peer received %.0f bytes per example it trained\n",
+				humanCount(float64(alone.ExamplesPerSec)), alone.Seconds, fmtTimes(b.Speedup), fmtEff(b.Efficiency), b.Workers, finiteOr(float64(b.RecvBytesPerExample)))
+		}
 	}
 	return nil
+}
+
+// fmtEff formats an efficiency ("0.27"), "-" when it is unknown.
+func fmtEff(n report.Num) string {
+	f := float64(n)
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return "-"
+	}
+	return strconv.FormatFloat(f, 'f', 2, 64)
+}
+
+// fmtTimes formats a speedup ("0.54x"), "-" when it is unknown.
+func fmtTimes(n report.Num) string {
+	f := float64(n)
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return "-"
+	}
+	return strconv.FormatFloat(f, 'f', 2, 64) + "x"
 }
 
 // writeHashLine says whether the peers that ran to the end agree on the

@@ -138,6 +138,34 @@ func TestFailingPeerStopsTheOthers(t *testing.T) {
 	assertAllGone(t, res)
 }
 
+// A peer that was still starting when the stop signal came (Go drops a
+// SIGUSR1 nobody watches yet) is stopped too, before the grace period.
+func TestStopReachesAPeerStillStarting(t *testing.T) {
+	cfg := fakeConfig(t, 3, func(i int) string {
+		switch i {
+		case 1:
+			return "slow-hang"
+		case 2:
+			return "fail"
+		}
+		return "hang"
+	})
+	start := time.Now()
+	res, err := Run(context.Background(), cfg)
+	if !errors.Is(err, ErrPeerFailed) {
+		t.Fatalf("Run: %v, want ErrPeerFailed", err)
+	}
+	if took := time.Since(start); took > cfg.Grace {
+		t.Errorf("Run took %v: the starting peer should stop on the stop signal, not after the %v grace period", took, cfg.Grace)
+	}
+	for _, i := range []int{0, 1} {
+		if c := res.Peers[i].ExitCode; c != 130 {
+			t.Errorf("peer %d: exit code %d, want 130 (stopped on the stop signal)", i, c)
+		}
+	}
+	assertAllGone(t, res)
+}
+
 // waitTraining returns an OnProgress that cancels once every peer trains.
 func cancelWhenTraining(n int, cancel context.CancelFunc) func([]PeerProgress) {
 	return func(ps []PeerProgress) {

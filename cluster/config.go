@@ -3,6 +3,7 @@ package cluster
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -46,6 +47,18 @@ type Config struct {
 	// NetNS, when not nil, runs every peer in a network namespace of its
 	// own with shaped links (root only; see NetNS).
 	NetNS *NetNS
+	// CPUs, when above 0, caps every peer process at this many CPU cores
+	// (0.4: 40 ms of CPU time in every 100 ms) with a cgroup of its own, as
+	// if each ran on a VM of that size (Linux, root, a cgroup v1 cpu or v2
+	// cpu controller; see CPUGroups). The groups are removed when Run
+	// returns. 0 leaves the peers uncapped.
+	CPUs float64
+	// Standalone runs one process of plain "train" (no --job: the single
+	// process path, training alone on all its data) instead of a job's
+	// peer: the one-peer baseline a cluster's throughput is compared with.
+	// It needs Peers 1 and no NetNS; Run adds only --report and
+	// --log-format to its command line.
+	Standalone bool
 	// Launcher, when not nil, starts the peers instead of processes on
 	// this machine (SSH runs them on other hosts). Binary, Identities,
 	// NetNS and Env are the local launcher's and must be unset then.
@@ -124,8 +137,14 @@ func (c Config) Validate() error {
 			}
 		}
 	}
-	if c.Launcher != nil && (c.NetNS != nil || c.Binary != "" || c.Identities != "" || len(c.Env) > 0) {
-		return bad("Launcher is set: Binary, Identities, NetNS and Env belong to the local launcher and must be empty")
+	if c.Launcher != nil && (c.NetNS != nil || c.Binary != "" || c.Identities != "" || len(c.Env) > 0 || c.CPUs != 0) {
+		return bad("Launcher is set: Binary, Identities, NetNS, CPUs and Env belong to the local launcher and must be empty")
+	}
+	if math.IsNaN(c.CPUs) || c.CPUs < 0 || (c.CPUs > 0 && c.CPUs < MinCPUs) {
+		return bad("CPUs %g: want 0 (uncapped) or at least %g cores", c.CPUs, MinCPUs)
+	}
+	if c.Standalone && (c.Peers != 1 || c.NetNS != nil) {
+		return bad("Standalone runs one process alone: want Peers 1 (got %d) and no NetNS", c.Peers)
 	}
 	if c.NetNS != nil {
 		if c.Peers > maxNetNSPeers {

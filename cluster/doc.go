@@ -54,4 +54,19 @@
 //
 // Names are unique per process and run ("gt<pid>-<run>-n0" in base 36), so
 // parallel runs never collide.
+//
+// # Emulated VMs
+//
+// With Config.CPUs (Linux, root) every peer runs in a cgroup of its own
+// capped at that many cores (cgroup v1 cpu.cfs_quota_us or v2 cpu.max,
+// whichever the machine has; see CPUGroups): N peers on one machine then
+// compare with one peer alone as N VMs of that size would, where uncapped
+// they would only share the machine's cores. A peer is started through a
+// shell that writes its own PID into the group's cgroup.procs and then
+// executes the peer in its place, so no work runs uncapped; with NetNS the
+// shell runs outside the namespace (ip netns exec remounts /sys). The
+// groups ("gossiptrain-<pid>-<run>-peer<i>") are removed when Run returns,
+// also on error or cancellation; CleanupStaleCgroups removes those of a
+// run killed with SIGKILL. Config.Standalone runs one plain train process
+// (no job): the one-peer baseline of a scaling comparison.
 package cluster

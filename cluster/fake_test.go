@@ -30,6 +30,9 @@ func TestMain(m *testing.M) {
 	case "1":
 		os.Exit(fakePeer(os.Args[1:]))
 	}
+	if d := os.Getenv("GOSSIPTRAIN_SPIN"); d != "" {
+		os.Exit(spin(d))
+	}
 	if h := os.Getenv("GOSSIPTRAIN_NET_HELPER"); h != "" {
 		os.Exit(netHelper(h, os.Args[1:]))
 	}
@@ -94,6 +97,20 @@ func fakePeer(args []string) int {
 	if behaviour == "" {
 		behaviour = "ok"
 	}
+	// Where it runs, for the tests of Config.CPUs: from its first code.
+	if b, err := os.ReadFile("/proc/self/cgroup"); err == nil {
+		logf("debug", "fake peer cgroups", "cgroups", strings.Fields(string(b)))
+	}
+	if get("listen") == "" {
+		// Config.Standalone: plain train, alone, no --job.
+		return fakeAlone(get, fl, logf)
+	}
+	if behaviour == "slow-hang" {
+		// A peer still starting (a loaded machine): Go drops the stop
+		// signal until its handler is installed.
+		time.Sleep(time.Second)
+		behaviour = "hang"
+	}
 	// Like gossiptrain, stop at once on peerlog.StopSignal and leave on
 	// SIGTERM, from the start (status 130).
 	term := make(chan os.Signal, 1)
@@ -139,12 +156,22 @@ func fakePeer(args []string) int {
 		}
 	}()
 	if p := get("peer"); p != "" {
-		c, err := net.DialTimeout("tcp", hostPort(p), 5*time.Second)
-		if err != nil {
-			logf("error", "cannot reach the bootstrap peer", "error", err.Error())
-			return 4
+		// Like the real peer, retry an unreachable bootstrap peer (it may
+		// be starting, or gone because the job is stopping: then the stop
+		// signal ends this one).
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			c, err := net.DialTimeout("tcp", hostPort(p), 5*time.Second)
+			if err == nil {
+				c.Close()
+				break
+			}
+			if time.Now().After(deadline) {
+				logf("error", "cannot reach the bootstrap peer", "error", err.Error())
+				return 4
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
-		c.Close()
 	}
 	logf("info", peerlog.Waiting, "min_peers", get("min-peers"))
 	var n int
@@ -198,5 +225,25 @@ func fakePeer(args []string) int {
 	write(map[string]any{"type": "summary", "peer_id": id, "examples": 50, "seconds": time.Since(start).Seconds(),
 		"peers": n, "topology": "ring", "mode": "sync", "batch": 10, "rounds": 5, "model_hash": "00000000000000aa"})
 	logf("info", peerlog.Done, "examples", "50")
+	return 0
+}
+
+// fakeAlone is a fake plain "train" (Config.Standalone): it must get no
+// job flags, and writes a single peer's report.
+func fakeAlone(get func(string) string, fl map[string][]string, logf func(level, msg string, kv ...any)) int {
+	for _, f := range []string{"job", "min-peers", "peer", "identity"} {
+		if len(fl[f]) > 0 {
+			logf("error", "plain train got a job flag", "flag", f)
+			return 2
+		}
+	}
+	logf("info", "training")
+	b, _ := json.Marshal(map[string]any{"type": "summary", "examples": 500, "seconds": 0.5, "examples_per_sec": 1000,
+		"peers": 1, "topology": "single", "mode": "local", "batch": 10, "steps": 50, "model_hash": "00000000000000bb"})
+	if err := os.WriteFile(get("report"), append(b, '\n'), 0o644); err != nil {
+		logf("error", "report", "error", err.Error())
+		return 1
+	}
+	logf("info", peerlog.Done)
 	return 0
 }

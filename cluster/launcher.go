@@ -74,7 +74,8 @@ type local struct {
 	dir    string // absolute run directory
 	ids    string // absolute identity directory
 	nw     *network
-	prefix string // the namespaces' name prefix, with NetNS
+	prefix string     // the namespaces' name prefix, with NetNS
+	cpu    *CPUGroups // with CPUs
 }
 
 // newLocal resolves the binary and the directories of cfg.
@@ -102,13 +103,26 @@ func newLocal(cfg Config, dir string) (*local, error) {
 }
 
 func (l *local) Prepare(ctx context.Context, n int) error {
+	if l.cfg.CPUs > 0 {
+		if removed, err := CleanupStaleCgroups(); err != nil {
+			l.cfg.Log.Warn().Err(err).Msg("removing the cgroups of an earlier run")
+		} else if len(removed) > 0 {
+			l.cfg.Log.Info().Strs("cgroups", removed).Msg("removed the cgroups an earlier run left behind")
+		}
+		g, err := NewCPUGroups(n, l.cfg.CPUs)
+		if err != nil {
+			return err
+		}
+		l.cpu = g
+		l.cfg.Log.Info().Float64("cpus", l.cfg.CPUs).Str("groups", g.String()).Msg("every peer capped by a cgroup")
+	}
 	if l.cfg.NetNS == nil {
 		return nil
 	}
 	prefix := newPrefix()
 	nw, err := setupNetwork(ctx, prefix, n, *l.cfg.NetNS)
 	if err != nil {
-		return err
+		return err // Run calls Close, which removes the groups
 	}
 	l.nw, l.prefix = nw, prefix
 	l.cfg.Log.Info().Str("prefix", prefix).Int("peers", n).Str("links", l.cfg.NetNS.String()).
@@ -122,13 +136,22 @@ func (l *local) Launch(i int, args []string) (*Launch, error) {
 		ip = l.nw.addr[i]
 	}
 	report := filepath.Join(l.dir, fmt.Sprintf("peer-%d.jsonl", i))
-	args = append(args,
-		"--identity", filepath.Join(l.ids, fmt.Sprintf("peer-%d.key", i)),
-		"--report", report,
-		"--listen", "/ip4/"+ip+"/tcp/0")
+	if l.cfg.Standalone {
+		args = append(args, "--report", report)
+	} else {
+		args = append(args,
+			"--identity", filepath.Join(l.ids, fmt.Sprintf("peer-%d.key", i)),
+			"--report", report,
+			"--listen", "/ip4/"+ip+"/tcp/0")
+	}
 	name := l.bin
 	if l.nw != nil {
 		name, args = l.nw.command(i, l.bin, args)
+	}
+	if l.cpu != nil {
+		// Outside the namespace: ip netns exec remounts /sys, where the
+		// groups are.
+		name, args = l.cpu.Command(i, name, args)
 	}
 	cmd := exec.Command(name, args...)
 	cmd.Env = append(os.Environ(), l.cfg.Env...)
@@ -138,15 +161,26 @@ func (l *local) Launch(i int, args []string) (*Launch, error) {
 func (l *local) Collect(context.Context, int) error { return nil }
 
 func (l *local) Close() error {
-	if l.nw == nil {
-		return nil
+	var errs []error
+	if l.nw != nil {
+		if err := l.nw.close(); err != nil {
+			l.cfg.Log.Error().Err(err).Str("prefix", l.prefix).Msg("removing the network namespaces")
+			errs = append(errs, err)
+		} else {
+			l.cfg.Log.Debug().Str("prefix", l.prefix).Msg("network namespaces removed")
+		}
 	}
-	if err := l.nw.close(); err != nil {
-		l.cfg.Log.Error().Err(err).Str("prefix", l.prefix).Msg("removing the network namespaces")
-		return err
+	if l.cpu != nil {
+		// Run has waited for every peer: the groups are empty, or hold
+		// what a peer left running, which Close moves out.
+		if err := l.cpu.Close(); err != nil {
+			l.cfg.Log.Error().Err(err).Msg("removing the cgroups of --cpus")
+			errs = append(errs, err)
+		} else {
+			l.cfg.Log.Debug().Msg("cgroups removed")
+		}
 	}
-	l.cfg.Log.Debug().Str("prefix", l.prefix).Msg("network namespaces removed")
-	return nil
+	return errors.Join(errs...)
 }
 
 var _ Launcher = (*local)(nil)

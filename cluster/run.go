@@ -116,6 +116,9 @@ func (r *runner) run(ctx context.Context) error {
 		return err
 	}
 	running := 1
+	if r.cfg.Standalone {
+		return r.supervise(ctx, running)
+	}
 	var startTimeout <-chan time.Time
 	if r.cfg.StartTimeout > 0 {
 		t := time.NewTimer(r.cfg.StartTimeout)
@@ -145,7 +148,13 @@ func (r *runner) run(ctx context.Context) error {
 		}
 		running++
 	}
+	return r.supervise(ctx, running)
+}
 
+// supervise follows the running peers until all have exited, stopping
+// them all when one fails or ctx ends.
+func (r *runner) supervise(ctx context.Context, running int) error {
+	log := r.cfg.Log
 	var tick <-chan time.Time
 	if r.cfg.ProgressEvery > 0 {
 		t := time.NewTicker(r.cfg.ProgressEvery)
@@ -153,7 +162,8 @@ func (r *runner) run(ctx context.Context) error {
 		tick = t.C
 	}
 	var firstErr error
-	var kill <-chan time.Time
+	var kill, resend <-chan time.Time
+	var resendT *time.Ticker
 	stopping := false
 	stopAll := func() {
 		if stopping {
@@ -165,7 +175,14 @@ func (r *runner) run(ctx context.Context) error {
 		}
 		t := time.NewTimer(r.cfg.Grace)
 		kill = t.C
+		resendT = time.NewTicker(stopResend)
+		resend = resendT.C
 	}
+	defer func() {
+		if resendT != nil {
+			resendT.Stop()
+		}
+	}()
 	done := ctx.Done()
 	for running > 0 {
 		select {
@@ -192,6 +209,13 @@ func (r *runner) run(ctx context.Context) error {
 			}
 			log.Warn().Str("grace", r.cfg.Grace.String()).Msg("stopping the peers (" + peerlog.StopSignalName + ": the whole job stops at once; SIGKILL after the grace period)")
 			stopAll()
+		case <-resend:
+			// A peer that had not yet installed its handler (it was still
+			// starting) did not see the first one: Go drops an unwatched
+			// SIGUSR1. The peers that did see it ignore a second.
+			for _, p := range r.procs {
+				p.signal(peerlog.StopSignal)
+			}
 		case <-kill:
 			kill = nil
 			for _, p := range r.procs {
@@ -215,15 +239,27 @@ func (r *runner) stop(ctx context.Context, n int) {
 	}
 	t := time.NewTimer(r.cfg.Grace)
 	defer t.Stop()
+	rt := time.NewTicker(stopResend)
+	defer rt.Stop()
 	for _, p := range r.procs[:n] {
-		select {
-		case <-p.exited:
-		case <-t.C:
-			r.killAll()
-			return
+	wait:
+		for {
+			select {
+			case <-p.exited:
+				break wait
+			case <-rt.C: // as in supervise: one that was starting missed it
+				p.signal(peerlog.StopSignal)
+			case <-t.C:
+				r.killAll()
+				return
+			}
 		}
 	}
 }
+
+// stopResend is how often the stop signal is sent again to peers that
+// have not exited yet, until the grace period ends.
+const stopResend = 250 * time.Millisecond
 
 // killAll sends SIGKILL to every peer still running and waits for them.
 func (r *runner) killAll() {
@@ -243,6 +279,10 @@ func (r *runner) args(i int, addr0 string) []string {
 	var own []string
 	if r.cfg.PeerArgs != nil {
 		own = r.cfg.PeerArgs(i)
+	}
+	if r.cfg.Standalone {
+		a = append(append(append(a, extra...), own...), "--log-format", "json")
+		return a
 	}
 	if !hasFlag(extra, "min-peers") && !hasFlag(own, "min-peers") {
 		a = append(a, "--min-peers", strconv.Itoa(r.cfg.Peers))

@@ -212,28 +212,36 @@ type CurvePoint struct {
 // BenchConfig is the figures of one configuration, the unit of the report's
 // tables, plots and bench.json.
 type BenchConfig struct {
-	Name             string       `json:"name"` // "ring/sync/b100"
-	Topology         string       `json:"topology"`
-	Mode             string       `json:"mode"`
-	Batch            int          `json:"batch"`
-	PeerCount        int          `json:"peer_count"` // reports in the configuration
-	Examples         int64        `json:"examples"`   // all peers' training examples
-	Seconds          float64      `json:"seconds"`    // the slowest peer's training time
-	ExamplesPerSec   Num          `json:"examples_per_sec"`
-	Rounds           int64        `json:"rounds"` // the most rounds any peer reached
-	RoundsPerSec     Num          `json:"rounds_per_sec"`
-	BytesSent        int64        `json:"bytes_sent"` // all peers
-	BytesRecv        int64        `json:"bytes_recv"` // all peers
-	BytesPerExample  Num          `json:"bytes_per_example"`
-	BusiestPeer      string       `json:"busiest_peer"`         // the peer that sent the most bytes
-	BusiestBytesSent int64        `json:"busiest_bytes_sent"`   // what it sent
-	BusiestNetOut    Num          `json:"busiest_net_out_mbps"` // its send rate, MB/s
-	ModelHashesAgree bool         `json:"model_hashes_agree"`   // every peer that ran to the end and reports a hash reports the same one
-	PartialPeers     int          `json:"partial_peers"`        // peers that stopped before the end of training (not compared)
-	Metrics                       // final test figures of the reference peer's model
-	Peers            []BenchPeer  `json:"peers"`
-	Curve            []CurvePoint `json:"curve"`
-	Warnings         []string     `json:"warnings"`
+	Name      string `json:"name"` // "ring/sync/b100"
+	Topology  string `json:"topology"`
+	Mode      string `json:"mode"`
+	Batch     int    `json:"batch"`
+	PeerCount int    `json:"peer_count"` // reports in the configuration
+	// Workers is the run's peers: the most any summary line names (1 for
+	// a single peer), else PeerCount.
+	Workers         int     `json:"workers"`
+	Examples        int64   `json:"examples"` // all peers' training examples
+	Seconds         float64 `json:"seconds"`  // the slowest peer's training time
+	ExamplesPerSec  Num     `json:"examples_per_sec"`
+	Rounds          int64   `json:"rounds"` // the most rounds any peer reached
+	RoundsPerSec    Num     `json:"rounds_per_sec"`
+	BytesSent       int64   `json:"bytes_sent"` // all peers
+	BytesRecv       int64   `json:"bytes_recv"` // all peers
+	BytesPerExample Num     `json:"bytes_per_example"`
+	// RecvBytesPerExample is the bytes a peer received over the network
+	// per example it trained, the mean over the peers that trained: what
+	// each peer pays per example, flat when a cluster scales.
+	RecvBytesPerExample Num          `json:"recv_bytes_per_example_per_peer"`
+	Scaling                          // against the single-peer run of the same batch, when there is one
+	BusiestPeer         string       `json:"busiest_peer"`         // the peer that sent the most bytes
+	BusiestBytesSent    int64        `json:"busiest_bytes_sent"`   // what it sent
+	BusiestNetOut       Num          `json:"busiest_net_out_mbps"` // its send rate, MB/s
+	ModelHashesAgree    bool         `json:"model_hashes_agree"`   // every peer that ran to the end and reports a hash reports the same one
+	PartialPeers        int          `json:"partial_peers"`        // peers that stopped before the end of training (not compared)
+	Metrics                          // final test figures of the reference peer's model
+	Peers               []BenchPeer  `json:"peers"`
+	Curve               []CurvePoint `json:"curve"`
+	Warnings            []string     `json:"warnings"`
 }
 
 // Summarize computes the figures of every configuration:
@@ -243,7 +251,12 @@ type BenchConfig struct {
 //   - RoundsPerSec = Rounds / Seconds with Rounds the most rounds any peer
 //     reached (single peers count steps).
 //   - BytesPerExample = the sum of bytes_sent / Examples: bytes on the wire
-//     per training example.
+//     per training example. RecvBytesPerExample = bytes_recv / examples of
+//     each peer, the mean over peers: what a peer receives per example it
+//     trains.
+//   - Speedup, Efficiency: against a single-peer run (topology single, one
+//     plain train process) of the same batch among cfgs, when there is one
+//     (see Scaling).
 //   - The final test metrics are the reference peer's: the first peer (in
 //     GroupRuns order) that ran to the end, else the first that finished,
 //     else the first. All peers of a correct run that ran to the end finish
@@ -264,6 +277,7 @@ func Summarize(cfgs []*Config) []BenchConfig {
 	for _, c := range cfgs {
 		out = append(out, summarize(c))
 	}
+	addScaling(out)
 	return out
 }
 
@@ -332,6 +346,9 @@ func summarize(c *Config) BenchConfig {
 	b.ExamplesPerSec = ratio(float64(b.Examples), b.Seconds)
 	b.RoundsPerSec = ratio(float64(b.Rounds), b.Seconds)
 	b.BytesPerExample = ratio(float64(b.BytesSent), float64(b.Examples))
+	b.Workers = max(runPeers, len(c.Peers))
+	b.RecvBytesPerExample = recvPerExample(b.Peers)
+	b.Scaling = noScaling()
 	for i, p := range b.Peers {
 		if ref < 0 && p.Finished {
 			ref = i

@@ -289,7 +289,7 @@ func TestCompare(t *testing.T) {
 	if len(cmp) != 1 || !near(float64(cmp[0].ThroughputRatio), 2.5) || !near(float64(cmp[0].BusiestBytesRatio), 4) {
 		t.Fatalf("comparisons %+v; want one with throughput ratio 500/200 = 2.5 and bytes ratio 8/2 = 4", cmp)
 	}
-	const want = "sync mode, batch 100: ring throughput is 2.5x master's; the master's busiest peer sent 4.0x the bytes of ring's busiest peer"
+	const want = "4 peers, sync mode, batch 100: ring throughput is 2.5x master's; the master's busiest peer sent 4.0x the bytes of ring's busiest peer"
 	if got := cmp[0].Sentence(); got != want {
 		t.Errorf("sentence %q\nwant     %q", got, want)
 	}

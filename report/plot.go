@@ -24,6 +24,7 @@ const (
 	PlotThroughput        = "throughput"
 	PlotPeerNetOut        = "peer_net_out"
 	PlotThroughputVsBatch = "throughput_vs_batch"
+	PlotSpeedup           = "speedup_vs_peers"
 )
 
 // PlotFile is one plot written in both formats.
@@ -48,7 +49,10 @@ type PlotFile struct {
 //     its link stands out;
 //   - throughput_vs_batch: examples/s against batch size, a line per
 //     topology and mode (only when the configurations have several batch
-//     sizes).
+//     sizes);
+//   - speedup_vs_peers: speedup against one peer alone over the number of
+//     peers, a line per topology and mode with the ideal y = x (only for a
+//     scaling series: configurations with a single-peer baseline).
 func Plot(dir string, bs []BenchConfig, o Options) ([]PlotFile, error) {
 	var out []PlotFile
 	save := func(p *plot.Plot, name string) error {
@@ -73,6 +77,7 @@ func Plot(dir string, bs []BenchConfig, o Options) ([]PlotFile, error) {
 		{PlotThroughput, throughputBars},
 		{PlotPeerNetOut, peerNetOutBars},
 		{PlotThroughputVsBatch, throughputVsBatch},
+		{PlotSpeedup, speedupVsPeers},
 	} {
 		p, err := m.fn(bs, o)
 		if err != nil {

@@ -135,9 +135,11 @@ type Summary struct {
 	BadLines      int64  `json:"bad_lines"`
 	Resources
 	// Distributed figures; zero on a single peer.
-	Peers         int     `json:"peers"`    // workers in the run (1 for a single peer)
-	Topology      string  `json:"topology"` // "single", "ring" or "master"
-	Mode          string  `json:"mode"`     // "local", "sync", "ssp" or "async"
+	Peers         int     `json:"peers"`             // workers in the run (1 for a single peer)
+	Topology      string  `json:"topology"`          // "single", "ring" or "master"
+	Mode          string  `json:"mode"`              // "local", "sync", "ssp" or "async"
+	Gather        string  `json:"gather,omitempty"`  // "need" or "full" (--gather)
+	Threads       int     `json:"threads,omitempty"` // --threads
 	Batch         int     `json:"batch"`
 	Rounds        int64   `json:"rounds"`
 	WaitSeconds   float64 `json:"wait_seconds"`  // time waiting at barriers
@@ -147,18 +149,23 @@ type Summary struct {
 	PubsubDropped int64   `json:"pubsub_dropped"`
 	Repaired      int64   `json:"repaired"`
 	Rejected      int64   `json:"rejected"`
-	Owned         int     `json:"owned_shards"` // shards this peer was primary of at the end
-	Shards        int     `json:"shards"`
+	// ContributionsLost counts contributions lost with a crashed peer
+	// (ssp/async: buffered behind a gap that never filled).
+	ContributionsLost int64 `json:"contributions_lost"`
+	Owned             int   `json:"owned_shards"` // shards this peer was primary of at the end
+	Shards            int   `json:"shards"`
 	// Churn: membership changes, handoffs, checkpoints.
 	Configs        uint64  `json:"configs"`         // the final training configuration's number
 	RoundsDegraded int64   `json:"rounds_degraded"` // owner rounds applied without some worker (crashed or finished)
-	Covered        int     `json:"shards_covered"`  // shards whose final values came from a live owner
-	Promoted       int     `json:"shards_promoted"` // shards taken over from the read copy after a crash
+	Covered        int     `json:"shards_covered"`  // shards whose final values came from a live holder
+	Promoted       int     `json:"shards_promoted"` // shards restarted from their initial values (every holder lost)
 	JoinSeconds    float64 `json:"join_seconds"`    // joined mid-run: from start to owning shards
-	JoinBytes      int64   `json:"join_bytes"`      // joined mid-run: model bytes copied
-	HandoffBytes   int64   `json:"handoff_bytes"`   // shard state received from previous owners
-	Checkpoints    int     `json:"checkpoints"`     // checkpoints written
-	ResumedAt      uint64  `json:"resumed_at"`      // the checkpoint round a --resume continued from
+	JoinBytes      int64   `json:"join_bytes"`      // (written by versions before the protocol core: model bytes a joiner copied)
+	HandoffBytes   int64   `json:"handoff_bytes"`   // (written by versions before the protocol core)
+	ShardsReceived int64   `json:"shards_received"` // shard states received from their previous holders (joins, leaves, crashes)
+	ShardsSent     int64   `json:"shards_sent"`     // shard states handed to their new holders
+	Checkpoints    int     `json:"checkpoints"`     // checkpoints written (not implemented in the protocol core yet)
+	ResumedAt      uint64  `json:"resumed_at"`      // the checkpoint round a --resume continued from (idem)
 	// A run that stopped before the end of training (a graceful leave, an
 	// interrupt, the whole job stopping) is partial: its model is not the
 	// job's final one, so its test metrics are null, and Summarize leaves

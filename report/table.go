@@ -15,6 +15,7 @@ import (
 type Comparison struct {
 	Mode   string `json:"mode"`
 	Batch  int    `json:"batch"`
+	Peers  int    `json:"peers"`  // the runs' peers (BenchConfig.Workers)
 	Master string `json:"master"` // the master configuration's name
 	Ring   string `json:"ring"`   // the ring configuration's name
 	// ThroughputRatio is the ring's examples/s over the master's.
@@ -33,11 +34,11 @@ func Compare(bs []BenchConfig) []Comparison {
 			continue
 		}
 		for _, r := range bs {
-			if r.Topology != "ring" || r.Mode != m.Mode || r.Batch != m.Batch {
+			if r.Topology != "ring" || r.Mode != m.Mode || r.Batch != m.Batch || r.Workers != m.Workers {
 				continue
 			}
 			out = append(out, Comparison{
-				Mode: m.Mode, Batch: m.Batch, Master: m.Name, Ring: r.Name,
+				Mode: m.Mode, Batch: m.Batch, Peers: m.Workers, Master: m.Name, Ring: r.Name,
 				ThroughputRatio:   ratio(float64(r.ExamplesPerSec), float64(m.ExamplesPerSec)),
 				BusiestBytesRatio: ratio(float64(m.BusiestBytesSent), float64(r.BusiestBytesSent)),
 			})
@@ -48,8 +49,8 @@ func Compare(bs []BenchConfig) []Comparison {
 
 // Sentence is the comparison in words, as report.md's headline says it.
 func (c Comparison) Sentence() string {
-	return fmt.Sprintf("%s mode, batch %d: ring throughput is %sx master's; the master's busiest peer sent %sx the bytes of ring's busiest peer",
-		c.Mode, c.Batch, fmtRatio(c.ThroughputRatio), fmtRatio(c.BusiestBytesRatio))
+	return fmt.Sprintf("%d peers, %s mode, batch %d: ring throughput is %sx master's; the master's busiest peer sent %sx the bytes of ring's busiest peer",
+		c.Peers, c.Mode, c.Batch, fmtRatio(c.ThroughputRatio), fmtRatio(c.BusiestBytesRatio))
 }
 
 func fmtRatio(n Num) string {
@@ -102,6 +103,10 @@ func WriteSummaryTable(w io.Writer, bs []BenchConfig) error {
 		if _, err := fmt.Fprintf(w, "%s.\n", c.Sentence()); err != nil {
 			return fmt.Errorf("report: %w", err)
 		}
+	}
+	if hasScaling(bs) {
+		fmt.Fprintf(w, "\nscaling against one peer alone (plain train on all the data):\n")
+		return WriteScalingTable(w, bs)
 	}
 	return nil
 }
@@ -191,6 +196,7 @@ func WriteMarkdown(w io.Writer, cfgs []*Config, bs []BenchConfig, plots []PlotFi
 	pf("## Summary\n\n")
 	mdTable(bw, summaryHeader, len(bs), func(i int) []string { return summaryRow(bs[i]) })
 	pf("\n")
+	writeScalingMarkdown(bw, bs, plots)
 
 	var warns []string
 	warns = append(warns, o.Warnings...)
