@@ -22,7 +22,7 @@ func TestHostileBeatsRejectedAndCounted(t *testing.T) {
 	cfg := fastConfig("hostile")
 	cfg.MaxMessageSize = 16<<10 + EnvelopeOverhead // small, so an oversized beat is cheap
 	nodes := startCluster(t, 3, cfg, log)
-	waitFor(t, 5*time.Second, agreed(nodes))
+	waitFor(t, 30*time.Second, agreed(nodes))
 	honest, bad := nodes[:2], nodes[2]
 	badID := bad.Self().String()
 	inc := bad.Status().Incarnation
@@ -79,7 +79,7 @@ func TestHostileBeatsRejectedAndCounted(t *testing.T) {
 		want[m.reason]++
 	}
 	for _, n := range honest {
-		waitFor(t, 5*time.Second, func() (bool, string) {
+		waitFor(t, 30*time.Second, func() (bool, string) {
 			got := n.Status().RejectedBy
 			for r, c := range want {
 				if got[r] < c {

@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// BenchmarkNew builds the default ring (64 vnodes, 256 shards, 125% load
+// BenchmarkNew builds the default ring (64 vnodes, 4096 shards, exact load
 // bound) for 16 and 256 members, with one and two replicas. A ring is built
 // once per membership change, so milliseconds are fine; the figure to watch
 // is how it grows with members.

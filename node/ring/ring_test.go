@@ -235,12 +235,13 @@ func peerIDs(rng *rand.Rand, n int) []string {
 	return out
 }
 
-// modes are the two placement rules every property must hold for (or be
-// measured under).
+// modes are the placement rules every property must hold for (or be
+// measured under): plain consistent hashing, the default exact bound and a
+// looser one.
 var modes = []struct {
 	name string
 	pct  int
-}{{"plain", 0}, {"bounded125", 125}}
+}{{"plain", 0}, {"bounded100", 100}, {"bounded125", 125}}
 
 func TestOrderIrrelevant(t *testing.T) {
 	for _, mode := range modes {

@@ -133,6 +133,15 @@ func (a *agreement) init(c *Core) error {
 	}
 	a.rn = rn
 	a.newWait()
+	if c.cfg.Initial != nil && c.cfg.Initial[0].ID == c.cfg.ID {
+		// The first initial member (a voter: voters are the first by peer
+		// ID) campaigns at once, so the run has a leader within a round
+		// trip, not after an election timeout: a leave or join asked for
+		// in the first seconds is agreed at once.
+		if err := a.rn.Campaign(); err != nil {
+			return fmt.Errorf("raft campaign: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -311,6 +320,11 @@ func (a *agreement) work() bool {
 			a.heard = c.tick
 			if a.isLeader() {
 				c.event(Event{Kind: EvLeader, Peer: c.cfg.Self})
+				if a.leaving {
+					a.leaves[c.cfg.ID] = true
+				}
+			} else if a.leaving && a.lead != 0 {
+				a.askLeave() // a leader at last: ask it now
 			}
 		}
 		if rd.Snapshot != nil && !raft.IsEmptySnap(rd.Snapshot) {

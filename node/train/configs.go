@@ -249,3 +249,10 @@ func (cs *configs) routeConf(s int, r uint64) (string, *tconf) {
 	}
 	return t.primary(s), t
 }
+
+// ConfigEntry is the raft entry data of a configuration (ID, first round,
+// workers) as the agreement writes it: for tests that forge one (a hostile
+// peer must not get it applied).
+func ConfigEntry(id, start uint64, members []Member) []byte {
+	return (&tconf{ID: id, Start: start, Members: members}).encode(nil)
+}

@@ -503,9 +503,11 @@ func (c *Core) flush() {
 		}
 	}
 	c.rd.WantBatches = c.w.wantBatches()
-	if c.w.left && !c.doneSent && c.o.drained() && !c.ag.isVoter() {
+	if c.w.left && !c.doneSent && c.o.drained() && (!c.ag.isVoter() || c.tick-c.company > uint64(c.cfg.RetryTicks)) {
 		// (A voter that goes would count against the quorum: it leaves
-		// once the leader made it a learner.)
+		// once the leader made it a learner, or once no majority of its
+		// configuration is left to make it one: the others finished and
+		// went.)
 		c.doneSent = true
 		c.rd.Done, c.rd.Left = true, true
 	}

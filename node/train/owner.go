@@ -114,9 +114,26 @@ type owner struct {
 	sum, tmp model.Sparse
 }
 
+// maxDeferred bounds the messages kept for a configuration not applied
+// yet: a few rounds of every member's pushes and handoffs; beyond it a
+// message is dropped and its sender asks again.
+const maxDeferred = 1 << 12
+
 // deferMsg keeps a message to handle again later (once per request: a
-// message sent again while it waits replaces nothing).
+// message sent again while it waits replaces nothing). Only from a member
+// of a known configuration or a node of the run's raft group, under the
+// member ID it has there: a configuration this peer has not applied yet can
+// only name peers the group admitted, so a message from anyone else is
+// refused now (it could otherwise fill the queue and cost work on every
+// step). A joiner, which knows no configuration yet, keeps what comes, up
+// to the bound.
 func (o *owner) deferMsg(from string, msg *wire.Core) {
+	p, inGroup := o.c.ag.group[msg.Member]
+	_, member := o.memberOf(from, msg.Member)
+	if o.c.cs.cur() != nil && !member && (!inGroup || p != from) || len(o.deferred) >= maxDeferred {
+		o.c.stats.Rejected++
+		return
+	}
 	for _, d := range o.deferred {
 		if d.from == from && d.msg.Op == msg.Op && d.msg.Req == msg.Req && d.msg.Round == msg.Round {
 			return

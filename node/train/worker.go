@@ -495,17 +495,7 @@ func (w *worker) pullRound(r uint64) {
 		return
 	}
 	ws.vals = make([]float32, len(b.keys)*c.width)
-	wants := make([][]uint32, len(owners))
-	pos := make([][]int32, len(owners))
-	shards := make([][]uint32, len(owners))
-	for s := range c.shards {
-		shards[idx[s]] = append(shards[idx[s]], uint32(s))
-	}
-	for i, k := range b.keys {
-		o := idx[c.shardOf(k)]
-		wants[o] = append(wants[o], k)
-		pos[o] = append(pos[o], int32(i))
-	}
+	wants, pos, shards := w.splitByOwner(b.keys, idx, len(owners))
 	for i, o := range owners {
 		if len(wants[i]) == 0 {
 			continue
@@ -515,6 +505,22 @@ func (w *worker) pullRound(r uint64) {
 		w.reqs[req.id] = req
 		w.sendReq(req)
 	}
+}
+
+// splitByOwner splits keys by the owner index idx gives each shard (of n
+// owners): per owner its keys, their positions in keys, and its shards.
+func (w *worker) splitByOwner(keys []uint32, idx []int, n int) (wants [][]uint32, pos [][]int32, shards [][]uint32) {
+	c := w.c
+	wants, pos, shards = make([][]uint32, n), make([][]int32, n), make([][]uint32, n)
+	for s := range c.shards {
+		shards[idx[s]] = append(shards[idx[s]], uint32(s))
+	}
+	for i, k := range keys {
+		o := idx[c.shardOf(k)]
+		wants[o] = append(wants[o], k)
+		pos[o] = append(pos[o], int32(i))
+	}
+	return wants, pos, shards
 }
 
 func (w *worker) newReq() uint64 {
@@ -791,17 +797,7 @@ func (w *worker) serveFetches() bool {
 			continue
 		}
 		f.vals = make([]float32, len(f.keys)*c.width)
-		wants := make([][]uint32, len(owners))
-		pos := make([][]int32, len(owners))
-		shards := make([][]uint32, len(owners))
-		for s := range c.shards {
-			shards[idx[s]] = append(shards[idx[s]], uint32(s))
-		}
-		for i, k := range f.keys {
-			o := idx[c.shardOf(k)]
-			wants[o] = append(wants[o], k)
-			pos[o] = append(pos[o], int32(i))
-		}
+		wants, pos, shards := w.splitByOwner(f.keys, idx, len(owners))
 		for i, o := range owners {
 			if len(wants[i]) == 0 {
 				continue

@@ -125,6 +125,15 @@ type Summary struct {
 	Owned        int    // shards this peer is primary of at the end
 	ModelHash    uint64 // of the final model (every peer computes the same)
 	Left         bool   // this peer left the run before its end
+	// Covered is the number of shards whose final hash this peer got from
+	// their holders (every shard, when the run ended normally).
+	Covered int
+	// JoinSeconds: a peer that joined a run under way took this long from
+	// Run to a configuration with it as a worker.
+	JoinSeconds float64
+	// ModelFetched: every row of the model is in Core.Model (FetchModel;
+	// a leaver's is the model as it stood when it left).
+	ModelFetched bool
 	Core         train.Stats
 }
 
@@ -266,28 +275,41 @@ type run struct {
 	askedAt    time.Time // the core's latest compute request came (or the previous result went) then
 	waiting    bool      // no gradient is being computed
 	waitSec    float64
+	waitAt     float64 // waitSec at the previous round reported
+	joinSec    float64 // a joiner: seconds until a configuration had it as a worker
+	covered    int     // shards whose final hash arrived
 	progAt     time.Time
 	progEx     int64
 	progLoss   float64
 	progSteps  int64
 	nextEvalAt int64
 
-	ev          *evaluator
-	evalID      uint64
-	evalBusy    bool
-	evalDone    chan evalResult
-	evalSec     float64
-	final       bool
-	pending     map[uint64]bool // end-of-run fetches not answered yet
-	finalEval   *sgd.Metrics
-	finalValues []float32 // the final evaluation's values, while a periodic one runs
-	hash        uint64
-	finishing   bool
-	done        bool
-	left        bool
-	cfgID       uint64
-	owned       int
-	members     int
+	ev           *evaluator
+	evPending    bool // the evaluator is being built
+	evalID       uint64
+	evalBusy     bool
+	evalDone     chan evalResult
+	evalSec      float64
+	final        bool
+	pending      map[uint64]bool // end-of-run fetches not answered yet
+	finalEval    *sgd.Metrics
+	finalValues  []float32 // the final evaluation's values, while a periodic one runs
+	hash         uint64
+	finishing    bool
+	done         bool
+	left         bool
+	leaving      bool
+	leftRows     *model.Sparse // a leaver's fetch of the model, written into it once the core stopped
+	fetchedModel bool          // every row of the model is in the trainer's model
+	cfgID        uint64
+	owned        int
+	members      int
+}
+
+// evBuild is the evaluator, built while training starts.
+type evBuild struct {
+	ev  *evaluator
+	err error
 }
 
 type evalResult struct {
@@ -312,13 +334,6 @@ func (t *Trainer) Run(ctx context.Context, open func(epoch int) (data.Source, er
 		pending: map[uint64]bool{}, nextEvalAt: t.cfg.EvalEvery, waiting: true,
 	}
 	r.progAt, r.askedAt = r.start, r.start
-	if test != nil {
-		ev, err := newEvaluator(t.m, test, t.cfg.EvalBatch)
-		if err != nil {
-			return Summary{}, err
-		}
-		r.ev = ev
-	}
 	core, err := train.New(t.cfg.Core)
 	if err != nil {
 		return Summary{}, err
@@ -332,6 +347,17 @@ func (t *Trainer) Run(ctx context.Context, open func(epoch int) (data.Source, er
 	}()
 	wg.Go(func() { r.read(ctx, open) })
 	wg.Go(func() { r.compute(ctx) })
+	var evBuilt chan evBuild
+	if test != nil {
+		// Reading the test set takes a while (100k rows: a second on a
+		// small VM): it happens while training starts, not before.
+		evBuilt = make(chan evBuild, 1)
+		r.evPending = true
+		wg.Go(func() {
+			ev, err := newEvaluator(t.m, test, t.cfg.EvalBatch)
+			evBuilt <- evBuild{ev, err}
+		})
+	}
 	tick := time.NewTicker(t.cfg.Tick)
 	defer tick.Stop()
 	for {
@@ -339,6 +365,10 @@ func (t *Trainer) Run(ctx context.Context, open func(epoch int) (data.Source, er
 			return r.summary(), err
 		}
 		if r.left {
+			if r.leftRows != nil {
+				t.m.SetRows(r.leftRows) // the core has stopped: the storage is ours
+				r.fetchedModel = true
+			}
 			return r.summary(), ErrLeft
 		}
 		if r.done {
@@ -355,8 +385,7 @@ func (t *Trainer) Run(ctx context.Context, open func(epoch int) (data.Source, er
 		case ids := <-t.alive:
 			core.Alive(ids)
 		case <-t.leave:
-			t.log.Info().Msg("leaving the run: this peer's shards go to their new holders")
-			core.Leave()
+			r.startLeave()
 		case <-tick.C:
 			core.Tick()
 			r.progress(false)
@@ -366,8 +395,37 @@ func (t *Trainer) Run(ctx context.Context, open func(epoch int) (data.Source, er
 			r.takeBatch(b)
 		case e := <-r.evalDone:
 			r.evalFinished(e)
+		case b := <-evBuilt:
+			evBuilt = nil
+			if b.err != nil {
+				return r.summary(), b.err
+			}
+			r.ev, r.evPending = b.ev, false
+			if r.final {
+				r.pending[fetchEval] = true
+				r.core.Fetch(fetchEval, r.ev.keys, false)
+			}
 		}
 	}
+}
+
+// startLeave leaves the run; with FetchModel it first fetches every row of
+// the model as it stands (partial: the run goes on without this peer),
+// since a leaver holds nothing once its shards are handed over.
+func (r *run) startLeave() {
+	t := r.t
+	if r.leaving {
+		return
+	}
+	r.leaving = true
+	if t.cfg.FetchModel && !r.final && !r.pending[fetchModel] {
+		t.log.Info().Msg("leaving the run: fetching the model as it stands for --save, then handing this peer's shards over")
+		r.pending[fetchModel] = true
+		r.core.Fetch(fetchModel, nil, true)
+		return
+	}
+	t.log.Info().Msg("leaving the run: this peer's shards go to their new holders")
+	r.core.Leave()
 }
 
 // batchesWanted is the batch channel while the core wants batches, else
@@ -478,10 +536,11 @@ func (r *run) rounds2() {
 		if r.t.hooks.Round != nil && r.lastRound >= r.core.FirstRound() {
 			r.t.hooks.Round(RoundPoint{
 				Round: int64(r.lastRound), Examples: r.examples, Seconds: r.t.now().Sub(r.start).Seconds(),
-				WaitSeconds: r.waitSec, Staleness: int64(r.core.Stats().MaxStaleness),
+				WaitSeconds: r.waitSec - r.waitAt, Staleness: int64(r.core.Stats().MaxStaleness),
 				Config: r.cfgID, Owned: r.owned, Members: r.members,
 			})
 		}
+		r.waitAt = r.waitSec
 		r.lastRound++
 	}
 }
@@ -491,6 +550,9 @@ func (r *run) event(e train.Event) {
 	switch e.Kind {
 	case train.EvConfig:
 		r.cfgID, r.owned, r.members = e.Config, e.Shards, len(e.Members)
+		if t.cfg.Core.Initial == nil && r.joinSec == 0 && slices.Contains(e.Members, t.cfg.Core.Self) {
+			r.joinSec = t.now().Sub(r.start).Seconds()
+		}
 		if t.hooks.Change != nil {
 			t.hooks.Change(ChangePoint{Config: e.Config, Start: e.Start, Members: e.Members, Joined: e.Joined, Left: e.Left, Crashed: e.Crashed, Owned: e.Shards})
 		}
@@ -502,7 +564,7 @@ func (r *run) event(e train.Event) {
 		}
 		r.pending[fetchHash] = true
 		r.core.FetchHashes(fetchHash)
-		if t.cfg.FetchModel {
+		if t.cfg.FetchModel && !r.pending[fetchModel] {
 			r.pending[fetchModel] = true
 			r.core.Fetch(fetchModel, nil, true)
 		}
@@ -526,11 +588,20 @@ func (r *run) fetched(f *train.FetchResult) {
 	case fetchHash:
 		delete(r.pending, f.ID)
 		r.hash = model.CombineHashes(t.m.Layout, f.Hashes)
+		r.covered = len(f.Hashes)
 	case fetchModel:
 		delete(r.pending, f.ID)
+		if r.leaving && !r.final {
+			// Written into the model once the core is done with it.
+			r.leftRows = &f.Rows
+			t.log.Info().Msg("model fetched: handing this peer's shards over")
+			r.core.Leave()
+			return
+		}
 		// The model's storage holds this peer's shards; every other row
 		// is zero there until now.
 		t.m.SetRows(&f.Rows)
+		r.fetchedModel = true
 	default:
 		if f.ID == r.evalID && r.evalBusy {
 			r.startEval(f.Values, false)
@@ -589,7 +660,7 @@ func (r *run) evalFinished(e evalResult) {
 // maybeFinish tells the core this peer has what it needs once the final
 // fetches are in and the final evaluation ran.
 func (r *run) maybeFinish() {
-	if !r.final || r.finishing || len(r.pending) > 0 || r.ev != nil && r.finalEval == nil {
+	if !r.final || r.finishing || len(r.pending) > 0 || r.evPending || r.ev != nil && r.finalEval == nil {
 		return
 	}
 	r.finishing = true
@@ -619,7 +690,7 @@ func (r *run) summary() Summary {
 	sec := t.now().Sub(r.start).Seconds()
 	s := Summary{
 		Rounds: r.rounds, WaitSeconds: r.waitSec, Configs: r.cfgID, Members: r.members, Owned: r.owned,
-		ModelHash: r.hash, Left: r.left,
+		ModelHash: r.hash, Left: r.left, Covered: r.covered, JoinSeconds: r.joinSec, ModelFetched: r.fetchedModel,
 	}
 	if r.core != nil {
 		s.Core = r.core.Stats()

@@ -118,6 +118,14 @@ func newModel(t testing.TB, dim uint64) *model.Model {
 // startPeers runs n trainers over one memLink and returns their results.
 func startPeers(t *testing.T, n int, mode train.Mode, gather train.Gather, replicas int) ([]Summary, []error) {
 	t.Helper()
+	return startPeersWith(t, n, mode, gather, replicas, nil)
+}
+
+// startPeersWith is startPeers with also, while the peers run, also(ctx,
+// link, initial members) on a goroutine of its own (ctx ends when they
+// are done).
+func startPeersWith(t *testing.T, n int, mode train.Mode, gather train.Gather, replicas int, also func(context.Context, *memLink, []train.Member)) ([]Summary, []error) {
+	t.Helper()
 	const dim = 500
 	ml := &memLink{peers: map[string]*Trainer{}}
 	names := make([]string, n)
@@ -149,7 +157,7 @@ func startPeers(t *testing.T, n int, mode train.Mode, gather train.Gather, repli
 	}
 	sums := make([]Summary, n)
 	errs := make([]error, n)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
 	defer cancel()
 	var wg sync.WaitGroup
 	for i, tr := range trainers {
@@ -164,6 +172,15 @@ func startPeers(t *testing.T, n int, mode train.Mode, gather train.Gather, repli
 			testSrc := func() (data.Source, error) { return &rowsSource{b: test}, nil }
 			sums[i], errs[i] = tr.Run(ctx, open, testSrc)
 		})
+	}
+	var side sync.WaitGroup
+	if also != nil {
+		sctx, stop := context.WithCancel(ctx)
+		side.Go(func() { also(sctx, ml, initial) })
+		wg.Wait()
+		stop()
+		side.Wait()
+		return sums, errs
 	}
 	wg.Wait()
 	return sums, errs
@@ -224,3 +241,6 @@ func TestPeersTrainTogether(t *testing.T) {
 		t.Errorf("sync ends with model %x gathering what it needs, %x with full read copies", a, b)
 	}
 }
+
+// runTimeout bounds a test run of peers.
+var runTimeout = 2 * time.Minute

@@ -34,6 +34,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 	"slices"
 	"sort"
 	"strings"
@@ -54,6 +55,9 @@ type Options struct {
 	Replicas  int
 	Shards    int
 	VNodes    int
+	// MaxLoadPercent is the ring's load bound (ring.Config); 0 means
+	// ring.DefaultConfig's.
+	MaxLoadPercent int
 	// Dim features; Rows per peer; Batch rows per round; Fields nonzeros
 	// per row; Epochs over each peer's rows.
 	Dim, Rows, Batch, Fields, Epochs int
@@ -64,7 +68,12 @@ type Options struct {
 	Record bool
 	// Encode sends every message through the wire codec (slower).
 	Encode bool
-	// Bytes counts the bytes each peer receives, as encoded on the wire.
+	// Parts, with Bytes, splits the training traffic into its parts
+	// (Result.Parts); it encodes every message three more times.
+	Parts bool
+	// Bytes counts the bytes each peer receives, as encoded on the wire
+	// (the wire codec's encoding, without the link's framing). Unless
+	// Encode is set too, the message delivered is the original's clone.
 	Bytes bool
 	// DumpAt, when > 0, logs every core's state at that tick (Record).
 	DumpAt int
@@ -99,8 +108,32 @@ type Result struct {
 	// Received bytes per peer (Options.Bytes), examples trained per peer.
 	Received map[string]int64
 	Examples map[string]int64
+	// TrainBytes and TrainMsgs are the bytes (Options.Bytes) and messages
+	// each peer received from others before its core reported the final
+	// round (EvFinal): the training traffic, without the final gather and
+	// the goodbyes that follow it.
+	TrainBytes map[string]int64
+	TrainMsgs  map[string]int64
+	// OpBytes and OpMsgs split the training traffic of all peers by
+	// message op ("push", "reply", "raft", …).
+	OpBytes map[string]int64
+	OpMsgs  map[string]int64
+	// Parts of the training traffic (Options.Parts).
+	Parts Parts
 	// Shards per member of the final configuration (primaries).
 	Owned map[string]int
+}
+
+// Parts splits encoded bytes by what they carry: per-message fields and
+// the wire header (Header), shard lists (Shards), float32 values and row
+// counts (Values: the message with its rows and wants numbered 0, 1, 2, …,
+// less the header) and what the real row numbers cost beyond that
+// (Index). LocalIndex is what Index would be with every row numbered
+// inside the message's shards (its rank in the shard list, then its slot
+// in the shard) instead of across the whole model: a projection, not what
+// is sent.
+type Parts struct {
+	Header, Shards, Index, Values, LocalIndex int64
 }
 
 // Failed reports whether the run found a violation.
@@ -151,6 +184,7 @@ type proc struct {
 	fetchID    uint64
 	fetched    *train.FetchResult
 	finished   bool
+	final      bool   // its core reported EvFinal
 	first      uint64 // first round
 	batches    map[uint64]bool
 	ledger     map[int]map[[2]uint64]bool
@@ -188,8 +222,12 @@ type sim struct {
 	anyLoss     bool
 	finalModel  *model.Model
 	codec       *wire.Codec
+	encBuf      []byte
+	layout      *model.Layout // Parts
 	maxStale    uint64
 	planted     []float64
+	at          []int32  // logregGrad's scratch
+	bits        []uint64 // batchKeys's scratch: one bit per row of the model
 }
 
 type scheduled struct {
@@ -206,6 +244,10 @@ func Run(o Options) Result {
 	s.res.Stats = map[string]train.Stats{}
 	s.res.Received = map[string]int64{}
 	s.res.Examples = map[string]int64{}
+	s.res.TrainBytes = map[string]int64{}
+	s.res.TrainMsgs = map[string]int64{}
+	s.res.OpBytes = map[string]int64{}
+	s.res.OpMsgs = map[string]int64{}
 	if o.Encode || o.Bytes {
 		lim := wire.DefaultLimits()
 		lim.MaxMessage = 64 << 20
@@ -214,6 +256,7 @@ func Run(o Options) Result {
 		s.codec = wire.NewCodec(wire.F32, wire.None, lim)
 	}
 	s.planted = make([]float64, o.Dim+1)
+	s.at = make([]int32, o.Dim+1)
 	for i := range s.planted {
 		s.planted[i] = (s.r.float()*2 - 1) * 2
 	}
@@ -281,6 +324,9 @@ func (s *sim) newModel() *model.Model {
 func (s *sim) place() train.PlaceFunc {
 	rc := ring.DefaultConfig()
 	rc.Shards, rc.Replicas, rc.VNodes = s.o.Shards, s.o.Replicas, s.o.VNodes
+	if s.o.MaxLoadPercent != 0 {
+		rc.MaxLoadPercent = s.o.MaxLoadPercent
+	}
 	return func(members []string) (train.Placement, error) { return ring.New(rc, members) }
 }
 
@@ -550,23 +596,40 @@ func (s *sim) send(from *proc, e train.Envelope) {
 	chaos := s.tick < f.Chaos
 	to := s.byPeer[e.To]
 	msg := e.Msg
+	size := 0
 	if s.codec != nil {
-		b, err := s.codec.AppendCore(nil, wire.Header{Job: "sim", Sender: from.peer}, msg)
+		b, err := s.codec.AppendCore(s.encBuf[:0], wire.Header{Job: "sim", Sender: from.peer}, msg)
 		if err != nil {
 			s.violate("%s encodes %s: %v", from.peer, msg.Op, err)
 			return
 		}
-		var m wire.Message
-		if err := s.codec.Decode(b, &m); err != nil {
-			s.violate("%s's %s does not decode: %v", from.peer, msg.Op, err)
-			return
-		}
-		msg = m.Core.Clone()
-		if s.o.Bytes && e.To != from.peer {
-			s.res.Received[e.To] += int64(len(b))
+		s.encBuf, size = b, len(b)
+		if s.o.Encode {
+			var m wire.Message
+			if err := s.codec.Decode(b, &m); err != nil {
+				s.violate("%s's %s does not decode: %v", from.peer, msg.Op, err)
+				return
+			}
+			msg = m.Core.Clone()
+		} else {
+			msg = msg.Clone()
 		}
 	} else {
 		msg = msg.Clone()
+	}
+	if e.To != from.peer {
+		if s.o.Bytes {
+			s.res.Received[e.To] += int64(size)
+		}
+		if to != nil && !to.final {
+			s.res.TrainBytes[e.To] += int64(size)
+			s.res.TrainMsgs[e.To]++
+			s.res.OpBytes[msg.Op.String()] += int64(size)
+			s.res.OpMsgs[msg.Op.String()]++
+			if s.o.Parts && s.o.Bytes {
+				s.parts(from.peer, msg, size)
+			}
+		}
 	}
 	if e.To == from.peer {
 		s.seq++
@@ -590,6 +653,87 @@ func (s *sim) send(from *proc, e train.Envelope) {
 		s.seq++
 		s.net = append(s.net, msgInFlight{from: from.peer, to: e.To, to2: to, msg: msg, at: s.tick + delay, seq: s.seq})
 	}
+}
+
+// parts adds msg's parts to Result.Parts (see Parts). It measures by
+// encoding variants of msg: without its shard list; also without rows,
+// wants and values (the header); with rows and wants numbered 0, 1, 2, …
+// (the values, and indices that cost almost nothing); and with rows
+// numbered inside the message's shards (the projection).
+func (s *sim) parts(from string, msg *wire.Core, size int) {
+	enc := func(m *wire.Core) int {
+		b, err := s.codec.AppendCore(s.encBuf[:0], wire.Header{Job: "sim", Sender: from}, m)
+		if err != nil {
+			s.violate("parts: %s encodes %s: %v", from, m.Op, err)
+			return size
+		}
+		s.encBuf = b
+		return len(b)
+	}
+	m := *msg
+	m.Shards = nil
+	noShards := enc(&m)
+	dense := func(n int) []uint32 {
+		out := make([]uint32, n)
+		for i := range out {
+			out[i] = uint32(i)
+		}
+		return out
+	}
+	m.Rows = model.Sparse{Idx: dense(len(msg.Rows.Idx)), Val: msg.Rows.Val}
+	m.Want = dense(len(msg.Want))
+	flat := enc(&m)
+	m.Rows, m.Want, m.Values = model.Sparse{}, nil, nil
+	bare := enc(&m)
+	p := &s.res.Parts
+	p.Header += int64(bare)
+	p.Shards += int64(size - noShards)
+	p.Values += int64(flat - bare)
+	p.Index += int64(noShards - flat)
+	// Number rows inside the message's shards: rank of the shard in the
+	// list, then the slot.
+	if s.layout == nil {
+		l := s.newModel().Layout
+		s.layout = &l
+	}
+	l := s.layout
+	rank := map[int]int{}
+	for i, sh := range msg.Shards {
+		rank[int(sh)] = i
+	}
+	local := func(keys []uint32) ([]uint32, bool) {
+		out := make([]uint32, len(keys))
+		for i, k := range keys {
+			r, ok := rank[l.Shard(k)]
+			if !ok {
+				return nil, false
+			}
+			out[i] = uint32(r*l.PerShard + l.Slot(k))
+		}
+		return out, true
+	}
+	idx, ok1 := local(msg.Rows.Idx)
+	want, ok2 := local(msg.Want)
+	if !ok1 || !ok2 {
+		p.LocalIndex += int64(noShards - flat)
+		return
+	}
+	w := max(1, msg.RowWidth)
+	order := make([]int, len(idx))
+	for i := range order {
+		order[i] = i
+	}
+	sort.Slice(order, func(a, b int) bool { return idx[order[a]] < idx[order[b]] })
+	m = *msg
+	m.Shards = nil
+	m.Rows = model.Sparse{Idx: make([]uint32, len(idx)), Val: make([]float32, 0, len(msg.Rows.Val))}
+	for i, j := range order {
+		m.Rows.Idx[i] = idx[j]
+		m.Rows.Val = append(m.Rows.Val, msg.Rows.Val[j*w:(j+1)*w]...)
+	}
+	slices.Sort(want)
+	m.Want = want
+	p.LocalIndex += int64(enc(&m) - flat)
 }
 
 // watchMsg logs a message about the watched shard (WatchShard).
@@ -711,19 +855,42 @@ func (s *sim) giveBatch(p *proc) bool {
 		p.core.EndOfData()
 		return false
 	}
-	var keys []uint32
-	n := 0
-	for n < s.o.Batch && p.pos < s.o.Rows*s.o.Epochs {
-		r := p.rows[p.pos%s.o.Rows]
-		keys = append(keys, r.keys...)
+	lo := p.pos
+	for p.pos-lo < s.o.Batch && p.pos < s.o.Rows*s.o.Epochs {
 		p.pos++
-		n++
 	}
-	keys = append(keys, uint32(s.o.Dim)) // the bias row
-	slices.Sort(keys)
-	keys = slices.Compact(keys)
-	p.core.Batch(keys, n)
+	n := p.pos - lo
+	var rows []row
+	for j := lo; j < p.pos; j++ {
+		rows = append(rows, p.rows[j%s.o.Rows])
+	}
+	p.core.Batch(s.batchKeys(rows), n)
 	return true
+}
+
+// batchKeys returns the distinct keys of rows and the bias row, ascending.
+func (s *sim) batchKeys(rows []row) []uint32 {
+	if s.bits == nil {
+		s.bits = make([]uint64, s.o.Dim/64+1)
+	}
+	n := 1
+	for _, r := range rows {
+		for _, k := range r.keys {
+			s.bits[k/64] |= 1 << (k % 64)
+		}
+		n += len(r.keys)
+	}
+	bias := uint32(s.o.Dim)
+	s.bits[bias/64] |= 1 << (bias % 64)
+	keys := make([]uint32, 0, n)
+	for i, w := range s.bits {
+		for w != 0 {
+			keys = append(keys, uint32(i*64+bits.TrailingZeros64(w)))
+			w &= w - 1
+		}
+		s.bits[i] = 0
+	}
+	return keys
 }
 
 // batchRows returns the rows of p's batch of round r (relative to its
@@ -742,17 +909,26 @@ func (s *sim) batchRows(p *proc, i uint64) []row {
 // working set, as sgd does: per row, float64 sums in example order.
 func (s *sim) gradient(p *proc, req *train.ComputeReq) ([]float32, float64) {
 	rows := s.batchRows(p, req.Round-p.core.FirstRound())
-	return logregGrad(rows, req.Keys, req.Weights, uint32(s.o.Dim))
+	return logregGrad(rows, req.Keys, req.Weights, uint32(s.o.Dim), s.at)
 }
 
 // logregGrad is the summed gradient of rows at weights (one per key).
-func logregGrad(rows []row, keys []uint32, w []float32, bias uint32) ([]float32, float64) {
+// at is scratch of Dim+1 entries, all 0, left so: the position+1 of each key.
+func logregGrad(rows []row, keys []uint32, w []float32, bias uint32, at []int32) ([]float32, float64) {
+	for i, k := range keys {
+		at[k] = int32(i + 1)
+	}
+	defer func() {
+		for _, k := range keys {
+			at[k] = 0
+		}
+	}()
 	pos := func(k uint32) int {
-		i, ok := slices.BinarySearch(keys, k)
-		if !ok {
+		i := at[k]
+		if i == 0 {
 			panic(fmt.Sprintf("sim: row %d not in the batch's keys", k))
 		}
-		return i
+		return int(i - 1)
 	}
 	bi := pos(bias)
 	sum := make([]float64, len(keys))
@@ -796,6 +972,7 @@ func (s *sim) onEvent(p *proc, e train.Event) {
 		s.logf("%s/%x applies configuration %d: start %d members %v crashed %v left %v %s", p.peer, p.member&0xffff, e.Config, e.Start, e.Members, e.Crashed, e.Left, e.Text)
 	case train.EvFinal:
 		s.logf("%s/%x final", p.peer, p.member&0xffff)
+		p.final = true
 		p.finalPrims = p.core.Primaries()
 		p.fetchID = 1
 		p.core.Fetch(1, nil, true)
@@ -1083,18 +1260,12 @@ func (s *sim) reference() {
 			if len(rows) == 0 {
 				continue
 			}
-			var keys []uint32
-			for _, rw := range rows {
-				keys = append(keys, rw.keys...)
-			}
-			keys = append(keys, uint32(o.Dim))
-			slices.Sort(keys)
-			keys = slices.Compact(keys)
+			keys := s.batchKeys(rows)
 			w := make([]float32, len(keys))
 			for i, k := range keys {
 				w[i] = m.Row(k)[0]
 			}
-			g, _ := logregGrad(rows, keys, w, uint32(o.Dim))
+			g, _ := logregGrad(rows, keys, w, uint32(o.Dim), s.at)
 			part := model.Sparse{Idx: keys, Val: g}
 			addSparse(&tmp, &sum, &part)
 			sum, tmp = tmp, sum
