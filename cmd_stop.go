@@ -22,9 +22,9 @@ import (
 
 	"github.com/gossiptrain/gossiptrain/model"
 	"github.com/gossiptrain/gossiptrain/node"
+	"github.com/gossiptrain/gossiptrain/node/trainer"
 	"github.com/gossiptrain/gossiptrain/peerlog"
 	"github.com/gossiptrain/gossiptrain/report"
-	"github.com/gossiptrain/gossiptrain/sgd"
 )
 
 // stopHelp is the paragraph of train's help on stopping a peer of a job.
@@ -94,7 +94,7 @@ const (
 // remains of runErr: nil when the stop was asked for.
 func partialRun(ctx context.Context, runErr error) (why string, err error) {
 	switch {
-	case errors.Is(runErr, sgd.ErrLeft):
+	case errors.Is(runErr, trainer.ErrLeft):
 		return stopLeft, nil
 	case runErr != nil && stoppedAtOnce(ctx):
 		if errors.Is(context.Cause(ctx), errStopNow) {

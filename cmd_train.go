@@ -162,7 +162,7 @@ func (r *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&r.report, "report", "", "write a JSON-lines run report to `FILE` (one line per evaluation and a final summary)")
 	fs.StringVar(&r.save, "save", "", "save the trained model to `FILE` (read it back with 'gossiptrain eval')")
 	fs.DurationVar(&r.progressEvery, "progress-every", 5*time.Second, "log a progress line this often (0 turns it off)")
-	fs.IntVar(&r.threads, "threads", runtime.GOMAXPROCS(0), "`cores` to train on: each batch's gradient and update are split over this many goroutines while\nthe next batches are read and prepared on others, and the process runs on at most this many CPUs at\na time (GOMAXPROCS). The default is the CPUs this process may use (a cgroup CPU limit\nincluded). Any value trains the same model, bit for bit. Training alone only, for now")
+	fs.IntVar(&r.threads, "threads", runtime.GOMAXPROCS(0), "`cores` to train on: each batch's gradient and update are split over this many goroutines while\nthe next batches are read and prepared on others, and the process runs on at most this many CPUs at\na time (GOMAXPROCS). The default is the CPUs this process may use (a cgroup CPU limit\nincluded). Any value trains the same model, bit for bit, alone or as a peer of a cluster")
 }
 
 // Epoch defaults: standalone train with --epochs auto runs until the
@@ -250,9 +250,12 @@ an error naming the file, line and token, unless --skip-bad-lines is given.
 With --job, train runs as one peer of a cluster (no master): it finds the other
 peers of the job (--peer, --mdns, --dht), trains on its own --train data, owns
 the model shards the consistent-hash ring gives it, and exchanges gradients and
-parameters with the others over libp2p gossipsub, in --mode sync, ssp or async.
-Peers may join mid-run; SIGTERM (Ctrl-C) hands this peer's shards over and
-leaves; a crashed peer's shards are taken over after --dead-after.`
+values with the owners over direct libp2p streams, in --mode sync, ssp or async.
+With --gather need (the default) a worker fetches only the rows its next batch
+touches, so per-peer traffic stays flat as peers are added. The peers agree on
+who is in the run with raft (no master); peers may join mid-run; SIGTERM
+(Ctrl-C) hands this peer's shards over and leaves; a crashed peer's shards are
+taken over from their replicas (--replicas 2) after --dead-after.`
 	c.help += stopHelp // cmd_stop.go
 	c.example = `  gossiptrain gen --out data --rows 1000000 --test-rows 100000
   gossiptrain train --train 'data/train*.svm' --test data/test.svm --dim 16777216 \
@@ -264,7 +267,7 @@ leaves; a crashed peer's shards are taken over after --dead-after.`
   gossiptrain train --job ctr1 --listen /ip4/0.0.0.0/tcp/4001 --min-peers 4 \
       --peer /ip4/10.0.0.5/tcp/4001/p2p/12D3Koo... --identity ~/.gossiptrain/key \
       --train data/part-2.svm --test data/test.svm --dim 16777216 \
-      --mode sync --checkpoint-dir ckpt --checkpoint-every 30s --report run.jsonl`
+      --mode sync --gather need --threads 8 --report run.jsonl`
 	c.run = func(c *command, args []string) error {
 		if len(args) > 0 {
 			return fmt.Errorf("%w: unexpected argument %q (flags start with --)", errUsage, args[0])
@@ -282,9 +285,6 @@ leaves; a crashed peer's shards are taken over after --dead-after.`
 		}
 		if r.threads < 1 {
 			return usageErr("threads", "want at least 1, got %d", r.threads)
-		}
-		if c.set("threads") && tf.distributed(c) {
-			return usageErr("threads", "not implemented for a peer of a cluster (--job) yet: it computes on one core; --threads is for training alone")
 		}
 		job, err := prepareTraining(c, d, m, r, log)
 		if err != nil {

@@ -8,8 +8,7 @@ import (
 
 	"github.com/gossiptrain/gossiptrain/data"
 	"github.com/gossiptrain/gossiptrain/gossip/wire"
-	"github.com/gossiptrain/gossiptrain/node/ring"
-	"github.com/gossiptrain/gossiptrain/sgd"
+	"github.com/gossiptrain/gossiptrain/node/train"
 )
 
 // Checks train makes before it reads any data, so a typo fails in a second
@@ -17,36 +16,36 @@ import (
 
 // distSettings are the distributed flags, parsed.
 type distSettings struct {
-	mode     sgd.Mode
-	values   wire.Values
-	compress wire.Compress
+	mode      train.Mode
+	staleness int
+	gather    train.Gather
+	values    wire.Values
 }
 
 // checkDistFlags validates the distributed-training flags exactly as a
 // distributed run needs them, whether or not this run is distributed: a
 // standalone train rejects --mode foo as train --job does (the flags would
 // otherwise be silently ignored, and the same command line with --job
-// added would fail only then). It checks the values, the distributed loop's
-// settings (sgd.DistConfig.Validate), the peer flags (node.Config.Validate,
-// with a stand-in job name when --job is not given) and --progress-every.
-// It creates nothing; checkOutputs checks --checkpoint-dir.
+// added would fail only then). It checks the values, the peer flags
+// (node.Config.Validate, with a stand-in job name when --job is not given)
+// and --progress-every. It creates nothing; checkOutputs checks
+// --checkpoint-dir.
 func checkDistFlags(tf *trainFlags) (distSettings, error) {
 	var s distSettings
 	var err error
 	d := &tf.dist
-	if s.mode, err = sgd.ParseMode(d.mode); err != nil {
+	if s.mode, err = train.ParseMode(d.mode); err != nil {
 		return s, usageErr("mode", "%q: want sync, ssp or async", d.mode)
+	}
+	if s.mode == train.SSP && d.staleness < 1 {
+		return s, usageErr("staleness", "ssp needs at least 1 round (0 is --mode sync), got %d", d.staleness)
+	}
+	s.staleness = d.staleness
+	if s.gather, err = train.ParseGather(d.gather); err != nil {
+		return s, usageErr("gather", "%q: want need or full", d.gather)
 	}
 	if s.values, err = wire.ParseValues(d.values); err != nil {
 		return s, usageErr("values", "%v", err)
-	}
-	if s.compress, err = wire.ParseCompress(d.compress); err != nil {
-		return s, usageErr("compress", "%v", err)
-	}
-	for _, t := range []struct{ name, v string }{{"grad-transport", d.gradTransport}, {"params-transport", d.paramsTransport}} {
-		if t.v != "pubsub" && t.v != "stream" {
-			return s, usageErr(t.name, "%q: want pubsub or stream", t.v)
-		}
 	}
 	if d.reportRounds < 1 {
 		return s, usageErr("report-rounds", "want at least 1, got %d", d.reportRounds)
@@ -60,15 +59,8 @@ func checkDistFlags(tf *trainFlags) (distSettings, error) {
 	if tf.r.progressEvery < 0 {
 		return s, usageErr("progress-every", "must not be negative (0 turns progress lines off), got %v", tf.r.progressEvery)
 	}
-	// The distributed loop's own limits, with a stand-in peer set.
-	dc := sgd.DefaultDistConfig()
-	dc.Batch, dc.Epochs = max(tf.r.batch, 1), max(tf.r.epochs, 1)
-	dc.Mode, dc.Staleness, dc.Window, dc.Flush, dc.StallAfter = s.mode, d.staleness, d.window, d.flush, d.stallAfter
-	dc.HandoffTimeout = d.handoffTimeout
-	dc.Self, dc.Peers = "check", []string{"check"}
-	dc.RingFor = func([]string) (*ring.Ring, error) { return nil, nil }
-	if err := dc.Validate(); err != nil {
-		return s, distConfigFlag(s.mode, d, err)
+	if d.waitTimeout < 0 {
+		return s, usageErr("wait-timeout", "%v: want 0 (wait for ever) or a positive duration", d.waitTimeout)
 	}
 	p := tf.p
 	if p.job == "" {
@@ -78,23 +70,6 @@ func checkDistFlags(tf *trainFlags) (distSettings, error) {
 		return s, err
 	}
 	return s, nil
-}
-
-// distConfigFlag names the flag behind a DistConfig error.
-func distConfigFlag(mode sgd.Mode, d *distFlags, err error) error {
-	switch {
-	case mode == sgd.SSP && d.staleness < 1:
-		return usageErr("staleness", "ssp needs at least 1 round (0 is --mode sync), got %d", d.staleness)
-	case mode != sgd.Sync && d.window < 1:
-		return usageErr("window", "want at least 1 round, got %d", d.window)
-	case mode != sgd.Sync && d.flush <= 0:
-		return usageErr("flush", "want a positive interval, got %v", d.flush)
-	case d.stallAfter <= 0:
-		return usageErr("stall-after", "want a positive interval, got %v", d.stallAfter)
-	case d.handoffTimeout <= 0:
-		return usageErr("handoff-timeout", "want a positive interval, got %v", d.handoffTimeout)
-	}
-	return fmt.Errorf("%w: %v", errUsage, err)
 }
 
 // checkOutputs checks, before any data is read, that train will be able to

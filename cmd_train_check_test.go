@@ -34,11 +34,10 @@ func TestTrainFailsFastNamingTheFlag(t *testing.T) {
 	}{
 		{[]string{"--mode", "foo"}, `--mode: "foo": want sync, ssp or async`},
 		{[]string{"--values", "f8"}, "--values: "},
-		{[]string{"--compress", "lz4"}, "--compress: "},
+		{[]string{"--gather", "some"}, `--gather: "some": want need or full`},
 		{[]string{"--topology", "star"}, "--topology: "},
 		{[]string{"--replicas", "0"}, "--replicas: "},
 		{[]string{"--progress-every", "-1s"}, "--progress-every: must not be negative"},
-		{[]string{"--grad-transport", "carrier-pigeon"}, "--grad-transport: "},
 		{[]string{"--mode", "ssp", "--staleness", "0"}, "--staleness: "},
 		{[]string{"--checkpoint-every", "1m"}, "--checkpoint-dir: required with --checkpoint-every"},
 		{[]string{"--checkpoint-dir", filepath.Join(file, "ckpt")}, "--checkpoint-dir: "},

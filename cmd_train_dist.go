@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"sync"
 	"syscall"
 	"time"
 
@@ -20,7 +21,10 @@ import (
 	"github.com/gossiptrain/gossiptrain/metrics"
 	"github.com/gossiptrain/gossiptrain/model"
 	"github.com/gossiptrain/gossiptrain/node"
+	"github.com/gossiptrain/gossiptrain/node/membership"
 	"github.com/gossiptrain/gossiptrain/node/ring"
+	"github.com/gossiptrain/gossiptrain/node/train"
+	"github.com/gossiptrain/gossiptrain/node/trainer"
 	"github.com/gossiptrain/gossiptrain/peerlog"
 	"github.com/gossiptrain/gossiptrain/report"
 	"github.com/gossiptrain/gossiptrain/sgd"
@@ -31,37 +35,25 @@ import (
 type distFlags struct {
 	mode            string
 	staleness       int
-	window          int
-	flush           time.Duration
-	stallAfter      time.Duration
-	compress        string
-	gradTransport   string
-	paramsTransport string
+	gather          string
 	values          string
 	reportRounds    int
 	checkpointDir   string
 	checkpointEvery time.Duration
 	resume          bool
-	handoffTimeout  time.Duration
 	waitTimeout     time.Duration
 }
 
 func (f *distFlags) register(fs *flag.FlagSet) {
-	def := sgd.DefaultDistConfig()
+	def := train.DefaultConfig()
 	fs.StringVar(&f.mode, "mode", "sync", "how rounds synchronise: sync (a barrier per round: every peer's gradients are in before\nanyone moves on; bit-identical on every peer), ssp (a worker may run --staleness rounds ahead\nof the slowest), or async (workers never wait for each other; owners apply on arrival)")
 	fs.IntVar(&f.staleness, "staleness", def.Staleness, "ssp: `rounds` a worker may run ahead of the slowest worker's applied contributions")
-	fs.IntVar(&f.window, "window", def.Window, "ssp and async flow control: at most this many `rounds` in flight that an owner has not yet\nacknowledged (gossipsub drops silently when its queues overflow)")
-	fs.DurationVar(&f.flush, "flush", def.Flush, "ssp and async: how often an owner publishes the values it changed")
-	fs.DurationVar(&f.stallAfter, "stall-after", def.StallAfter, "longest wait at a barrier before asking late peers to resend (sooner once typical waits are known)")
-	fs.StringVar(&f.compress, "compress", "none", "compressor for gradient and parameter messages: none, zstd or s2 (the encoding already packs\nindices and values; a compressor is used only when it makes a message smaller)")
-	fs.StringVar(&f.gradTransport, "grad-transport", "pubsub", "how gradients reach their owner: pubsub (gossipsub, routed straight to the owner) or\nstream (a direct libp2p stream per message; sequenced, authenticated and repaired the same\nway); --params-transport chooses for params")
-	fs.StringVar(&f.paramsTransport, "params-transport", "pubsub", "how owners' new values reach every peer: pubsub (gossipsub, one message per receiver's topic)\nor stream (a direct libp2p stream per receiver and message)")
+	fs.StringVar(&f.gather, "gather", def.Gather.String(), "where a worker gets the values it computes with: need (it asks the owners for exactly the\nrows its next batch touches, piggybacked on its gradient; traffic and work per example stay\nflat as peers are added, and a peer holds only its shards and a batch's rows) or full (every\npeer keeps a read copy of the whole model and owners send every changed row to everyone:\nfewer bytes with 2-3 peers and small models, more with many)")
 	fs.StringVar(&f.values, "values", "f32", "gradient value format: f32, f16 or i8 (lossy formats keep the rounding error on the sender\nand add it to the next gradient; parameters always travel as f32)")
 	fs.IntVar(&f.reportRounds, "report-rounds", 1, "write a round line to --report every `N` rounds")
-	fs.StringVar(&f.checkpointDir, "checkpoint-dir", "", "write checkpoints under `DIR`/<peer ID>/ (the full weights and this peer's shards' optimizer\nstate, written atomically; the previous checkpoint stays if a write fails)")
-	fs.DurationVar(&f.checkpointEvery, "checkpoint-every", 0, "checkpoint this often (the coordinator picks a round every peer writes at; 0: never)")
-	fs.BoolVar(&f.resume, "resume", false, "restart a whole job from the newest checkpoint every peer has in --checkpoint-dir (each peer\nreads its own files); training continues from that round and data position")
-	fs.DurationVar(&f.handoffTimeout, "handoff-timeout", def.HandoffTimeout, "longest wait for a shard's previous owner to hand it over; after it the shard starts\nfrom the read copy with fresh optimizer state")
+	fs.StringVar(&f.checkpointDir, "checkpoint-dir", "", "where checkpoints would go, under `DIR`/<peer ID>/. Not implemented yet: the protocol core\nwrites no checkpoints, so --checkpoint-every and --resume are refused with --job (a crashed\npeer's shards survive on their replicas: --replicas 2)")
+	fs.DurationVar(&f.checkpointEvery, "checkpoint-every", 0, "checkpoint this often (0: never). Not implemented yet (see --checkpoint-dir)")
+	fs.BoolVar(&f.resume, "resume", false, "continue from the newest checkpoint in --checkpoint-dir. Not implemented yet (see --checkpoint-dir)")
 	registerWaitFlag(fs, &f.waitTimeout)
 }
 
@@ -73,11 +65,11 @@ func (tf *trainFlags) distributed(c *command) bool {
 // ringFor returns the ring builder of the topology: consistent hashing
 // over the workers, or every shard on the master (the smallest worker if
 // the master is gone).
-func ringFor(ncfg node.Config, master string, shards int) func([]string) (*ring.Ring, error) {
+func ringFor(ncfg node.Config, master string, shards int) train.PlaceFunc {
 	rcfg := ring.DefaultConfig()
 	rcfg.VNodes, rcfg.Shards, rcfg.Replicas = ncfg.VNodes, shards, ncfg.Replicas
 	rcfg.MaxLoadPercent = ncfg.MaxLoadPercent
-	return func(members []string) (*ring.Ring, error) {
+	return func(members []string) (train.Placement, error) {
 		if ncfg.Topology == node.TopologyMaster {
 			m := master
 			if !slices.Contains(members, m) {
@@ -90,54 +82,34 @@ func ringFor(ncfg node.Config, master string, shards int) func([]string) (*ring.
 }
 
 // runDistributed trains as one peer of a cluster: it joins, waits for
-// --min-peers and an agreed member set, and runs the distributed loop,
-// which forms the first configuration with the others or joins the run
-// under way. The first SIGINT/SIGTERM leaves gracefully (shards handed
-// over); a second one stops at once, as peerlog.StopSignal does from the
-// start (cmd_stop.go).
+// --min-peers and an agreed member set, finds out whether a run is under
+// way (node/trainer's start probes), and runs the protocol core
+// (node/train) through its driver (node/trainer) over the core link
+// (gossip.CoreLink). The first SIGINT/SIGTERM leaves gracefully (shards
+// handed over); a second one stops at once, as peerlog.StopSignal does from
+// the start (cmd_stop.go).
 func (j *trainJob) runDistributed(tf *trainFlags) error {
 	log := j.log
 	if tf.p.job == "" {
 		return usageErr("job", "required for a distributed run: peers join only peers of the same job")
 	}
-	mode, err := sgd.ParseMode(tf.dist.mode)
+	ds, err := checkDistFlags(tf)
 	if err != nil {
-		return usageErr("mode", "%q: want sync, ssp or async", tf.dist.mode)
+		return err
 	}
-	values, err := wire.ParseValues(tf.dist.values)
-	if err != nil {
-		return usageErr("values", "%v", err)
-	}
-	if tf.dist.gradTransport != "pubsub" && tf.dist.gradTransport != "stream" {
-		return usageErr("grad-transport", "%q: want pubsub or stream", tf.dist.gradTransport)
-	}
-	if tf.dist.paramsTransport != "pubsub" && tf.dist.paramsTransport != "stream" {
-		return usageErr("params-transport", "%q: want pubsub or stream", tf.dist.paramsTransport)
-	}
-	compress, err := wire.ParseCompress(tf.dist.compress)
-	if err != nil {
-		return usageErr("compress", "%v", err)
-	}
-	if tf.dist.reportRounds < 1 {
-		return usageErr("report-rounds", "want at least 1")
-	}
-	if (tf.dist.checkpointEvery > 0 || tf.dist.resume) && tf.dist.checkpointDir == "" {
-		return usageErr("checkpoint-dir", "required with --checkpoint-every and --resume")
-	}
-	if tf.dist.checkpointDir != "" {
-		if err := os.MkdirAll(tf.dist.checkpointDir, 0o755); err != nil {
-			return usageErr("checkpoint-dir", "%v", err)
+	if tf.dist.checkpointEvery > 0 || tf.dist.resume {
+		flag := "checkpoint-every"
+		if tf.dist.resume {
+			flag = "resume"
 		}
+		return usageErr(flag, "not implemented yet for a peer of a cluster: the protocol core (node/train) does not write checkpoints yet (issue 10); a crashed peer's shards survive on their replicas (--replicas 2)")
 	}
 	ncfg, err := tf.p.config()
 	if err != nil {
 		return err
 	}
 	ncfg.Shards = j.model.Layout.Shards
-	ncfg.Spec = jobSpec(j.model, mode, tf.m.initSeed) // a peer of the job that differs is refused at connect
-	if tf.dist.waitTimeout < 0 {
-		return usageErr("wait-timeout", "%v: want 0 (wait for ever) or a positive duration", tf.dist.waitTimeout)
-	}
+	ncfg.Spec = jobSpec(j.model, ds, tf.m.initSeed) // a peer of the job that differs is refused at connect
 	mt, closeMetrics, err := tf.mf.start(log)
 	if err != nil {
 		return err
@@ -162,6 +134,7 @@ func (j *trainJob) runDistributed(tf *trainFlags) error {
 
 	log.Info().Int("min_peers", ncfg.MinPeers).Msg(peerlog.Waiting)
 	startCtx, stopStart := context.WithCancel(ctx)
+	defer stopStart()
 	go func() {
 		select {
 		case <-sigs:
@@ -178,22 +151,31 @@ func (j *trainJob) runDistributed(tf *trainFlags) error {
 		}
 	}
 	st, err := waitForCluster(startCtx, n, ncfg.MinPeers, boot, tf.dist.waitTimeout, j.r.progressEvery, log)
-	stopStart()
 	if err != nil {
 		return err
 	}
-	log.Info().Uint64("epoch", st.View.Epoch).Int("members", len(st.View.Members)).Str("topology", string(ncfg.Topology)).Msg(peerlog.Training)
+	inc := incarnationOf(st.View, self)
+	memberID := train.MemberID(self, inc)
 
 	tr, err := p2p.New(n.Host(), n.PubSub(), p2pConfig(n, j.model))
 	if err != nil {
 		return err
 	}
 	defer tr.Close()
-
-	dcfg := sgd.DefaultDistConfig()
-	dcfg.Batch, dcfg.Epochs, dcfg.EvalEvery = j.r.batch, j.r.epochs, j.r.evalEvery
-	dcfg.Mode, dcfg.Staleness, dcfg.Window, dcfg.Flush, dcfg.StallAfter = mode, tf.dist.staleness, tf.dist.window, tf.dist.flush, tf.dist.stallAfter
-	dcfg.Self, dcfg.Peers = self, st.View.Members
+	starter := trainer.NewStarter(tr, ncfg.Job, self, memberID, log)
+	entry, err := starter.Enter(startCtx, func() trainer.View {
+		v := n.View()
+		return trainer.View{Peers: v.Members, Incarnations: v.Incarnations}
+	}, ncfg.MinPeers, 250*time.Millisecond)
+	stopStart()
+	if err != nil {
+		if cause := context.Cause(ctx); cause != nil {
+			return cause
+		}
+		return err
+	}
+	log.Info().Uint64("epoch", st.View.Epoch).Int("members", len(st.View.Members)).Str("topology", string(ncfg.Topology)).
+		Bool("joining", entry.Contact != "").Msg(peerlog.Training)
 	if j.l2Rows > 0 && len(st.View.Members) > 1 {
 		// --l2 auto is 1/N for the job's N rows; this peer counted its own
 		// files only. Assume the others hold as many; a user with uneven
@@ -202,26 +184,44 @@ func (j *trainJob) runDistributed(tf *trainFlags) error {
 		log.Info().Float64("l2", j.model.Opt.L2).Int64("rows_here", j.l2Rows).Int("peers", len(st.View.Members)).
 			Msg("--l2 auto: 1/(rows here x peers), assuming every peer has as many rows (give --l2 if not)")
 	}
-	dcfg.RingFor = ringFor(ncfg, n.Master(), j.model.Layout.Shards)
-	dcfg.Checkpoint = sgd.CheckpointConfig{Dir: tf.dist.checkpointDir, Every: tf.dist.checkpointEvery, Resume: tf.dist.resume}
-	dcfg.HandoffTimeout = tf.dist.handoffTimeout
-	dcfg.LastHeard = n.LastHeard
-	dcfg.Log = log
-	if err := dcfg.Validate(); err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
+
+	lim := wire.DefaultLimits()
+	lim.Features = j.model.Layout.Features
+	lim.MaxWidth = max(lim.MaxWidth, j.model.Layout.Width) // wide softmax or mlp rows
+	tcfg := trainer.DefaultConfig()
+	core := &tcfg.Core
+	core.Self, core.ID, core.Mode, core.Gather, core.Model = self, memberID, ds.mode, ds.gather, j.model
+	if ds.mode == train.SSP {
+		core.Staleness = tf.dist.staleness
 	}
+	core.Place = ringFor(ncfg, n.Master(), j.model.Layout.Shards)
+	core.Initial, core.Contact = entry.Initial, entry.Contact
+	core.Seed = memberID
+	core.Limits = lim
+	if j.model.Kind == model.MLP {
+		// A shard lost with every holder restarts from the MLP's initial
+		// weights (a linear model's are zeros).
+		pristine := j.model.Clone()
+		var rows model.Sparse
+		core.InitShard = func(m *model.Model, s int) {
+			pristine.ExportRows(s, false, &rows)
+			_ = m.ImportRows(s, false, &rows)
+		}
+	}
+	tcfg.Batch, tcfg.Epochs, tcfg.EvalEvery, tcfg.Threads = j.r.batch, j.r.epochs, j.r.evalEvery, j.r.threads
+	tcfg.FetchModel = j.r.save != ""
+	tcfg.Log = log
 
 	rep, err := j.openReport(self)
 	if err != nil {
 		return err
 	}
 	defer rep.Close()
-	mt.SetInfo(metrics.Info{PeerID: self, Job: ncfg.Job, Topology: string(ncfg.Topology), Mode: mode.String(), Version: version})
+	mt.SetInfo(metrics.Info{PeerID: self, Job: ncfg.Job, Topology: string(ncfg.Topology), Mode: ds.mode.String(), Version: version})
 	dash := n.Dashboard() // the status server's page: fed from the same hooks
-	dash.SetInfo(metrics.Info{Mode: mode.String(), Version: version})
+	dash.SetInfo(metrics.Info{Mode: ds.mode.String(), Version: version})
 	sampler := report.NewSampler()
-	var x *gossip.Exchange
-	var hooks sgd.DistHooks
+	var hooks trainer.Hooks
 	prog := j.progressHook()
 	hooks.Progress = func(p sgd.Progress) {
 		prog.fn(p)
@@ -234,19 +234,19 @@ func (j *trainJob) runDistributed(tf *trainFlags) error {
 		mt.Eval(ef)
 		dash.Eval(ef)
 	}
-	hooks.Round = func(p sgd.RoundPoint) {
+	hooks.Round = func(p trainer.RoundPoint) {
 		in, out := n.Bandwidth()
-		rf := metrics.RoundFigures{Rounds: p.Clock + 1, Examples: p.Examples, WaitSeconds: p.WaitSeconds, Staleness: p.Staleness, BytesSent: out, BytesRecv: in}
+		rf := metrics.RoundFigures{Rounds: p.Round + 1, Examples: p.Examples, WaitSeconds: p.WaitSeconds, Staleness: p.Staleness, BytesSent: out, BytesRecv: in}
 		mt.Round(rf)
 		dash.Round(rf)
-		if p.Clock%int64(tf.dist.reportRounds) != 0 || rep == nil {
+		if p.Round%int64(tf.dist.reportRounds) != 0 || rep == nil {
 			return
 		}
-		rep.Write(report.Round{Type: report.TypeRound, PeerID: self, Clock: p.Clock, Examples: p.Examples, Seconds: p.Seconds,
-			BytesSent: out, BytesRecv: in, WaitSeconds: p.WaitSeconds, Workers: p.Applied, Live: p.Live,
+		rep.Write(report.Round{Type: report.TypeRound, PeerID: self, Clock: p.Round, Examples: p.Examples, Seconds: p.Seconds,
+			BytesSent: out, BytesRecv: in, WaitSeconds: p.WaitSeconds, Live: p.Members,
 			Epoch: p.Config, Owned: p.Owned, Staleness: p.Staleness, Resources: sampler.Sample()})
 	}
-	hooks.Change = func(c sgd.ChangePoint) {
+	hooks.Change = func(c trainer.ChangePoint) {
 		log.Info().Uint64("config", c.Config).Uint64("start_round", c.Start).Int("workers", len(c.Members)).
 			Strs("joined", shortIDs(c.Joined)).Strs("left", shortIDs(c.Left)).Strs("crashed", shortIDs(c.Crashed)).
 			Int("owned_shards", c.Owned).Msg("training configuration")
@@ -256,86 +256,86 @@ func (j *trainJob) runDistributed(tf *trainFlags) error {
 		rep.Write(report.Change{Type: report.TypeChange, PeerID: self, Config: c.Config, Start: c.Start, Members: c.Members,
 			Joined: c.Joined, Left: c.Left, Crashed: c.Crashed, Owned: c.Owned})
 	}
+	hooks.Event = func(e train.Event) { logCoreEvent(log, e) }
 
-	gcfg := gossip.DefaultConfig()
-	gcfg.Job, gcfg.Width = ncfg.Job, j.model.Layout.Width
-	gcfg.Wire.Values, gcfg.Wire.Compress = values, compress
-	gcfg.Wire.Limits.Features = j.model.Layout.Features
-	gcfg.Wire.Limits.MaxWidth = max(gcfg.Wire.Limits.MaxWidth, j.model.Layout.Width) // wide softmax or mlp rows
-	gcfg.Wire.Limits.MaxMessage = min(gcfg.Wire.Limits.MaxMessage, n.MaxPayload())
-	gcfg.GradStreams = tf.dist.gradTransport == "stream"
-	gcfg.ParamsStreams = tf.dist.paramsTransport == "stream"
-	gcfg.Log = log
-	gcfg.Penalize = n.Penalize // rejected stream pushes count against the sender, as gossipsub's score does
+	lnk := &lateLink{}
+	trn, err := trainer.New(tcfg, hooks, lnk)
+	if err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	lcfg := gossip.DefaultCoreLinkConfig()
+	lcfg.Job, lcfg.Limits, lcfg.Values, lcfg.Log = ncfg.Job, lim, ds.values, log
+	link, err := gossip.NewCoreLink(tr, lcfg, trn.Deliver)
+	if err != nil {
+		return err
+	}
+	defer link.Close()
+	lnk.set(link)
+	starter.Running()
 
-	// Run, and join again if a partition's majority removed this peer.
-	var sum sgd.DistSummary
-	var stopped string // why the run stopped before its end ("": it did not)
-	for attempt := 0; ; attempt++ {
-		d, err := sgd.NewDist(j.model, dcfg, hooks)
-		if err != nil {
-			return err
-		}
-		if x, err = gossip.New(tr, gcfg, d.Handlers()); err != nil {
-			return err
-		}
-		runDone := make(chan struct{})
-		go followMembers(n, d, runDone)
-		go func() {
+	runDone := make(chan struct{})
+	go followMembers(n, trn, runDone)
+	go func() {
+		select {
+		case <-sigs:
+			log.Info().Msg("leaving gracefully: handing shards over (interrupt again to stop at once)")
+			trn.Leave()
 			select {
 			case <-sigs:
-				log.Info().Msg("leaving gracefully: handing shards over (interrupt again to stop at once)")
-				d.Leave()
-				select {
-				case <-sigs:
-					cancel(context.Canceled)
-				case <-runDone:
-				}
+				cancel(context.Canceled)
 			case <-runDone:
 			}
-		}()
-		go func() {
-			t := time.NewTicker(time.Second)
-			defer t.Stop()
-			for {
-				select {
-				case <-runDone:
-					return
-				case <-t.C:
-					xs := x.Stats()
-					t := metrics.Totals{Repaired: xs.Repaired, PubsubDropped: n.PubSubCounters().Dropped(), Rejected: x.Rejected().Map()}
-					mt.Totals(t)
-					dash.Totals(t)
-				}
-			}
-		}()
-		open := func(epoch int) (data.Source, error) {
-			s, err := j.openTrain(epoch)
-			prog.track(s)
-			return s, err
+		case <-runDone:
 		}
-		sum, err = d.Run(ctx, x, tr, open, j.openTest())
-		close(runDone)
-		if errors.Is(err, sgd.ErrRemoved) && attempt < 3 {
-			x.Close()
-			log.Warn().Msg("this peer was removed while partitioned away: joining the run again")
-			continue
-		}
-		if errors.Is(err, sgd.ErrLeft) {
-			log.Info().Int64("examples", sum.Examples).Int64("rounds", sum.Rounds).Msg("left the job; the others train on")
-		}
-		if stopped, err = partialRun(ctx, err); err != nil {
-			x.Close()
-			if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
-				return cause
-			}
-			return err
-		}
-		break
+	}()
+	totals := func() metrics.Totals {
+		return metrics.Totals{PubsubDropped: n.PubSubCounters().Dropped(), Rejected: link.Stats().Rejected.Map()}
 	}
-	defer x.Close()
+	go func() {
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-runDone:
+				return
+			case <-t.C:
+				tt := totals()
+				mt.Totals(tt)
+				dash.Totals(tt)
+			}
+		}
+	}()
+	open := func(epoch int) (data.Source, error) {
+		s, err := j.openTrain(epoch)
+		prog.track(s)
+		return s, err
+	}
+	sum, err := trn.Run(ctx, open, j.openTest())
+	close(runDone)
+	if !stoppedAtOnce(ctx) {
+		// The last messages (answers, acknowledgements, "finished") go
+		// out before the link closes; a peer stopping at once skips this.
+		fctx, fcancel := context.WithTimeout(context.Background(), 2*time.Second)
+		link.Flush(fctx)
+		fcancel()
+	}
+	switch {
+	case err == nil:
+		starter.Ended()
+	case errors.Is(err, trainer.ErrLeft):
+		log.Info().Int64("examples", sum.Examples).Int64("rounds", sum.Rounds).Msg("left the job; the others train on")
+	case errors.Is(err, train.ErrRemoved):
+		return fmt.Errorf("%w (this peer was cut off, and the others went on without it; start it again to join the run as a new member)", err)
+	}
+	stopped, err := partialRun(ctx, err)
+	if err != nil {
+		if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+			return cause
+		}
+		return err
+	}
 
-	xs := x.Stats()
+	ls := link.Stats()
 	pc := n.PubSubCounters()
 	bwIn, bwOut := n.Bandwidth()
 	res := sampler.Sample()
@@ -343,21 +343,26 @@ func (j *trainJob) runDistributed(tf *trainFlags) error {
 	if prog.cur != nil {
 		bad = prog.cur.Stats().BadLines
 	}
+	rejected := int64(ls.Rejected.Total() + sum.Core.Rejected)
 	s := report.Summary{
 		Type: report.TypeSummary, PeerID: self, Examples: sum.Examples, Seconds: sum.Seconds,
 		ExamplesPerSec: report.Num(sum.ExamplesPerSec), Epochs: j.r.epochs, Steps: sum.Steps,
-		Metrics:       reportMetrics(sum.Final),
-		ModelNonzeros: j.model.NonZeros(), ModelHash: fmt.Sprintf("%016x", j.model.Hash()),
-		BadLines: bad, Resources: res,
-		Peers: sum.Members, Topology: string(ncfg.Topology), Mode: mode.String(), Batch: j.r.batch,
+		Metrics:   reportMetrics(sum.Final),
+		ModelHash: fmt.Sprintf("%016x", sum.ModelHash),
+		BadLines:  bad, Resources: res,
+		Peers: sum.Members, Topology: string(ncfg.Topology), Mode: ds.mode.String(), Gather: ds.gather.String(),
+		Threads: j.r.threads, Batch: j.r.batch,
 		Rounds: sum.Rounds, WaitSeconds: sum.WaitSeconds, MaxStaleness: sum.MaxStaleness,
 		BytesSent: bwOut, BytesRecv: bwIn, PubsubDropped: int64(pc.Dropped()),
-		Repaired: int64(xs.Repaired), Rejected: int64(x.Rejected().Total()),
+		Rejected: rejected, ContributionsLost: int64(sum.Core.Lost),
 		Owned: sum.Owned, Shards: j.model.Layout.Shards,
-		Configs: sum.Configs, RoundsDegraded: sum.RoundsDegraded, Covered: sum.Covered, Promoted: sum.Promoted,
-		JoinSeconds: sum.JoinSeconds, JoinBytes: sum.JoinBytes, HandoffBytes: sum.HandoffBytes,
-		Checkpoints: sum.Checkpoints, ResumedAt: sum.ResumedAt,
+		Configs: sum.Configs, RoundsDegraded: int64(sum.Core.Degraded), Promoted: int(sum.Core.Promoted),
+		Covered: sum.Covered, JoinSeconds: sum.JoinSeconds,
+		ShardsReceived: int64(sum.Core.Received), ShardsSent: int64(sum.Core.HandedOff),
 		Connections: n.ConnectionKinds(),
+	}
+	if sum.ModelFetched {
+		s.ModelNonzeros = j.model.NonZeros()
 	}
 	if stopped != "" {
 		markPartial(&s, stopped, sum.Rounds)
@@ -366,9 +371,9 @@ func (j *trainJob) runDistributed(tf *trainFlags) error {
 		return err
 	}
 	sf := metrics.SummaryFigures{Rounds: sum.Rounds, Examples: sum.Examples, BytesSent: bwOut, BytesRecv: bwIn,
-		Totals:  metrics.Totals{Repaired: xs.Repaired, PubsubDropped: pc.Dropped(), Rejected: x.Rejected().Map()},
+		Totals:  totals(),
 		Eval:    metrics.EvalFigures{LogLoss: sum.Final.LogLoss, Error: sum.Final.Error, AUC: sum.Final.AUC},
-		HasEval: sum.Final.Examples > 0}
+		HasEval: sum.Evaluated}
 	mt.Summary(sf)
 	dash.Finished(sf)
 	done, final := peerlog.Done, sum.Final
@@ -379,33 +384,98 @@ func (j *trainJob) runDistributed(tf *trainFlags) error {
 		Float64("seconds", round4(sum.Seconds)).Str("examples_per_sec", humanCount(sum.ExamplesPerSec)).
 		Float64("wait_seconds", round4(sum.WaitSeconds)).Str("model_hash", s.ModelHash).
 		Str("sent", humanCount(float64(bwOut))+"B").Str("received", humanCount(float64(bwIn))+"B").
-		Uint64("repaired", xs.Repaired).Int64("resend_requests", sum.Pokes).Int64("resend_requests_deferred", sum.PokesDeferred).
-		Int64("rejected", s.Rejected).Int("shards_covered", sum.Covered).
+		Uint64("resent", sum.Core.Resent).Int64("rejected", s.Rejected).Uint64("contributions_lost", sum.Core.Lost).
+		Int("shards_covered", sum.Covered).
 		Str("resources", res.String()).Func(func(e *zerolog.Event) {
 		if stopped != "" {
 			e.Str("stopped", stopped).Bool("partial", true)
 		}
 	}).Msg(done)
-	if rej := x.Rejected(); rej.Total() > 0 {
-		log.Warn().Interface("rejected", rej.Map()).Msg("messages were rejected")
+	if rej := ls.Rejected; rej.Total() > 0 || sum.Core.Rejected > 0 {
+		log.Warn().Interface("rejected", rej.Map()).Uint64("refused_by_role", sum.Core.Rejected).Msg("messages were rejected")
 	}
 	if j.r.save != "" {
-		markModelPartial(j.model, stopped, sum.Rounds)
-		if err := j.model.SaveFile(j.r.save, model.SaveOptions{}); err != nil {
-			return fmt.Errorf("--save: %w", err)
+		if sum.ModelFetched {
+			j.model.Examples += sum.Examples // this peer's (inspect shows it)
+			markModelPartial(j.model, stopped, sum.Rounds)
+			if err := j.model.SaveFile(j.r.save, model.SaveOptions{}); err != nil {
+				return fmt.Errorf("--save: %w", err)
+			}
+			logSaved(log, j.r.save, stopped, sum.Rounds)
+		} else {
+			log.Warn().Str("file", j.r.save).Str("stopped", stopped).Msg("--save not written: the run stopped before the model could be gathered from its holders")
 		}
-		logSaved(log, j.r.save, stopped, sum.Rounds)
 	}
 	if stopped == stopInterrupted || stopped == stopJobStopped {
-		return context.Cause(ctx) // exit status 130, after the report and the model
+		return context.Cause(ctx) // exit status 130, after the report
 	}
 	return nil
 }
 
+// lateLink is the trainer's link, set once the core link exists (the core
+// link delivers to the trainer, so one of them is made first).
+type lateLink struct {
+	mu sync.Mutex
+	l  *gossip.CoreLink
+}
+
+func (k *lateLink) set(l *gossip.CoreLink) {
+	k.mu.Lock()
+	k.l = l
+	k.mu.Unlock()
+}
+
+func (k *lateLink) Send(to string, msg *wire.Core) {
+	k.mu.Lock()
+	l := k.l
+	k.mu.Unlock()
+	if l != nil {
+		l.Send(to, msg)
+	}
+}
+
+// incarnationOf is peer's incarnation in view (0 if it is not there).
+func incarnationOf(v membership.View, peer string) uint64 {
+	for i, m := range v.Members {
+		if m == peer && i < len(v.Incarnations) {
+			return v.Incarnations[i]
+		}
+	}
+	return 0
+}
+
+// memberIDs are the member IDs of a view's members (train.MemberID).
+func memberIDs(v membership.View) []uint64 {
+	ids := make([]uint64, 0, len(v.Members))
+	for i, m := range v.Members {
+		if i < len(v.Incarnations) {
+			ids = append(ids, train.MemberID(m, v.Incarnations[i]))
+		}
+	}
+	return ids
+}
+
+// logCoreEvent logs what the core reports besides configurations.
+func logCoreEvent(log zerolog.Logger, e train.Event) {
+	switch e.Kind {
+	case train.EvPromoted:
+		log.Warn().Int("shards", e.Shards).Str("detail", e.Text).Msg("shards lost with every holder restarted from their initial values")
+	case train.EvLost:
+		log.Warn().Str("peer", e.Peer).Str("detail", e.Text).Msg("contributions lost with a crashed peer")
+	case train.EvHandedOff:
+		log.Debug().Int("shards", e.Shards).Str("to", e.Peer).Msg("shards handed over")
+	case train.EvReceived:
+		log.Debug().Int("shards", e.Shards).Str("from", e.Peer).Msg("shards received")
+	case train.EvLeader:
+		log.Debug().Msg("this peer leads the agreement on configurations")
+	}
+}
+
 // followMembers feeds the membership's live set to the run until done.
-func followMembers(n *node.Node, d *sgd.Dist, done <-chan struct{}) {
+func followMembers(n *node.Node, t *trainer.Trainer, done <-chan struct{}) {
 	evs, cancel := n.Subscribe()
 	defer cancel()
+	t.SetAlive(memberIDs(n.View()))
 	for {
 		select {
 		case <-done:
@@ -414,7 +484,7 @@ func followMembers(n *node.Node, d *sgd.Dist, done <-chan struct{}) {
 			if !ok {
 				return
 			}
-			d.SetAlive(ev.View.Members)
+			t.SetAlive(memberIDs(ev.View))
 		}
 	}
 }

@@ -19,8 +19,8 @@ import (
 
 	"github.com/gossiptrain/gossiptrain/model"
 	"github.com/gossiptrain/gossiptrain/node"
+	"github.com/gossiptrain/gossiptrain/node/train"
 	"github.com/gossiptrain/gossiptrain/peerlog"
-	"github.com/gossiptrain/gossiptrain/sgd"
 )
 
 // defaultWaitTimeout is how long a peer waits for its cluster by default:
@@ -128,8 +128,11 @@ func waitProblem(d node.Diagnosis) bool {
 // computed from each peer's own rows, so it may differ between honest
 // peers (it changes how an owner regularises its shards, not whether the
 // peers can work together).
-func jobSpec(m *model.Model, mode sgd.Mode, initSeed uint64) node.Spec {
-	spec := node.Spec{{Flag: "mode", Value: mode.String()}}
+func jobSpec(m *model.Model, ds distSettings, initSeed uint64) node.Spec {
+	spec := node.Spec{{Flag: "mode", Value: ds.mode.String()}, {Flag: "gather", Value: ds.gather.String()}}
+	if ds.mode == train.SSP {
+		spec = append(spec, node.SpecItem{Flag: "staleness", Value: strconv.Itoa(ds.staleness)})
+	}
 	for _, s := range modelSettings(m) {
 		if s.Flag != "l2" {
 			spec = append(spec, s)

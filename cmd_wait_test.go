@@ -18,8 +18,8 @@ import (
 
 	"github.com/gossiptrain/gossiptrain/model"
 	"github.com/gossiptrain/gossiptrain/node"
+	"github.com/gossiptrain/gossiptrain/node/train"
 	"github.com/gossiptrain/gossiptrain/peerlog"
-	"github.com/gossiptrain/gossiptrain/sgd"
 )
 
 // diagnosed is a scripted node with a fixed diagnosis.
@@ -89,10 +89,10 @@ func TestJobSpec(t *testing.T) {
 	}
 	m.LabelBase = 1
 	got := map[string]string{}
-	for _, it := range jobSpec(m, sgd.SSP, 7) {
+	for _, it := range jobSpec(m, distSettings{mode: train.SSP, staleness: 3, gather: train.Need}, 7) {
 		got[it.Flag] = it.Value
 	}
-	want := map[string]string{"mode": "ssp", "model": "mlp", "dim": "784", "classes": "10", "label-base": "1",
+	want := map[string]string{"mode": "ssp", "staleness": "3", "gather": "need", "model": "mlp", "dim": "784", "classes": "10", "label-base": "1",
 		"hidden": "64", "shards": "256", "optimizer": "adagrad", "lr": "0.1", "init-seed": "7"}
 	for k, v := range want {
 		if got[k] != v {
@@ -102,7 +102,7 @@ func TestJobSpec(t *testing.T) {
 	if _, ok := got["l2"]; ok {
 		t.Error("--l2 is in the hello: --l2 auto may differ between honest peers")
 	}
-	if err := jobSpec(m, sgd.Sync, 1).Validate(); err != nil {
+	if err := jobSpec(m, distSettings{mode: train.Sync, gather: train.Full}, 1).Validate(); err != nil {
 		t.Error(err)
 	}
 	eff := effectiveSettings(m)

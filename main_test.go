@@ -58,7 +58,6 @@ func TestUsageErrorsNameTheFlag(t *testing.T) {
 		{[]string{"train", "--train", svm, "--optimizer", "adam"}, "--optimizer: "},
 		{[]string{"train", "--train", svm, "--batch", "0"}, "--batch: must be at least 1"},
 		{[]string{"train", "--train", svm, "--threads", "0"}, "--threads: want at least 1, got 0"},
-		{[]string{"train", "--train", svm, "--threads", "2", "--job", "j"}, "--threads: not implemented for a peer of a cluster (--job) yet"},
 		{[]string{"train", "--train", svm, "--part", "5/4"}, "--part: \"5/4\" is not I/N"},
 		{[]string{"train", "--train", svm, "--l2", "lots"}, "--l2: \"lots\" is not auto or a number"},
 		{[]string{"train", "--train", svm, "--shards", "3"}, "--shards: "},

@@ -51,6 +51,11 @@ const (
 	// a connection that dropped is usually back at the next dial).
 	coreBackoffMin = 50 * time.Millisecond
 	coreBackoffMax = 5 * time.Second
+	// coreOpenTries: a batch whose stream cannot be opened is tried this
+	// many times (with the backoff above) before it is dropped: peers of a
+	// run start their links a few hundred ms apart, and a message dropped
+	// then costs the core a retry interval (2 s) at round 0.
+	coreOpenTries = 5
 	// coreBigBody: after a body larger than this, encoders, decoders and
 	// buffers are dropped instead of kept, so a 64 MiB state transfer does
 	// not leave 64 MiB (and the codec's scratch) held per peer.
@@ -197,6 +202,7 @@ type CoreLink struct {
 	ctx      context.Context
 	cancel   context.CancelFunc
 	unhandle func()
+	unsent   atomic.Int64 // messages queued for peers and not yet written (Flush)
 
 	// The encoder: one codec behind a mutex. Send's caller is the
 	// driver's one goroutine, so the mutex is uncontended; per-destination
@@ -296,6 +302,23 @@ func (l *CoreLink) Close() error {
 	}
 	l.wg.Wait()
 	l.dwg.Wait()
+	return nil
+}
+
+// Flush waits until every message queued for another peer has been
+// written to its stream (or given up on), or ctx ends. A peer that is done
+// calls it before Close, so its last messages (answers, acknowledgements,
+// "finished") reach their peers instead of being dropped with the queue.
+func (l *CoreLink) Flush(ctx context.Context) error {
+	t := time.NewTicker(2 * time.Millisecond)
+	defer t.Stop()
+	for l.unsent.Load() > 0 {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
 	return nil
 }
 
@@ -402,6 +425,7 @@ func (l *CoreLink) enqueue(d *coreDest, to string, b *[]byte) enqueueResult {
 	d.bytes.Add(n)
 	select {
 	case d.ch <- b:
+		l.unsent.Add(1)
 		return enqueued
 	default:
 		d.bytes.Add(-n)

@@ -58,6 +58,7 @@ func (l *CoreLink) sender(d *coreDest) {
 			out = d.batch
 		}
 		l.write(d, out, n)
+		l.unsent.Add(-int64(n))
 		if !batched {
 			l.putBuf(first)
 		}
@@ -92,9 +93,15 @@ func (l *CoreLink) retire(d *coreDest) bool {
 // restarted, or the connection dropped and came back), then the messages
 // are dropped.
 func (l *CoreLink) write(d *coreDest, out []byte, n int) {
-	for try := 0; try < 2; try++ {
+	opens, writes := 0, 0
+	for l.ctx.Err() == nil {
 		if d.w == nil && !l.open(d) {
-			break
+			// A peer that is starting has no handler yet: try a few
+			// times (0, 50, 100, 200 ms of backoff) before dropping.
+			if opens++; opens >= coreOpenTries {
+				break
+			}
+			continue
 		}
 		_, err := d.w.Write(out)
 		if err == nil {
@@ -106,7 +113,7 @@ func (l *CoreLink) write(d *coreDest, out []byte, n int) {
 		l.cfg.Log.Debug().Err(err).Str("peer", d.peer).Msg("core link: write failed; reopening the stream")
 		l.closeStream(d)
 		l.failed(d)
-		if l.ctx.Err() != nil {
+		if writes++; writes >= 2 {
 			break
 		}
 	}

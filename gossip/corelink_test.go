@@ -464,7 +464,7 @@ func TestCoreLinkConfig(t *testing.T) {
 		cfg := coreCfg()
 		tc.edit(&cfg)
 		_, err := gossip.NewCoreLink(nd, cfg, func(string, *wire.Core) {})
-		if !errors.Is(err, gossip.ErrConfig) || !containsString(err.Error(), tc.want) {
+		if !errors.Is(err, gossip.ErrConfig) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: error %v, want ErrConfig naming %s", tc.name, err, tc.want)
 		}
 	}
@@ -695,4 +695,33 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// A peer that is done flushes its link before closing it: every message
+// it queued reaches the other peer, though Close drops what is queued.
+func TestCoreLinkFlushBeforeClose(t *testing.T) {
+	net := newCoreNet(t)
+	cfg := coreCfg()
+	cfg.Queue = 4096
+	rxA, rxB := newCoreRx(), newCoreRx()
+	a, err := gossip.NewCoreLink(net.NewNode("a"), cfg, rxA.deliver)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newLink(t, net.NewNode("b"), cfg, rxB)
+	r := rand.New(rand.NewPCG(5, 5))
+	const n = 2000
+	for i := range uint64(n) {
+		a.Send("b", gossiptest.CoreMessage(r, i, 20))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := a.Flush(ctx); err != nil {
+		t.Fatalf("Flush: %v", err)
+	}
+	a.Close()
+	waitCond(t, "every flushed message delivered", func() bool { return rxB.count("a") == n })
+	if s := a.Stats(); s.Sent != n {
+		t.Errorf("sent %d of %d before Close", s.Sent, n)
+	}
 }

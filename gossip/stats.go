@@ -2,7 +2,6 @@ package gossip
 
 import (
 	"errors"
-	"sync/atomic"
 
 	"github.com/gossiptrain/gossiptrain/gossip/wire"
 )
@@ -75,51 +74,4 @@ func (r Rejections) Map() map[string]uint64 {
 		}
 	}
 	return m
-}
-
-// Stats are an Exchange's counters since it started. Message counts are
-// wire messages (parts) unless named logical.
-type Stats struct {
-	Sent      uint64 // parts published (loopback to self excluded)
-	SentBytes uint64 // their bytes
-	Recv      uint64 // parts accepted in sequence (pubsub, repair and loopback)
-	RecvBytes uint64 // their bytes
-	Delivered uint64 // logical messages passed to the handlers
-
-	Repaired       uint64 // parts that arrived through a repair reply and were delivered
-	Duplicates     uint64 // valid parts seen again after delivery (a repair raced the original)
-	Early          uint64 // parts that arrived ahead of a gap and were held
-	EarlyDropped   uint64 // early parts dropped because the early buffer was full (fetched again later)
-	RepairRequests uint64 // repair requests sent (gap repairs and Pokes)
-	RepairFailures uint64 // repair requests that failed (transport error, bad reply)
-	Gone           uint64 // sequence numbers senders reported as no longer available
-	Served         uint64 // repair requests answered
-	ServedMsgs     uint64 // messages sent in repair replies
-	Evicted        uint64 // messages evicted from retransmit buffers
-	PublishErrors  uint64 // Publish calls that returned an error (messages kept for repair)
-
-	Rejected  Rejections     // incoming messages rejected, by reason
-	Transport TransportStats // the transport's own counters (Dropped: router drops)
-}
-
-type counters struct {
-	sent, sentBytes, recv, recvBytes, delivered               atomic.Uint64
-	repaired, duplicates, early, earlyDropped, repairRequests atomic.Uint64
-	repairFailures, gone, served, servedMsgs, evicted         atomic.Uint64
-	publishErrors                                             atomic.Uint64
-	rejected                                                  [numReasons]atomic.Uint64
-}
-
-func (c *counters) snapshot() Stats {
-	s := Stats{
-		Sent: c.sent.Load(), SentBytes: c.sentBytes.Load(), Recv: c.recv.Load(), RecvBytes: c.recvBytes.Load(),
-		Delivered: c.delivered.Load(), Repaired: c.repaired.Load(), Duplicates: c.duplicates.Load(),
-		Early: c.early.Load(), EarlyDropped: c.earlyDropped.Load(), RepairRequests: c.repairRequests.Load(),
-		RepairFailures: c.repairFailures.Load(), Gone: c.gone.Load(), Served: c.served.Load(),
-		ServedMsgs: c.servedMsgs.Load(), Evicted: c.evicted.Load(), PublishErrors: c.publishErrors.Load(),
-	}
-	for i := range c.rejected {
-		s.Rejected[i] = c.rejected[i].Load()
-	}
-	return s
 }

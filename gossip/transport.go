@@ -15,7 +15,7 @@ type Transport interface {
 	Self() string
 	// Publish sends msg to the topic's subscribers. It returns when the
 	// message is handed to the network; a nil error does not mean delivery
-	// (gossipsub drops under load: the Exchange repairs). msg is only read
+	// (gossipsub drops under load). msg is only read
 	// during the call: implementations copy what they keep. A msg larger
 	// than the transport's payload limit is refused with an error, never
 	// sent to be dropped silently.
@@ -25,8 +25,11 @@ type Transport interface {
 	// non-nil error rejects the message (p2p maps it to
 	// pubsub.ValidationReject, so the sender's peer score drops). deliver is
 	// called sequentially, in arrival order, for accepted messages; it must
-	// not block long. from is the authenticated original sender (not a
-	// forwarding peer). deliver owns msg: the transport never reuses it.
+	// not block long. from is the authenticated peer that delivered the
+	// message: its author when it came straight from it; on p2p, whose
+	// gossipsub signatures are off, a peer that relayed it otherwise (the
+	// training core's messages go over direct streams, OpenStream, for
+	// that reason). deliver owns msg: the transport never reuses it.
 	// Messages this node publishes on the topic are never delivered to it.
 	// validate may return a value (the decoded message, so that delivery
 	// does not decode it again) that deliver receives with the message; a

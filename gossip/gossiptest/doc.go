@@ -7,10 +7,8 @@
 // bytes of such a message by hand, following the format documented in
 // gossip/wire (header, sparse section, F32 value block).
 //
-// Driving it: Garbage, NaN and Message build single messages; HostileCases
-// gives one message per rejection reason with the reason expected, for a
-// test peer to publish; GradOfSize and BenchExchange measure an Exchange
-// over any pair of transports (memnet, p2p). CoreMessage, StateMessage,
+// Driving it: Garbage, NaN and Message build single wire messages;
+// CoreMessage, StateMessage,
 // PullMessage, PushMessage and SameCore build and compare training-core
 // messages; BenchCoreLink and BenchCoreLinkFanout measure a CoreLink.
 package gossiptest

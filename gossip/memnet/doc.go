@@ -1,6 +1,6 @@
 // Package memnet is an in-memory gossip.Transport: many peers in one
-// process, with the faults a real network has, for tests of the Exchange
-// and simulations of training runs.
+// process, with the faults a real network has, for tests of the core link
+// and the start probes.
 //
 // # Driving it
 //

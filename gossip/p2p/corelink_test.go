@@ -270,3 +270,30 @@ func BenchmarkCoreLinkP2P(b *testing.B) {
 		})
 	}
 }
+
+// waitFor polls cond until it holds, failing the test after 20s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(20 * time.Second)
+	for !cond() {
+		select {
+		case <-tick.C:
+		case <-deadline:
+			t.Fatalf("waited 20s for %s", what)
+		}
+	}
+}
+
+// waitUntil polls cond for at most d and reports whether it held.
+func waitUntil(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return true
+}

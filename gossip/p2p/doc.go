@@ -1,5 +1,6 @@
 // Package p2p is the libp2p gossip.Transport: gossipsub topics for
-// published messages and direct streams for requests (repair).
+// published messages, direct streams for requests (start probes) and
+// long-lived streams for the core link.
 //
 // # Driving it
 //
@@ -11,7 +12,7 @@
 //	cfg.Join = n.Join               // one place joins topics, with peer-score parameters
 //	cfg.Drops = func() uint64 { return n.PubSubCounters().Dropped() }
 //	tr, err := p2p.New(n.Host(), n.PubSub(), cfg)
-//	x, err := gossip.New(tr, exchangeCfg, handlers)
+//	link, err := gossip.NewCoreLink(tr, linkCfg, deliver)
 //
 // A PubSub built elsewhere (tests, tools) can count drops with Tracer,
 // installed with pubsub.WithRawTracer.
@@ -19,10 +20,9 @@
 // # Facts it is built around (go-libp2p v0.51.0, go-libp2p-pubsub v0.17.0)
 //
 //   - Publish never blocks or errors when gossipsub is overloaded: it drops
-//     (counted by the tracer; the Exchange repairs). A payload at or over
+//     (counted by the tracer). A payload at or over
 //     gossipsub's maximum message size reaches nobody, silently: Publish
-//     here refuses anything over MaxPayload with ErrTooLarge, and the
-//     Exchange splits bodies below it.
+//     here refuses anything over MaxPayload with ErrTooLarge.
 //   - pubsub.WithReadiness(MinTopicSize(1)) counts mesh peers, and a topic
 //     a node only publishes to (a grad topic) has no mesh: it would wait
 //     forever. Publish on such a topic instead waits, bounded by ctx and
@@ -40,9 +40,9 @@
 //     validators and deliveries is then the neighbour a message came from,
 //     proven by the connection's handshake: on the training topics only the
 //     receiver subscribes, so gossipsub sends straight from author to
-//     receiver and nobody relays. A forged header sender, or a message
-//     relayed by a third peer, is caught by the Exchange (header sender and
-//     neighbour differ). With signing on, the sender is the signer.
+//     receiver; a subscriber that relays a copy is then its sender. (The
+//     training core's messages go over the core link's direct streams for
+//     that reason.) With signing on, the sender is the signer.
 //
 // Direct streams carry one framed request (at most MaxRequest bytes) and a
 // response of at most MaxResponse bytes, under a deadline of StreamTimeout

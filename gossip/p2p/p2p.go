@@ -51,7 +51,7 @@ type Config struct {
 	ReadyTimeout time.Duration
 	// SubscriptionBuffer is gossipsub's per-subscription queue
 	// (pubsub.WithBufferSize): messages beyond it, while deliver is slow,
-	// are dropped by gossipsub and repaired by the Exchange.
+	// are dropped by gossipsub.
 	SubscriptionBuffer int
 	// StreamTimeout is the deadline of a whole direct request/response
 	// stream when the request's ctx has none sooner.
@@ -345,12 +345,9 @@ func (t *Transport) Publish(ctx context.Context, topic string, msg []byte) error
 
 // authorOf returns who sent m: its signer when it is signed (gossipsub has
 // verified the signature by the time a validator runs), else the neighbour
-// it came from, whose identity the connection's handshake proved. The
-// training topics are routed straight from author to receiver (only the
-// receiver subscribes), so unsigned messages arrive from their author, and
-// one relayed by anyone else is refused by the Exchange, whose header
-// sender then differs from the neighbour. This node's own publishes have
-// ReceivedFrom = itself.
+// it came from, whose identity the connection's handshake proved: the
+// author of a message sent straight from it, the relay of a copy gossiped
+// by a third peer. This node's own publishes have ReceivedFrom = itself.
 func authorOf(m *pubsub.Message) peer.ID {
 	if m.Signature != nil {
 		return peer.ID(m.From)
