@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"sync"
 	"syscall"
@@ -51,9 +52,9 @@ func (f *distFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.gather, "gather", def.Gather.String(), "where a worker gets the values it computes with: need (it asks the owners for exactly the\nrows its next batch touches, piggybacked on its gradient; traffic and work per example stay\nflat as peers are added, and a peer holds only its shards and a batch's rows) or full (every\npeer keeps a read copy of the whole model and owners send every changed row to everyone:\nfewer bytes with 2-3 peers and small models, more with many)")
 	fs.StringVar(&f.values, "values", "f32", "gradient value format: f32, f16 or i8 (lossy formats keep the rounding error on the sender\nand add it to the next gradient; parameters always travel as f32)")
 	fs.IntVar(&f.reportRounds, "report-rounds", 1, "write a round line to --report every `N` rounds")
-	fs.StringVar(&f.checkpointDir, "checkpoint-dir", "", "where checkpoints would go, under `DIR`/<peer ID>/. Not implemented yet: the protocol core\nwrites no checkpoints, so --checkpoint-every and --resume are refused with --job (a crashed\npeer's shards survive on their replicas: --replicas 2)")
-	fs.DurationVar(&f.checkpointEvery, "checkpoint-every", 0, "checkpoint this often (0: never). Not implemented yet (see --checkpoint-dir)")
-	fs.BoolVar(&f.resume, "resume", false, "continue from the newest checkpoint in --checkpoint-dir. Not implemented yet (see --checkpoint-dir)")
+	fs.StringVar(&f.checkpointDir, "checkpoint-dir", "", "where this peer writes its part of each checkpoint: `DIR`/<peer ID>/round-<R>.ckpt\n(the shards it holds, with optimizer state, and its data position; the newest 2 are kept).\nSync mode only for now")
+	fs.DurationVar(&f.checkpointEvery, "checkpoint-every", 0, "checkpoint the whole job this often (0: never): the raft leader schedules a round R\nand every peer writes the model as of the end of round R-1")
+	fs.BoolVar(&f.resume, "resume", false, "restart the job from its newest checkpoint that every peer of it has whole: start\nevery peer again with --resume (same --identity, data and flags); the run continues at\nround R exactly as if it had not stopped")
 	registerWaitFlag(fs, &f.waitTimeout)
 }
 
@@ -97,12 +98,12 @@ func (j *trainJob) runDistributed(tf *trainFlags) error {
 	if err != nil {
 		return err
 	}
-	if tf.dist.checkpointEvery > 0 || tf.dist.resume {
+	if (tf.dist.checkpointEvery > 0 || tf.dist.resume) && ds.mode != train.Sync {
 		flag := "checkpoint-every"
 		if tf.dist.resume {
 			flag = "resume"
 		}
-		return usageErr(flag, "not implemented yet for a peer of a cluster: the protocol core (node/train) does not write checkpoints yet (issue 10); a crashed peer's shards survive on their replicas (--replicas 2)")
+		return usageErr(flag, "not implemented yet with --mode %s: checkpoints of a cluster work in sync mode only (issue 10)", ds.mode)
 	}
 	ncfg, err := tf.p.config()
 	if err != nil {
@@ -163,6 +164,19 @@ func (j *trainJob) runDistributed(tf *trainFlags) error {
 	}
 	defer tr.Close()
 	starter := trainer.NewStarter(tr, ncfg.Job, self, memberID, log)
+	place := ringFor(ncfg, n.Master(), j.model.Layout.Shards)
+	ckptDir := ""
+	if tf.dist.checkpointDir != "" {
+		ckptDir = filepath.Join(tf.dist.checkpointDir, self)
+	}
+	if tf.dist.resume {
+		points, err := resumePoints(ckptDir, ncfg.Job, j.model)
+		if err != nil {
+			return err
+		}
+		log.Info().Str("dir", ckptDir).Int("checkpoints", len(points)).Msg("--resume: this peer's checkpoints")
+		starter.SetResume(points, place, j.model.Layout.Shards)
+	}
 	entry, err := starter.Enter(startCtx, func() trainer.View {
 		v := n.View()
 		return trainer.View{Peers: v.Members, Incarnations: v.Incarnations}
@@ -194,8 +208,24 @@ func (j *trainJob) runDistributed(tf *trainFlags) error {
 	if ds.mode == train.SSP {
 		core.Staleness = tf.dist.staleness
 	}
-	core.Place = ringFor(ncfg, n.Master(), j.model.Layout.Shards)
+	core.Place = place
 	core.Initial, core.Contact = entry.Initial, entry.Contact
+	tcfg.Job, tcfg.CheckpointDir = ncfg.Job, ckptDir
+	if tf.dist.checkpointEvery > 0 {
+		core.CheckpointTicks = max(1, int(tf.dist.checkpointEvery/tcfg.Tick))
+	}
+	switch {
+	case entry.Resume > 0:
+		info, err := trainer.LoadCheckpoint(filepath.Join(ckptDir, fmt.Sprintf("round-%d.ckpt", entry.Resume)), j.model)
+		if err != nil {
+			return fmt.Errorf("--resume: %w", err)
+		}
+		core.Start, tcfg.Resume = entry.Resume, &info
+		log.Info().Uint64("round", info.Round).Str("file", info.Path).Int("shards", len(info.Shards)).
+			Int("epoch", info.Position.Epoch+1).Int64("rows", info.Position.Rows).Msg("resuming from the checkpoint")
+	case tf.dist.resume && entry.Contact != "":
+		log.Warn().Msg("--resume: a run is under way: joining it (this peer's checkpoints are not used)")
+	}
 	core.Seed = memberID
 	core.Limits = lim
 	if j.model.Kind == model.MLP {
@@ -360,6 +390,7 @@ func (j *trainJob) runDistributed(tf *trainFlags) error {
 		Covered: sum.Covered, JoinSeconds: sum.JoinSeconds,
 		ShardsReceived: int64(sum.Core.Received), ShardsSent: int64(sum.Core.HandedOff),
 		Connections: n.ConnectionKinds(),
+		Checkpoints: sum.Checkpoints, CheckpointsFailed: sum.CheckpointsFailed, ResumedAt: sum.ResumedAt,
 	}
 	if sum.ModelFetched {
 		s.ModelNonzeros = j.model.NonZeros()
@@ -552,4 +583,20 @@ func shortIDs(ids []string) []string {
 		out[i] = id
 	}
 	return out
+}
+
+// resumePoints lists the checkpoints of dir that this job and model can
+// resume from.
+func resumePoints(dir, job string, m *model.Model) ([]trainer.ResumePoint, error) {
+	list, err := trainer.ListCheckpoints(dir)
+	if err != nil {
+		return nil, usageErr("checkpoint-dir", "%v", err)
+	}
+	var out []trainer.ResumePoint
+	for _, c := range list {
+		if c.Job == job && c.Worker {
+			out = append(out, trainer.ResumePoint{Round: c.Round, Members: c.Members, Shards: c.Shards})
+		}
+	}
+	return out, nil
 }

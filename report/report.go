@@ -155,17 +155,18 @@ type Summary struct {
 	Owned             int   `json:"owned_shards"` // shards this peer was primary of at the end
 	Shards            int   `json:"shards"`
 	// Churn: membership changes, handoffs, checkpoints.
-	Configs        uint64  `json:"configs"`         // the final training configuration's number
-	RoundsDegraded int64   `json:"rounds_degraded"` // owner rounds applied without some worker (crashed or finished)
-	Covered        int     `json:"shards_covered"`  // shards whose final values came from a live holder
-	Promoted       int     `json:"shards_promoted"` // shards restarted from their initial values (every holder lost)
-	JoinSeconds    float64 `json:"join_seconds"`    // joined mid-run: from start to owning shards
-	JoinBytes      int64   `json:"join_bytes"`      // (written by versions before the protocol core: model bytes a joiner copied)
-	HandoffBytes   int64   `json:"handoff_bytes"`   // (written by versions before the protocol core)
-	ShardsReceived int64   `json:"shards_received"` // shard states received from their previous holders (joins, leaves, crashes)
-	ShardsSent     int64   `json:"shards_sent"`     // shard states handed to their new holders
-	Checkpoints    int     `json:"checkpoints"`     // checkpoints written (not implemented in the protocol core yet)
-	ResumedAt      uint64  `json:"resumed_at"`      // the checkpoint round a --resume continued from (idem)
+	Configs           uint64  `json:"configs"`                      // the final training configuration's number
+	RoundsDegraded    int64   `json:"rounds_degraded"`              // owner rounds applied without some worker (crashed or finished)
+	Covered           int     `json:"shards_covered"`               // shards whose final values came from a live holder
+	Promoted          int     `json:"shards_promoted"`              // shards restarted from their initial values (every holder lost)
+	JoinSeconds       float64 `json:"join_seconds"`                 // joined mid-run: from start to owning shards
+	JoinBytes         int64   `json:"join_bytes"`                   // (written by versions before the protocol core: model bytes a joiner copied)
+	HandoffBytes      int64   `json:"handoff_bytes"`                // (written by versions before the protocol core)
+	ShardsReceived    int64   `json:"shards_received"`              // shard states received from their previous holders (joins, leaves, crashes)
+	ShardsSent        int64   `json:"shards_sent"`                  // shard states handed to their new holders
+	Checkpoints       int     `json:"checkpoints"`                  // checkpoints this peer wrote its part of
+	CheckpointsFailed int     `json:"checkpoints_failed,omitempty"` // that failed (a full disk) or were skipped: the older ones stay
+	ResumedAt         uint64  `json:"resumed_at"`                   // the checkpoint round a --resume continued from
 	// A run that stopped before the end of training (a graceful leave, an
 	// interrupt, the whole job stopping) is partial: its model is not the
 	// job's final one, so its test metrics are null, and Summarize leaves

@@ -112,6 +112,8 @@ var (
 	// gone for a long time: the run went on without this peer (it was
 	// cut off) and has ended, or every other peer crashed.
 	ErrAlone = errors.New("every other member of the run is gone")
+	// ErrNotImplemented: a feature this core does not have yet.
+	ErrNotImplemented = errors.New("not implemented yet")
 )
 
 // Member is a peer of the run as the configurations name it: its peer ID
@@ -250,6 +252,8 @@ func (c Config) Validate() error {
 		return bad("retry ticks %d", c.RetryTicks)
 	case c.CheckpointTicks < 0:
 		return bad("checkpoint ticks %d", c.CheckpointTicks)
+	case c.Mode != Sync && (c.CheckpointTicks > 0 || c.Start > 0):
+		return fmt.Errorf("%w: checkpoints and resuming are implemented for sync mode only, not %v", ErrNotImplemented, c.Mode)
 	}
 	if c.Initial != nil {
 		found := false

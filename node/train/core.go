@@ -45,10 +45,11 @@ type FetchResult struct {
 // Worker says the worker's data position is the one before its batch of
 // Round.
 type CheckpointReq struct {
-	Round  uint64
-	Config uint64
-	Shards map[int][]byte
-	Worker bool
+	Round   uint64
+	Config  uint64
+	Members []string // the workers of Round
+	Shards  map[int][]byte
+	Worker  bool
 }
 
 // Event is something the driver logs and reports: a configuration that
@@ -170,8 +171,12 @@ func New(cfg Config) (*Core, error) {
 		cfg: cfg, m: m, width: m.Layout.Width, shards: m.Layout.Shards, mask: uint32(m.Layout.Shards - 1),
 		alive: map[uint64]bool{}, finished: map[string]bool{},
 	}
-	for s := range m.State {
-		m.Disown(s)
+	if cfg.Start == 0 || cfg.Initial == nil {
+		// (A resumed run keeps the shards loaded from its checkpoint
+		// until its first configuration says which are its own.)
+		for s := range m.State {
+			m.Disown(s)
+		}
 	}
 	c.w.init(c)
 	c.o.init(c)

@@ -110,6 +110,8 @@ type owner struct {
 	gapSince map[gapKey]uint64       // ssp/async: tick a worker's contribution to a shard was first seen behind a gap
 	gotIn    []uint64                // sync: per shard, the newest configuration when its copy was installed or restarted here
 	changed  map[uint64]changedRound // sync full gather: rows changed by round
+	ckpt     map[uint64]*ckptPending // checkpoints being exported, by round
+	ckptDone uint64                  // the newest checkpoint round handed to the driver
 	scratch  model.Sparse
 	sum, tmp model.Sparse
 }
@@ -211,6 +213,7 @@ func (o *owner) init(c *Core) {
 	o.gapSince = map[gapKey]uint64{}
 	o.gotIn = make([]uint64, c.shards)
 	o.changed = map[uint64]changedRound{}
+	o.ckpt = map[uint64]*ckptPending{}
 }
 
 func (o *owner) String() string {
@@ -850,11 +853,12 @@ func (o *owner) applyGroup(r uint64, t *tconf, ra *roundAcc, g shardSet) {
 	if contributors < len(t.Members) {
 		c.stats.Degraded++
 	}
+	shards := g.list(nil)
+	o.beforeApply(r, shards)
 	if n > 0 && o.sum.Len() > 0 {
 		c.m.Apply(&o.sum, int(n), int64(r))
 	}
 	c.stats.Applied++
-	shards := g.list(nil)
 	for _, s := range shards {
 		o.through[s] = r + 1
 		o.fresh.del(int(s))
@@ -1221,10 +1225,11 @@ func (o *owner) forward(from string, msg *wire.Core) {
 				o.scratch = filterSet(&msg.Rows, ready, c.width, c.mask, o.scratch)
 				rows = &o.scratch
 			}
+			applied := ready.list(nil)
+			o.beforeApply(msg.Round, applied)
 			if msg.Examples > 0 && rows.Len() > 0 {
 				c.m.Apply(rows, int(msg.Examples), int64(msg.Round))
 			}
-			applied := ready.list(nil)
 			for _, sh := range applied {
 				o.through[sh] = msg.Round + 1
 			}

@@ -86,6 +86,9 @@ func (c *Core) applyConfig(t *tconf) {
 	}
 	c.o.takeovers(oldRoute, t)
 	c.o.configChanged(prev, t)
+	if c.joined && c.err == nil {
+		c.o.ckptConfig(t)
+	}
 	if c.joined {
 		c.o.recheckPulls()
 	}
@@ -258,14 +261,20 @@ func (o *owner) configChanged(prev, t *tconf) {
 			return
 		}
 		for s := range c.shards {
-			if t.holds(self, s) {
-				o.held.add(s)
-				if c.m.State[s] == nil {
-					c.m.Own(s)
-				}
-				o.through[s] = t.Start
-				o.gotIn[s] = t.ID
+			if !t.holds(self, s) {
+				c.m.Disown(s) // (loaded from a checkpoint, but not this peer's now)
+				continue
 			}
+			o.held.add(s)
+			if c.m.State[s] == nil {
+				if c.cfg.Start > 0 {
+					c.fail(fmt.Errorf("%w: resuming at round %d, shard %d is this peer's but was not loaded from its checkpoint", ErrConfig, c.cfg.Start, s))
+					return
+				}
+				c.m.Own(s)
+			}
+			o.through[s] = t.Start
+			o.gotIn[s] = t.ID
 		}
 		return
 	}

@@ -19,6 +19,16 @@ package trainer
 // peers never bootstrap two different first configurations from one
 // coordinator. A restarted process has a new incarnation, so a set that
 // named its previous process sends it to join.
+//
+// Resuming (SetResume): each peer started with --resume lists the
+// checkpoints it has in its answers. The newest round any of them has
+// decides: the coordinator waits until every worker of that checkpoint
+// answers, checks that the placement of those peers gives each one only
+// shards its own file of that round holds, and bootstraps them at that
+// round (Entry.Resume); the peers load their files. When the check fails,
+// it says which peer lacks which shards, and every peer that asks fails
+// with that message: a resumed run with a shard missing would be wrong,
+// not slower.
 
 import (
 	"context"
@@ -47,10 +57,20 @@ type Requester interface {
 }
 
 // Entry is how this peer enters the run: Initial (bootstrap with these
-// members) or Contact (join through this member).
+// members) or Contact (join through this member). Resume, with Initial, is
+// the checkpoint round the first configuration starts at (0: a new run).
 type Entry struct {
 	Initial []train.Member
 	Contact string
+	Resume  uint64
+}
+
+// ResumePoint is a checkpoint a peer can resume from: the round, its
+// workers, and the shards this peer's file of it holds.
+type ResumePoint struct {
+	Round   uint64   `json:"round"`
+	Members []string `json:"members"`
+	Shards  []int    `json:"shards"`
 }
 
 // Start states, as probes answer them.
@@ -59,15 +79,19 @@ const (
 	stateStarting = "starting" // decided a first member set (Members)
 	stateRunning  = "running"  // its core runs
 	stateEnded    = "ended"    // its run finished
+	stateFailed   = "failed"   // it decided the run cannot resume (Failed says why)
 )
 
 // startAnswer is a probe's answer (JSON: a few hundred bytes).
 type startAnswer struct {
-	Job     string        `json:"job"`
-	State   string        `json:"state"`
-	Members []startMember `json:"members,omitempty"`
-	from    string        // who answered (not on the wire)
-	err     error         // the probe failed
+	Job      string        `json:"job"`
+	State    string        `json:"state"`
+	Members  []startMember `json:"members,omitempty"`
+	ResumeAt uint64        `json:"resume_at,omitempty"` // with Members: the round they start at
+	Points   []ResumePoint `json:"checkpoints,omitempty"`
+	Failed   string        `json:"failed,omitempty"`
+	from     string        // who answered (not on the wire)
+	err      error         // the probe failed
 }
 
 type startMember struct {
@@ -86,9 +110,25 @@ type Starter struct {
 	id   uint64
 	log  zerolog.Logger
 
-	mu      sync.Mutex
-	state   string
-	members []startMember // the first set this peer bootstrapped with
+	mu       sync.Mutex
+	state    string
+	members  []startMember // the first set this peer bootstrapped with
+	resumeAt uint64        // and the round it starts at
+	failed   string
+
+	resume  bool // SetResume was called
+	points  []ResumePoint
+	place   train.PlaceFunc
+	nshards int
+}
+
+// SetResume makes this peer resume from a checkpoint when it starts a run:
+// points are the checkpoints it has (its files), place the run's placement
+// of the model's shards.
+func (s *Starter) SetResume(points []ResumePoint, place train.PlaceFunc, shards int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.resume, s.points, s.place, s.nshards = true, points, place, shards
 }
 
 // NewStarter registers the probe handler on tr. self and id are this
@@ -101,7 +141,7 @@ func NewStarter(tr Requester, job, self string, id uint64, log zerolog.Logger) *
 
 func (s *Starter) serve(_ context.Context, _ string, _ []byte, w io.Writer) error {
 	s.mu.Lock()
-	a := startAnswer{Job: s.job, State: s.state, Members: s.members}
+	a := startAnswer{Job: s.job, State: s.state, Members: s.members, ResumeAt: s.resumeAt, Points: s.points, Failed: s.failed}
 	s.mu.Unlock()
 	return json.NewEncoder(w).Encode(a)
 }
@@ -141,9 +181,12 @@ func (s *Starter) Enter(ctx context.Context, view func() View, minPeers int, ret
 		var contact, ended string
 		running := false // contact is running (not only starting)
 		var given []startMember
+		var givenAt uint64
 		for _, a := range answers {
 			switch {
 			case a.err != nil || a.Job != s.job:
+			case a.State == stateFailed:
+				return Entry{}, fmt.Errorf("%w: %s (says %s)", ErrCannotResume, a.Failed, a.from)
 			case a.State == stateEnded:
 				ended = a.from
 			case a.State == stateRunning || a.State == stateStarting:
@@ -152,13 +195,13 @@ func (s *Starter) Enter(ctx context.Context, view func() View, minPeers int, ret
 						contact, running = a.from, a.State == stateRunning
 					}
 				} else if given == nil || a.from < ownerOf(given) {
-					given = a.Members
+					given, givenAt = a.Members, a.ResumeAt
 				}
 			}
 		}
 		switch {
 		case given != nil:
-			return s.decide(given), nil
+			return s.decide(given, givenAt), nil
 		case contact != "":
 			s.log.Info().Str("contact", contact).Msg("a run is under way: joining it")
 			return Entry{Contact: contact}, nil
@@ -175,9 +218,13 @@ func (s *Starter) Enter(ctx context.Context, view func() View, minPeers int, ret
 			}
 		}
 		slices.SortFunc(ms, func(a, b startMember) int { return strings.Compare(a.Peer, b.Peer) })
-		if len(ms) >= minPeers && ms[0].Peer == s.self {
+		if s.resume {
+			if e, ok, err := s.resumeDecision(ms, answers, minPeers); err != nil || ok {
+				return e, err
+			}
+		} else if len(ms) >= minPeers && ms[0].Peer == s.self {
 			s.log.Info().Int("members", len(ms)).Msg("no run under way: starting one with the peers that answered")
-			return s.decide(ms), nil
+			return s.decide(ms, 0), nil
 		}
 		select {
 		case <-ctx.Done():
@@ -191,15 +238,141 @@ func (s *Starter) Enter(ctx context.Context, view func() View, minPeers int, ret
 // set is sorted).
 func ownerOf(ms []startMember) string { return ms[0].Peer }
 
-func (s *Starter) decide(ms []startMember) Entry {
+func (s *Starter) decide(ms []startMember, resumeAt uint64) Entry {
 	s.mu.Lock()
-	s.state, s.members = stateStarting, ms
+	s.state, s.members, s.resumeAt = stateStarting, ms, resumeAt
 	s.mu.Unlock()
 	out := make([]train.Member, len(ms))
 	for i, m := range ms {
 		out[i] = train.Member{Peer: m.Peer, ID: m.ID}
 	}
-	return Entry{Initial: out}
+	return Entry{Initial: out, Resume: resumeAt}
+}
+
+// ErrCannotResume: the peers' checkpoints cannot resume the run.
+var ErrCannotResume = errors.New("cannot resume from the checkpoints")
+
+// resumeDecision is the coordinator's decision when resuming: ok when this
+// peer decided (or failed). ms are the peers that answered and this one.
+func (s *Starter) resumeDecision(ms []startMember, answers []startAnswer, minPeers int) (Entry, bool, error) {
+	s.mu.Lock()
+	own, place, nshards := s.points, s.place, s.nshards
+	s.mu.Unlock()
+	points := map[string][]ResumePoint{s.self: own}
+	for _, a := range answers {
+		if a.err == nil && a.Job == s.job && a.State == stateWaiting {
+			points[a.from] = a.Points
+		}
+	}
+	// The newest round whose workers all answered and whose files cover
+	// the placement; while a worker of a newer one has not answered yet,
+	// wait for it.
+	var rounds []uint64
+	for _, ps := range points {
+		for _, pt := range ps {
+			if !slices.Contains(rounds, pt.Round) {
+				rounds = append(rounds, pt.Round)
+			}
+		}
+	}
+	slices.Sort(rounds)
+	slices.Reverse(rounds)
+	if len(rounds) == 0 {
+		if len(ms) >= minPeers && ms[0].Peer == s.self {
+			s.log.Warn().Int("members", len(ms)).Msg("--resume: no peer has a checkpoint: starting a new run from round 0")
+			return s.decide(ms, 0), true, nil
+		}
+		return Entry{}, false, nil
+	}
+	var problems []string
+	for _, r := range rounds {
+		var workers []string
+		for _, ps := range points {
+			for _, pt := range ps {
+				if pt.Round == r && len(pt.Members) > len(workers) {
+					workers = pt.Members
+				}
+			}
+		}
+		var first []startMember
+		var missing []string
+		for _, p := range workers {
+			if i := slices.IndexFunc(ms, func(m startMember) bool { return m.Peer == p }); i >= 0 {
+				first = append(first, ms[i])
+			} else {
+				missing = append(missing, p)
+			}
+		}
+		if len(missing) > 0 || len(first) < minPeers {
+			if ms[0].Peer == s.self {
+				s.log.Info().Uint64("round", r).Strs("waiting_for", shortPeers(missing)).
+					Msg("--resume: waiting for every worker of the checkpoint")
+			}
+			return Entry{}, false, nil
+		}
+		if first[0].Peer != s.self {
+			return Entry{}, false, nil // its coordinator decides
+		}
+		p := s.coverage(points, first, r, place, nshards)
+		if len(p) == 0 {
+			s.log.Info().Uint64("round", r).Int("members", len(first)).Msg("--resume: resuming the run from its newest complete checkpoint")
+			return s.decide(first, r), true, nil
+		}
+		problems = append(problems, p...)
+	}
+	msg := strings.Join(problems, "; ")
+	s.mu.Lock()
+	s.state, s.failed = stateFailed, msg
+	s.mu.Unlock()
+	return Entry{}, true, fmt.Errorf("%w: %s", ErrCannotResume, msg)
+}
+
+// coverage lists what keeps the peers of first from resuming at round r:
+// a peer without a file of r, or whose file lacks a shard the placement of
+// first gives it.
+func (s *Starter) coverage(points map[string][]ResumePoint, first []startMember, r uint64, place train.PlaceFunc, nshards int) []string {
+	peers := make([]string, len(first))
+	for i, m := range first {
+		peers[i] = m.Peer
+	}
+	pl, err := place(peers)
+	if err != nil {
+		return []string{fmt.Sprintf("round %d: placement: %v", r, err)}
+	}
+	var problems []string
+	for _, p := range peers {
+		i := slices.IndexFunc(points[p], func(pt ResumePoint) bool { return pt.Round == r })
+		if i < 0 {
+			problems = append(problems, fmt.Sprintf("%s has no checkpoint of round %d (started without --resume, or its --checkpoint-dir lost it)", short(p), r))
+			continue
+		}
+		have := points[p][i].Shards
+		var lack []int
+		for sh := range nshards {
+			if slices.Contains(pl.Owners(sh), p) && !slices.Contains(have, sh) {
+				lack = append(lack, sh)
+			}
+		}
+		if len(lack) > 0 {
+			problems = append(problems, fmt.Sprintf("%s lacks shards %v of round %d that the placement gives it", short(p), lack, r))
+		}
+	}
+	return problems
+}
+
+func short(p string) string {
+	if len(p) > 12 {
+		return "…" + p[len(p)-6:]
+	}
+	return p
+}
+
+func shortPeers(ps []string) []string {
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = short(p)
+	}
+	return out
 }
 
 // probe asks every other member of v at once, each for at most 3s.

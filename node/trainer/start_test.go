@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -101,5 +102,88 @@ func TestStarterJoinsARunUnderWay(t *testing.T) {
 	y := NewStarter(net.NewNode("peer-y"), "job", "peer-y", train.MemberID("peer-y", 1), zerolog.Nop())
 	if _, err := y.Enter(ctx, viewOf([]string{"peer-a", "peer-b", "peer-y"}, []uint64{1, 1, 1}), 1, time.Millisecond); !errors.Is(err, ErrRunEnded) {
 		t.Fatalf("a peer that finds only ended members: %v, want ErrRunEnded", err)
+	}
+}
+
+// modPlace gives shard s to the (s mod n)-th of n peers.
+type modPlace []string
+
+func (p modPlace) Owners(s int) []string { return []string{p[s%len(p)]} }
+
+func placeMod(members []string) (train.Placement, error) { return modPlace(members), nil }
+
+// enterAll runs a starter per peer with --resume and the given points.
+func enterAll(t *testing.T, peers []string, points map[string][]ResumePoint) ([]Entry, []error) {
+	t.Helper()
+	net := newNet(t)
+	incs := make([]uint64, len(peers))
+	for i := range incs {
+		incs[i] = uint64(i + 1)
+	}
+	view := viewOf(peers, incs)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	entries := make([]Entry, len(peers))
+	errs := make([]error, len(peers))
+	var wg sync.WaitGroup
+	for i, p := range peers {
+		s := NewStarter(net.NewNode(p), "job", p, train.MemberID(p, incs[i]), zerolog.Nop())
+		s.SetResume(points[p], placeMod, 6)
+		wg.Go(func() { entries[i], errs[i] = s.Enter(ctx, view, len(peers), 10*time.Millisecond) })
+	}
+	wg.Wait()
+	return entries, errs
+}
+
+// Peers started with --resume agree on the newest checkpoint round that
+// every worker of it has, whole: a round one peer did not finish writing
+// is passed over; with none, they start a new run.
+func TestStartersResumeFromTheNewestCompleteCheckpoint(t *testing.T) {
+	peers := []string{"peer-a", "peer-b", "peer-c"}
+	pt := func(r uint64, shards ...int) ResumePoint {
+		return ResumePoint{Round: r, Members: peers, Shards: shards}
+	}
+	full := map[string][]ResumePoint{
+		"peer-a": {pt(40, 0, 3), pt(80, 0, 3)},
+		"peer-b": {pt(40, 1, 4), pt(80, 1, 4)},
+		"peer-c": {pt(40, 2, 5), pt(80, 2, 5)},
+	}
+	for _, tc := range []struct {
+		name   string
+		points map[string][]ResumePoint
+		want   uint64
+	}{
+		{"all have 80", full, 80},
+		{"peer-c was killed writing 80", map[string][]ResumePoint{"peer-a": full["peer-a"], "peer-b": full["peer-b"], "peer-c": full["peer-c"][:1]}, 40},
+		{"no checkpoint anywhere", nil, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			entries, errs := enterAll(t, peers, tc.points)
+			for i, e := range entries {
+				if errs[i] != nil {
+					t.Fatalf("%s: %v", peers[i], errs[i])
+				}
+				if len(e.Initial) != 3 || e.Resume != tc.want {
+					t.Errorf("%s enters with %+v, want the 3 peers resuming at round %d", peers[i], e, tc.want)
+				}
+			}
+		})
+	}
+}
+
+// When no round is whole (a peer's file lacks a shard the placement gives
+// it), every peer fails, with a message naming the peer and the shards.
+func TestStartersRefuseAnIncompleteCheckpoint(t *testing.T) {
+	peers := []string{"peer-a", "peer-b", "peer-c"}
+	pts := map[string][]ResumePoint{
+		"peer-a": {{Round: 40, Members: peers, Shards: []int{0, 3}}},
+		"peer-b": {{Round: 40, Members: peers, Shards: []int{1}}},
+		"peer-c": {{Round: 40, Members: peers, Shards: []int{2, 5}}},
+	}
+	_, errs := enterAll(t, peers, pts)
+	for i, err := range errs {
+		if !errors.Is(err, ErrCannotResume) || !strings.Contains(err.Error(), "peer-b lacks shards [4] of round 40") {
+			t.Errorf("%s: %v, want ErrCannotResume naming peer-b's missing shard 4", peers[i], err)
+		}
 	}
 }

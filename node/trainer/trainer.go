@@ -60,6 +60,16 @@ type Config struct {
 	// evaluation needs travel, and the model hash is computed from the
 	// owners' shard hashes.
 	FetchModel bool
+	// CheckpointDir is where this peer writes its part of each checkpoint
+	// the run schedules (Core.CheckpointTicks; sync mode), keeping the
+	// newest CheckpointKeep; empty writes none. Job names the run in them.
+	CheckpointDir  string
+	CheckpointKeep int
+	Job            string
+	// Resume, when set, is the checkpoint this peer resumes from: its
+	// shards are loaded into Core.Model (LoadCheckpoint), Core.Start is
+	// its round, and the worker's data starts at its position.
+	Resume *CheckpointInfo
 	// Log receives the trainer's own lines.
 	Log zerolog.Logger
 }
@@ -67,11 +77,12 @@ type Config struct {
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{
-		Core:      train.DefaultConfig(),
-		Batch:     100,
-		Epochs:    1,
-		EvalBatch: 1000,
-		Threads:   1,
+		Core:           train.DefaultConfig(),
+		Batch:          100,
+		Epochs:         1,
+		CheckpointKeep: 2,
+		EvalBatch:      1000,
+		Threads:        1,
 		// The core's timings are tuned for a 10ms tick (train.DefaultConfig).
 		Tick:          10 * time.Millisecond,
 		ProgressEvery: time.Second,
@@ -134,7 +145,16 @@ type Summary struct {
 	// ModelFetched: every row of the model is in Core.Model (FetchModel;
 	// a leaver's is the model as it stood when it left).
 	ModelFetched bool
-	Core         train.Stats
+	// Checkpoints this peer wrote, and those that failed (a full disk:
+	// the run goes on, the older ones stay) or were skipped (the one
+	// before was still being written); LastCheckpoint is the newest
+	// round written.
+	Checkpoints       int
+	CheckpointsFailed int
+	LastCheckpoint    uint64
+	// ResumedAt is the checkpoint round this run resumed from (0: none).
+	ResumedAt uint64
+	Core      train.Stats
 }
 
 // Errors.
@@ -226,6 +246,7 @@ func (t *Trainer) Leave() {
 type prepared struct {
 	p     *sgd.Prepared
 	epoch int
+	row   int64 // rows of the epoch before it
 	end   bool  // no more batches
 	err   error // reading failed
 }
@@ -267,6 +288,13 @@ type run struct {
 	given    uint64                   // batches given to the core
 	queue    map[uint64]*sgd.Prepared // by the order they were given
 	epoch    int
+	pos      map[uint64]Position // data position before each batch given and not yet computed
+	nextPos  Position            // after the last batch given
+	ckpts    chan ckptJob        // to the checkpoint writer
+	ckptRes  chan ckptResult
+	ckptOK   int
+	ckptFail int
+	ckptLast uint64
 
 	examples   int64
 	rounds     int64
@@ -332,6 +360,10 @@ func (t *Trainer) Run(ctx context.Context, open func(epoch int) (data.Source, er
 		jobs: make(chan computeJob, 1), results: make(chan computeDone, 1),
 		queue: map[uint64]*sgd.Prepared{}, evalDone: make(chan evalResult, 1),
 		pending: map[uint64]bool{}, nextEvalAt: t.cfg.EvalEvery, waiting: true,
+		pos: map[uint64]Position{}, ckpts: make(chan ckptJob, 1), ckptRes: make(chan ckptResult, 4),
+	}
+	if rs := t.cfg.Resume; rs != nil {
+		r.nextPos = rs.Position
 	}
 	r.progAt, r.askedAt = r.start, r.start
 	core, err := train.New(t.cfg.Core)
@@ -347,6 +379,9 @@ func (t *Trainer) Run(ctx context.Context, open func(epoch int) (data.Source, er
 	}()
 	wg.Go(func() { r.read(ctx, open) })
 	wg.Go(func() { r.compute(ctx) })
+	if t.cfg.CheckpointDir != "" {
+		wg.Go(func() { r.writeCheckpoints(ctx) })
+	}
 	var evBuilt chan evBuild
 	if test != nil {
 		// Reading the test set takes a while (100k rows: a second on a
@@ -395,6 +430,8 @@ func (t *Trainer) Run(ctx context.Context, open func(epoch int) (data.Source, er
 			r.takeBatch(b)
 		case e := <-r.evalDone:
 			r.evalFinished(e)
+		case res := <-r.ckptRes:
+			r.checkpointWritten(res)
 		case b := <-evBuilt:
 			evBuilt = nil
 			if b.err != nil {
@@ -450,6 +487,9 @@ func (r *run) takeBatch(b prepared) {
 	default:
 		r.epoch = b.epoch
 		r.queue[r.given] = b.p
+		r.pos[r.given] = Position{Epoch: b.epoch, Rows: b.row, Examples: r.nextPos.Examples}
+		n := int64(b.p.Examples())
+		r.nextPos = Position{Epoch: b.epoch, Rows: b.row + n, Examples: r.nextPos.Examples + n}
 		r.given++
 		r.core.Batch(b.p.Keys, b.p.Examples())
 	}
@@ -497,6 +537,9 @@ func (r *run) handle() error {
 				return fmt.Errorf("trainer: the core asked for round %d, batch %d, which it was not given", c.Round, i)
 			}
 			delete(r.queue, i)
+			if i >= 4 {
+				delete(r.pos, i-4) // a checkpoint is scheduled after the round being computed
+			}
 			now := t.now()
 			if r.waiting {
 				r.waitSec += now.Sub(r.askedAt).Seconds()
@@ -509,6 +552,9 @@ func (r *run) handle() error {
 		}
 		for i := range rd.Fetched {
 			r.fetched(&rd.Fetched[i])
+		}
+		for _, c := range rd.Checkpoints {
+			r.checkpoint(c)
 		}
 		if rd.Err != nil {
 			return rd.Err
@@ -691,6 +737,10 @@ func (r *run) summary() Summary {
 	s := Summary{
 		Rounds: r.rounds, WaitSeconds: r.waitSec, Configs: r.cfgID, Members: r.members, Owned: r.owned,
 		ModelHash: r.hash, Left: r.left, Covered: r.covered, JoinSeconds: r.joinSec, ModelFetched: r.fetchedModel,
+		Checkpoints: r.ckptOK, CheckpointsFailed: r.ckptFail, LastCheckpoint: r.ckptLast,
+	}
+	if rs := t.cfg.Resume; rs != nil {
+		s.ResumedAt = rs.Round
 	}
 	if r.core != nil {
 		s.Core = r.core.Stats()
@@ -722,14 +772,40 @@ func (r *run) read(ctx context.Context, open func(epoch int) (data.Source, error
 			return false
 		}
 	}
-	for e := range t.cfg.Epochs {
+	var skip Position // a resumed run starts where its checkpoint was
+	if t.cfg.Resume != nil {
+		skip = t.cfg.Resume.Position
+	}
+	for e := skip.Epoch; e < t.cfg.Epochs; e++ {
 		src, err := open(e)
 		if err != nil {
 			send(prepared{err: fmt.Errorf("epoch %d: %w", e+1, err)})
 			return
 		}
 		rows := 0
+		if e == skip.Epoch && skip.Rows > 0 {
+			// The batches before the checkpoint, read and dropped in the
+			// same sizes, so the ones after have the same rows.
+			for int64(rows) < skip.Rows {
+				n, err := src.Next(&b, int(min(int64(t.cfg.Batch), skip.Rows-int64(rows))))
+				rows += n
+				if err == io.EOF {
+					break
+				}
+				if err != nil {
+					src.Close()
+					send(prepared{err: fmt.Errorf("epoch %d: skipping to the checkpoint's row %d: %w", e+1, skip.Rows, err)})
+					return
+				}
+			}
+			if int64(rows) < skip.Rows {
+				src.Close()
+				send(prepared{err: fmt.Errorf("epoch %d has %d rows, but the checkpoint resumes after row %d: is this the data (and --part) it was written with?", e+1, rows, skip.Rows)})
+				return
+			}
+		}
 		for {
+			before := int64(rows)
 			n, err := src.Next(&b, t.cfg.Batch)
 			if n > 0 {
 				rows += n
@@ -740,7 +816,7 @@ func (r *run) read(ctx context.Context, open func(epoch int) (data.Source, error
 					p = new(sgd.Prepared)
 				}
 				pr.Prepare(&b, p)
-				if !send(prepared{p: p, epoch: e}) {
+				if !send(prepared{p: p, epoch: e, row: before}) {
 					src.Close()
 					return
 				}
