@@ -311,6 +311,11 @@ func (a *agreement) work() bool {
 			c.fail(fmt.Errorf("%w: no member of the run answered for %d ticks (the run may have ended)", ErrRefused, c.tick-a.answered))
 			return false
 		}
+		if a.contact != c.cfg.Contact && c.tick-a.answered > uint64(2*c.cfg.RetryTicks) {
+			// The leader it was sent to has gone quiet (it left, or
+			// crashed): ask the member it started from who leads now.
+			a.contact = c.cfg.Contact
+		}
 		a.asked, a.askedAt = true, c.tick
 		c.send(a.contact, &wire.Core{Op: wire.CoreJoin})
 	}
