@@ -98,13 +98,6 @@ func (j *trainJob) runDistributed(tf *trainFlags) error {
 	if err != nil {
 		return err
 	}
-	if (tf.dist.checkpointEvery > 0 || tf.dist.resume) && ds.mode != train.Sync {
-		flag := "checkpoint-every"
-		if tf.dist.resume {
-			flag = "resume"
-		}
-		return usageErr(flag, "not implemented yet with --mode %s: checkpoints of a cluster work in sync mode only (issue 10)", ds.mode)
-	}
 	ncfg, err := tf.p.config()
 	if err != nil {
 		return err

@@ -5,7 +5,7 @@ package main
 // every few seconds, while the job trains; the survivors must end with one
 // model, as good as one peer's on all the data, and nothing may be left
 // running. -short skips it; GOSSIPTRAIN_CHAOS_SECONDS sets how long the
-// chaos lasts (CI: 30 s per mode; the soak: 90).
+// chaos lasts (CI: 20 s per mode; the soak: 90).
 
 import (
 	"fmt"
@@ -30,7 +30,7 @@ func chaosSeconds(t *testing.T) time.Duration {
 		}
 		return time.Duration(n) * time.Second
 	}
-	return 30 * time.Second
+	return 20 * time.Second
 }
 
 func TestE2EChaos(t *testing.T) {

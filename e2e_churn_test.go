@@ -7,7 +7,7 @@ package main
 import (
 	"bufio"
 	"bytes"
-
+	bin "encoding/binary"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -311,17 +311,23 @@ func TestE2ECrashWithReplicas(t *testing.T) {
 }
 
 // Issue 5: kill every peer, restart them with --resume: training continues
-// from the checkpoint round, not from zero. Sync mode only for now: ssp and
-// async refuse the flags at once, naming them.
+// from the checkpoint round, not from zero. In sync the resumed run ends
+// with the model of a run that never stopped; in async each worker goes on
+// from its own cut, and every example is trained once.
 func TestE2ERestartFromCheckpoint(t *testing.T) {
-	flags := churnData(t)
-	ckpt := t.TempDir()
-	for _, f := range [][]string{{"--checkpoint-every", "1s"}, {"--resume"}} {
-		code, _, stderr := gt(t, append(append([]string{"train", "--job", "ckpt", "--mode", "async", "--checkpoint-dir", ckpt}, flags...), f...)...)
-		if code != 2 || !strings.Contains(stderr, f[0]+": not implemented yet with --mode async") {
-			t.Fatalf("train --job --mode async %s: exit %d, %s: want a usage error saying it is not implemented", f[0], code, stderr)
-		}
+	for _, mode := range []string{"sync", "async"} {
+		t.Run(mode, func(t *testing.T) { restartFromCheckpoint(t, mode) })
 	}
+}
+
+func restartFromCheckpoint(t *testing.T, mode string) {
+	flags := append(churnData(t), "--mode", mode)
+	if mode != "sync" {
+		// Async trains the 400 rounds of an epoch in about a second, faster
+		// than the first leader (which schedules checkpoints) is elected.
+		flags = append(flags, "--epochs", "8")
+	}
+	ckpt := t.TempDir()
 	r := newChurnRun(t, 3, append(flags, "--checkpoint-dir", ckpt)...)
 	var ps []*churnProc
 	for i := 0; i < 3; i++ {
@@ -362,12 +368,35 @@ func TestE2ERestartFromCheckpoint(t *testing.T) {
 	if len(runs[0].Rounds) > 0 {
 		firstRound = runs[0].Rounds[0].Clock
 	}
-	t.Logf("resumed at round %d; first round computed %d; ended at round %d with %d examples", s.ResumedAt, firstRound, s.Rounds, s.Examples)
+	t.Logf("%s: resumed at round %d; first round computed %d; %d rounds and %d examples after it", mode, s.ResumedAt, firstRound, s.Rounds, s.Examples)
 	if s.ResumedAt == 0 || firstRound != int64(s.ResumedAt) {
 		t.Errorf("resumed at round %d, first round %d: want training to continue from a checkpoint round", s.ResumedAt, firstRound)
 	}
 	if !strings.Contains(runs[0].Start.Config["resume"], "true") {
 		t.Errorf("the report's start line does not show --resume")
+	}
+	if mode != "sync" {
+		// Each worker's examples after its cut, and before it (the
+		// checkpoint's position), add up to its part of the data: 20000
+		// rows, 8 epochs.
+		for i, run := range runs {
+			files, _ := filepath.Glob(filepath.Join(ckpt, r.ids.ids[i], fmt.Sprintf("round-%d.ckpt", s.ResumedAt)))
+			if len(files) != 1 {
+				t.Fatalf("peer %d: no checkpoint file of round %d", i, s.ResumedAt)
+			}
+			var hdr struct {
+				Position struct {
+					Examples int64 `json:"examples"`
+				} `json:"position"`
+			}
+			if err := readCkptHeader(files[0], &hdr); err != nil {
+				t.Fatal(err)
+			}
+			if got := hdr.Position.Examples + run.Summary.Examples; got != 8*20000 {
+				t.Errorf("peer %d: %d examples before its cut + %d after = %d, want its 8 x 20000", i, hdr.Position.Examples, run.Summary.Examples, got)
+			}
+		}
+		return
 	}
 	// The checkpoint holds every shard's weights and optimizer state and
 	// every worker's data position: the resumed run ends with the model
@@ -385,6 +414,25 @@ func TestE2ERestartFromCheckpoint(t *testing.T) {
 	if a, b := s.ModelHash, whole[0].Summary.ModelHash; a != b {
 		t.Errorf("resumed at round %d, the run ends with model %s; uninterrupted, with %s", s.ResumedAt, a, b)
 	}
+}
+
+// readCkptHeader decodes the JSON header of a checkpoint file (its format:
+// node/trainer/checkpoint.go).
+func readCkptHeader(path string, v any) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	const magic = "gossiptrain checkpoint 1\n"
+	if !bytes.HasPrefix(b, []byte(magic)) {
+		return fmt.Errorf("%s: not a checkpoint", path)
+	}
+	b = b[len(magic):]
+	n, k := bin.Uvarint(b)
+	if k <= 0 || uint64(len(b)-k) < n {
+		return fmt.Errorf("%s: bad header", path)
+	}
+	return json.Unmarshal(b[k:k+int(n)], v)
 }
 
 // waitCrashed waits until p's report has a configuration change that

@@ -53,8 +53,13 @@ const (
 	CoreFinished CoreOp = 11
 	// CoreHash: asks an owner for the hashes of its shards (Shards), or
 	// with FlagReply answers with them (Clocks: shard -> hash).
-	CoreHash   CoreOp = 12
-	coreOpLast        = CoreHash
+	CoreHash CoreOp = 12
+	// CoreCut: a worker's cut of an ssp/async checkpoint (Req: the
+	// checkpoint's configuration; Round: the first round it has not
+	// pushed), or with FlagReply an owner's answer that its shards are
+	// exported.
+	CoreCut    CoreOp = 13
+	coreOpLast        = CoreCut
 )
 
 func (o CoreOp) String() string {
@@ -83,6 +88,8 @@ func (o CoreOp) String() string {
 		return "finished"
 	case CoreHash:
 		return "hash"
+	case CoreCut:
+		return "cut"
 	}
 	return fmt.Sprintf("core-op-%d", uint8(o))
 }

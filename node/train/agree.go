@@ -511,7 +511,11 @@ func (a *agreement) propose() {
 		// they are, at once.)
 		next.Start = max(cur.Start, c.w.clock)
 	}
-	if cur.Checkpoint && next.Start == cur.Start {
+	if c.cfg.Mode != Sync && ckpt && len(dead)+len(left)+len(joined) > 0 {
+		// A cut needs the same members throughout: membership first.
+		ckpt, next.Checkpoint = false, false
+	}
+	if cur.Checkpoint && next.Start == cur.Start && c.cfg.Mode == Sync {
 		// The checkpoint of cur's start is due at the same round: the
 		// newer configuration of that round keeps it.
 		next.Checkpoint = true

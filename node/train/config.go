@@ -252,8 +252,6 @@ func (c Config) Validate() error {
 		return bad("retry ticks %d", c.RetryTicks)
 	case c.CheckpointTicks < 0:
 		return bad("checkpoint ticks %d", c.CheckpointTicks)
-	case c.Mode != Sync && (c.CheckpointTicks > 0 || c.Start > 0):
-		return fmt.Errorf("%w: checkpoints and resuming are implemented for sync mode only, not %v", ErrNotImplemented, c.Mode)
 	}
 	if c.Initial != nil {
 		found := false

@@ -50,6 +50,10 @@ type CheckpointReq struct {
 	Members []string // the workers of Round
 	Shards  map[int][]byte
 	Worker  bool
+	// WorkerRound is the round whose batch the worker's data position is
+	// before: Round in sync mode, the worker's own cut in ssp/async (a
+	// resumed run starts every worker at Round, each at that position).
+	WorkerRound uint64
 }
 
 // Event is something the driver logs and reports: a configuration that
@@ -280,6 +284,12 @@ func (c *Core) Receive(from string, msg *wire.Core) {
 			c.w.hashReply(from, msg)
 		} else {
 			c.o.hash(from, msg)
+		}
+	case wire.CoreCut:
+		if msg.Flags&wire.FlagReply != 0 {
+			c.w.cutReply(from, msg)
+		} else {
+			c.o.cutReceived(from, msg)
 		}
 	}
 	c.flush()

@@ -112,6 +112,7 @@ type owner struct {
 	changed  map[uint64]changedRound // sync full gather: rows changed by round
 	ckpt     map[uint64]*ckptPending // checkpoints being exported, by round
 	ckptDone uint64                  // the newest checkpoint round handed to the driver
+	cut      *ownerCut               // ssp/async: the newest checkpoint's cuts
 	scratch  model.Sparse
 	sum, tmp model.Sparse
 }
@@ -658,6 +659,9 @@ func sortedStrings[V any](m map[string]V) []string {
 // work applies what can be applied, answers what can be answered, hands
 // over shards that are due. It reports progress.
 func (o *owner) work() bool {
+	if o.cutCheck() {
+		return true
+	}
 	c := o.c
 	if c.cs.cur() == nil {
 		return false

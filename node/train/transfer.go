@@ -88,6 +88,7 @@ func (c *Core) applyConfig(t *tconf) {
 	c.o.configChanged(prev, t)
 	if c.joined && c.err == nil {
 		c.o.ckptConfig(t)
+		c.cutConfig(t)
 	}
 	if c.joined {
 		c.o.recheckPulls()

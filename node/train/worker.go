@@ -91,7 +91,8 @@ type worker struct {
 	nextReq   uint64
 	fetches   []*fetch
 
-	final   bool // an owner answered FlagFinal: training is over
+	cut     *cutState // ssp/async checkpoint: paused for its cut
+	final   bool      // an owner answered FlagFinal: training is over
 	leaving bool
 	left    bool
 	stopAt  uint64 // leaving: the first round this worker does not push (once agreed)
@@ -285,11 +286,14 @@ func (w *worker) work() bool {
 	if w.final {
 		return w.serveFetches() || progress
 	}
+	if w.cutWork() {
+		progress = true
+	}
 	if w.stash != nil {
 		if w.tryPush() {
 			progress = true
 		}
-	} else if !w.computing && !w.stoppedAt(w.clock) {
+	} else if !w.computing && !w.stoppedAt(w.clock) && !w.paused() {
 		ws := w.ws[w.clock]
 		switch {
 		case ws == nil || ws.pending > 0:

@@ -314,7 +314,7 @@ func (r *run) checkpoint(c train.CheckpointReq) {
 		Members: c.Members, Model: modelDesc(t.m), Time: t.now().UTC().Format(time.RFC3339),
 	}
 	if c.Worker {
-		i := c.Round - r.core.FirstRound()
+		i := c.WorkerRound - r.core.FirstRound()
 		switch p, ok := r.pos[i]; {
 		case ok:
 			info.Worker, info.Position = true, p
