@@ -616,6 +616,16 @@ func (o *owner) state(from string, msg *wire.Core) {
 		// had rounds the crashed primary applied and answered).
 		a = &await{takeover: true}
 	}
+	if a == nil && c.cfg.Mode == Sync && o.held.has(s) && msg.Round > o.through[s] && !c.routeMe(s, o.through[s]) &&
+		c.cs.route(s, msg.Round-1) == from && c.holdsAt(s, msg.Round) {
+		// A handoff this holder stopped waiting for: its wait was a
+		// takeover of an earlier round (a crash rerouted that round here),
+		// which ended when the takeover's copy came; the round after it
+		// belongs to another peer, which hands the shard on as of the
+		// round this peer applies next. The copy is further on than the
+		// one held here, and this peer applies none of the rounds between.
+		a = &await{round: msg.Round}
+	}
 	if a == nil || (c.cfg.Mode == Sync && !a.takeover && msg.Round < a.round && msg.Flags&wire.FlagFinal == 0) {
 		if o.held.has(s) {
 			c.send(from, &wire.Core{Op: wire.CoreAck, Req: msg.Req}) // a copy sent again

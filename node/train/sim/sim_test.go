@@ -189,6 +189,7 @@ func TestFixedSeeds(t *testing.T) {
 		{"sync/chaos", 48, "a leaver left as a raft voter: the group lost its quorum"},
 		{"sync/chaos", 61, "a handoff to a leaver that still applied its last rounds was dropped"},
 		{"sync/chaos", 97, "a peer that ended alone was owed its rounds"},
+		{"sync/chaos", 47, "a handoff after a takeover's rounds was acknowledged and not installed"},
 		{"ssp/chaos", 6, "a leaver whose run had gone waited forever"},
 		{"async/chaos", 2, "forwards to a leaver that had gone were retried forever"},
 		{"async/chaos", 6, "peers removed while alive left the raft group without a quorum"},
