@@ -491,11 +491,14 @@ func (o *owner) addPending(k *contribution) {
 }
 
 // recheckPulls answers "moved" for the shards of waiting pulls that a new
-// configuration routes elsewhere, so the worker asks their new owner.
+// configuration routes elsewhere, so the worker asks their new owner. So it
+// does for the answers that applied ssp and async pushes wait for: their
+// shards' values are the new primary's to give now (this peer may hold
+// them no more, and would wait for them forever).
 func (o *owner) recheckPulls() {
 	c := o.c
 	for _, k := range o.pending {
-		if k.op != wire.CorePull && k.op != wire.CoreHash {
+		if k.op != wire.CorePull && k.op != wire.CoreHash && (k.op != wire.CorePush || c.cfg.Mode == Sync) {
 			continue
 		}
 		msg := &wire.Core{Op: k.op, Round: k.round}
@@ -524,7 +527,7 @@ func (o *owner) recheckPulls() {
 	}
 	keep := o.pending[:0]
 	for _, k := range o.pending {
-		if len(k.shards) > 0 || k.op == wire.CorePush {
+		if len(k.shards) > 0 || k.op == wire.CorePush && c.cfg.Mode == Sync {
 			keep = append(keep, k)
 		}
 	}

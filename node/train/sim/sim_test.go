@@ -191,6 +191,7 @@ func TestFixedSeeds(t *testing.T) {
 		{"sync/chaos", 97, "a peer that ended alone was owed its rounds"},
 		{"sync/chaos", 47, "a handoff after a takeover's rounds was acknowledged and not installed"},
 		{"ssp/chaos", 6, "a leaver whose run had gone waited forever"},
+		{"ssp/chaos", 2, "an applied push waited for shards moved away since"},
 		{"async/chaos", 2, "forwards to a leaver that had gone were retried forever"},
 		{"async/chaos", 6, "peers removed while alive left the raft group without a quorum"},
 		{"ssp/partition", 10, "a shard lost with all its holders was judged before its configuration"},
