@@ -592,6 +592,23 @@ func (a *agreement) reconcileGroup(cur *tconf) {
 			return
 		}
 	}
+	// A peer dropped from the group while it was cut off, and heard from
+	// again, comes back as a learner: a leaver still serves its last
+	// rounds and must learn the configurations since (the route of a
+	// round it replicates may have changed); a member removed as dead
+	// while alive must learn that it was, or it waits forever.
+	if c.aliveOK {
+		for _, t := range c.cs.list {
+			for _, l := range [][]Member{t.Left, t.Crashed} {
+				for _, m := range l {
+					if _, ok := a.group[m.ID]; !ok && m.ID != c.cfg.ID && c.alive[m.ID] && !cur.isMember(m.Peer, m.ID) {
+						propose(pb.ConfChangeAddLearnerNode, m.ID, m.Peer)
+						return
+					}
+				}
+			}
+		}
+	}
 	want := min(c.cfg.Voters, len(cur.Members))
 	if n := countFunc(a.voters, func(id uint64) bool { return cur.isMember(a.group[id], id) }); n < want {
 		for _, m := range cur.Members {
