@@ -411,14 +411,33 @@ func (o *owner) routesHere(s int, msg *wire.Core) bool {
 
 // pushSync records a sync contribution.
 func (o *owner) pushSync(k *contribution) {
+	c := o.c
 	o.lazyTakeover(k.shards, k.round)
 	// A shard restarted from nothing has no history: a worker that sends
 	// a later round than it waits at was answered that round by the
 	// holder that crashed, and will never send the earlier one. Restart
 	// at the later round; earlier sends are answered as applied.
 	for _, s := range k.shards {
-		if o.fresh.has(int(s)) && o.held.has(int(s)) && k.round > o.through[s] {
+		if !o.held.has(int(s)) || k.round <= o.through[s] {
+			continue
+		}
+		if o.fresh.has(int(s)) {
 			o.through[s] = k.round
+			continue
+		}
+		if o.ff[int(s)] && c.routeMe(int(s), o.through[s]) {
+			// So with a takeover's copy, as its survivors had it: a
+			// worker sends round k.round only once it was answered the
+			// rounds before, so those the copy lacks were applied by the
+			// route that crashed, and no survivor had them. They are
+			// lost; the shard goes on from here as if restarted (a copy
+			// that has them may still replace it, see state).
+			lost := k.round - o.through[s]
+			o.through[s] = k.round
+			o.fresh.add(int(s))
+			c.stats.Lost += lost
+			c.trace(TraceEvent{Kind: TracePromote, Shards: []uint32{s}, Round: k.round})
+			c.event(Event{Kind: EvLost, Shards: 1, Text: fmt.Sprintf("shard %d: %d rounds before round %d lost with the holders that crashed", s, lost, k.round)})
 		}
 	}
 	dup := true

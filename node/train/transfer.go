@@ -611,9 +611,10 @@ func (o *owner) state(from string, msg *wire.Core) {
 		return
 	}
 	a := o.awaiting[s]
-	if a == nil && o.ff[s] && o.held.has(s) && msg.Round > o.through[s] {
+	if a == nil && o.ff[s] && o.held.has(s) && (msg.Round > o.through[s] || msg.Round == o.through[s] && o.fresh.has(s)) {
 		// A takeover installed a copy; this one is further on (a survivor
-		// had rounds the crashed primary applied and answered).
+		// had rounds the crashed primary applied and answered), or as far
+		// as the copy that went on without the rounds it lacked.
 		a = &await{takeover: true}
 	}
 	if a == nil && c.cfg.Mode == Sync && o.held.has(s) && msg.Round > o.through[s] && !c.routeMe(s, o.through[s]) &&
