@@ -1205,23 +1205,35 @@ func (o *owner) forward(from string, msg *wire.Core) {
 			return
 		}
 	}
+	var keep []uint32
 	for _, s := range msg.Shards {
 		a := o.awaiting[int(s)]
 		switch {
 		case a != nil && c.cfg.Mode == Sync && !a.takeover && a.round > msg.Round && !o.held.has(int(s)):
 			// The state this holder waits for is as of a later round: it
 			// includes this one.
-			c.send(from, &wire.Core{Op: wire.CoreAck, Req: msg.Req})
-			return
+			continue
 		case a == nil && !o.held.has(int(s)):
 			// Not a holder any more (handed over), or not yet in the
 			// primary's view: nothing to apply to.
-			c.send(from, &wire.Core{Op: wire.CoreAck, Req: msg.Req})
-			return
+			continue
 		case !o.usable(int(s), msg.Round):
 			o.deferMsg(from, msg)
 			return
 		}
+		keep = append(keep, s)
+	}
+	if len(keep) == 0 {
+		c.send(from, &wire.Core{Op: wire.CoreAck, Req: msg.Req})
+		return
+	}
+	if len(keep) < len(msg.Shards) {
+		// Apply it to those only: a shard handed over since must not
+		// keep the others from their rows.
+		m := *msg
+		m.Shards = keep
+		m.Rows = filterRows(&msg.Rows, keep, c.width, c.mask)
+		msg = &m
 	}
 	if c.cfg.Mode == Sync {
 		// Per shard: apply those at this round, skip those past it (a
@@ -1309,6 +1321,20 @@ func (o *owner) forward(from string, msg *wire.Core) {
 				}
 			}
 			c.stats.Replicated++
+			// A forward of the primary before (it crashed or handed the
+			// shard over since) that reaches this peer as the primary now:
+			// its replicas need it too, and only this peer sends them.
+			var prim []uint32
+			for _, s := range apply {
+				if c.isPrimary(int(s)) {
+					prim = append(prim, s)
+				}
+			}
+			if len(prim) > 0 {
+				k := &contribution{member: wk.Member, round: wk.Clock, examples: msg.Examples, flags: msg.Flags & wire.FlagDone,
+					shards: prim, rows: filterRows(rows, prim, c.width, c.mask)}
+				o.forwardAsync(k)
+			}
 		}
 	}
 	c.send(from, &wire.Core{Op: wire.CoreAck, Req: msg.Req})

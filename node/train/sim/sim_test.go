@@ -194,6 +194,8 @@ func TestFixedSeeds(t *testing.T) {
 		{"sync/chaos", 47, "a handoff after a takeover's rounds was acknowledged and not installed"},
 		{"ssp/chaos", 6, "a leaver whose run had gone waited forever"},
 		{"ssp/chaos", 2, "an applied push waited for shards moved away since"},
+		{"ssp/chaos", 26, "a forward naming a shard handed over since was acknowledged and not applied to the others"},
+		{"async/chaos", 77, "a forward of the crashed primary applied by the new primary never reached its replicas"},
 		{"async/chaos", 2, "forwards to a leaver that had gone were retried forever"},
 		{"async/chaos", 6, "peers removed while alive left the raft group without a quorum"},
 		{"ssp/partition", 10, "a shard lost with all its holders was judged before its configuration"},
