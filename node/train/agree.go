@@ -56,6 +56,9 @@ type agreement struct {
 	propAt uint64
 	ccAt   uint64 // tick a conf change was proposed (0: none in flight)
 	ckptAt uint64
+	// transfers counts the attempts to hand leadership over (a leader
+	// that is not a worker).
+	transfers int
 
 	// This peer leaving.
 	leaving bool
@@ -457,11 +460,22 @@ func (a *agreement) propose() {
 		// Not a worker of the run: it cannot fence rounds. Hand over.
 		if len(cur.Members) > 0 && c.tick-a.propAt > uint64(c.cfg.RetryTicks) {
 			a.propAt = c.tick
+			var to []uint64
 			for _, m := range cur.Members {
 				if slices.Contains(a.voters, m.ID) && c.isAlive(m.ID) {
-					a.rn.TransferLeader(m.ID)
-					break
+					to = append(to, m.ID)
 				}
+			}
+			if len(to) > 0 {
+				// Abort the transfer under way first: raft sends its
+				// MsgTimeoutNow once, and gives a transfer up only after an
+				// election timeout, which this core's own elections leave
+				// out of reach; a lost one would keep this leader from
+				// ever handing over (and from proposing meanwhile). Each
+				// attempt tries the next voter.
+				a.rn.TransferLeader(c.cfg.ID)
+				a.rn.TransferLeader(to[a.transfers%len(to)])
+				a.transfers++
 			}
 		}
 		return

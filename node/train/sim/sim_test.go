@@ -195,6 +195,7 @@ func TestFixedSeeds(t *testing.T) {
 		{"ssp/chaos", 6, "a leaver whose run had gone waited forever"},
 		{"ssp/chaos", 2, "an applied push waited for shards moved away since"},
 		{"ssp/chaos", 26, "a forward naming a shard handed over since was acknowledged and not applied to the others"},
+		{"async/chaos", 5, "a leader that had left lost its transfer's MsgTimeoutNow and stayed leader, proposing nothing"},
 		{"async/chaos", 77, "a forward of the crashed primary applied by the new primary never reached its replicas"},
 		{"async/chaos", 2, "forwards to a leaver that had gone were retried forever"},
 		{"async/chaos", 6, "peers removed while alive left the raft group without a quorum"},
