@@ -69,6 +69,7 @@ type stateOut struct {
 // every round before round (sync) or at once (async).
 type owe struct {
 	to       string
+	member   uint64 // ssp/async: to's member ID (a peer restarted since is owed the shard again)
 	shard    int
 	round    uint64
 	takeover bool // sync: the state as it is, to the peer taking over a crashed primary's rounds

@@ -296,7 +296,8 @@ func (o *owner) configChanged(prev, t *tconf) {
 			if len(newHolders) > 0 && o.senderAsync(prev, t, s) == self && prev.isMember(self, c.cfg.ID) {
 				for _, h := range newHolders {
 					if h != self {
-						o.addOwe(owe{to: h, shard: s})
+						m, _ := t.member(h)
+						o.addOwe(owe{to: h, member: m.ID, shard: s})
 					}
 				}
 			}

@@ -194,6 +194,7 @@ func TestFixedSeeds(t *testing.T) {
 		{"sync/chaos", 47, "a handoff after a takeover's rounds was acknowledged and not installed"},
 		{"ssp/chaos", 6, "a leaver whose run had gone waited forever"},
 		{"ssp/chaos", 2, "an applied push waited for shards moved away since"},
+		{"ssp/chaos", 53, "a restarted peer was never handed a shard its predecessor had been handed by the same holder"},
 		{"ssp/chaos", 26, "a forward naming a shard handed over since was acknowledged and not applied to the others"},
 		{"async/chaos", 5, "a leader that had left lost its transfer's MsgTimeoutNow and stayed leader, proposing nothing"},
 		{"async/chaos", 77, "a forward of the crashed primary applied by the new primary never reached its replicas"},
