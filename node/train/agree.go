@@ -53,9 +53,12 @@ type agreement struct {
 	joins  map[uint64]string // admitted raft IDs not yet workers -> peer
 	leaves map[uint64]bool   // members that asked to leave
 	prop   *tconf            // proposed, not yet applied
-	propAt uint64
-	ccAt   uint64 // tick a conf change was proposed (0: none in flight)
-	ckptAt uint64
+	// propTerm is the raft term prop was proposed in: once an entry of a
+	// later term is applied, prop was applied before it or is gone.
+	propTerm uint64
+	propAt   uint64
+	ccAt     uint64 // tick a conf change was proposed (0: none in flight)
+	ckptAt   uint64
 	// transfers counts the attempts to hand leadership over (a leader
 	// that is not a worker).
 	transfers int
@@ -93,8 +96,8 @@ func (a *agreement) init(c *Core) error {
 	a.rng = c.cfg.Seed ^ c.cfg.ID ^ 0x9e3779b97f4a7c15
 	if c.cfg.Initial != nil {
 		// Every initial member starts from the same log: the raft
-		// membership (the first Voters members by peer ID as voters, the
-		// rest as learners) and the first configuration, committed at
+		// membership (the first wantVoters members by peer ID as voters,
+		// the rest as learners) and the first configuration, committed at
 		// term 1. A log, not a snapshot: a joiner gets it by plain
 		// appends (raft refuses a snapshot whose membership lacks it).
 		first := &tconf{ID: 1, Start: c.cfg.Start, Members: slices.Clone(c.cfg.Initial)}
@@ -104,7 +107,7 @@ func (a *agreement) init(c *Core) error {
 		var ents []*pb.Entry
 		for i, m := range first.Members {
 			typ := pb.ConfChangeAddNode
-			if i >= c.cfg.Voters {
+			if i >= a.wantVoters(len(first.Members)) {
 				typ = pb.ConfChangeAddLearnerNode
 			}
 			data, err := proto.Marshal(&pb.ConfChange{Type: typ.Enum(), NodeId: new(m.ID), Context: []byte(m.Peer)})
@@ -387,6 +390,16 @@ func (a *agreement) applySnapshotData(data []byte, cs *pb.ConfState) {
 // training configuration.
 func (a *agreement) apply(e *pb.Entry) {
 	c := a.c
+	if a.prop != nil && e.GetTerm() > a.propTerm {
+		// A later leader's entry: a proposal of this peer as an earlier
+		// leader is in the log before it, applied, or was dropped; either
+		// way its fence (holdPush) is over.
+		defer func() {
+			if a.prop != nil && (c.cs.cur() == nil || c.cs.cur().ID < a.prop.ID) {
+				a.prop = nil
+			}
+		}()
+	}
 	switch e.GetType() {
 	case pb.EntryConfChange:
 		var cc pb.ConfChange
@@ -543,7 +556,7 @@ func (a *agreement) propose() {
 	if err := a.rn.Propose(next.encode(nil)); err != nil {
 		return
 	}
-	a.prop, a.propAt = next, c.tick
+	a.prop, a.propAt, a.propTerm = next, c.tick, a.rn.BasicStatus().GetTerm()
 }
 
 // reconcileGroup proposes at most one raft membership change: add pending
@@ -567,6 +580,21 @@ func (a *agreement) reconcileGroup(cur *tconf) {
 			if id != c.cfg.ID && !c.alive[id] {
 				propose(pb.ConfChangeRemoveNode, id, "")
 				return
+			}
+		}
+	}
+	// Voters among the members up to wantVoters, before a leaver's vote
+	// goes (below): an even number of voters meanwhile would lose the
+	// quorum with any one of them.
+	want := a.wantVoters(len(cur.Members))
+	n := countFunc(a.voters, func(id uint64) bool { return cur.isMember(a.group[id], id) })
+	if n < want {
+		for _, m := range cur.Members {
+			if !slices.Contains(a.voters, m.ID) && c.isAlive(m.ID) {
+				if _, ok := a.group[m.ID]; ok {
+					propose(pb.ConfChangeAddNode, m.ID, m.Peer)
+					return
+				}
 			}
 		}
 	}
@@ -623,15 +651,18 @@ func (a *agreement) reconcileGroup(cur *tconf) {
 			}
 		}
 	}
-	want := min(c.cfg.Voters, len(cur.Members))
-	if n := countFunc(a.voters, func(id uint64) bool { return cur.isMember(a.group[id], id) }); n < want {
-		for _, m := range cur.Members {
-			if !slices.Contains(a.voters, m.ID) && c.isAlive(m.ID) {
-				if _, ok := a.group[m.ID]; ok {
-					propose(pb.ConfChangeAddNode, m.ID, m.Peer)
-					return
-				}
+	if n > want {
+		// One voter too many (members left or crashed): a learner again,
+		// a dead one first.
+		var pick uint64
+		for _, id := range a.voters {
+			if id != c.cfg.ID && cur.isMember(a.group[id], id) && (pick == 0 || !c.isAlive(id)) {
+				pick = id
 			}
+		}
+		if pick != 0 {
+			propose(pb.ConfChangeAddLearnerNode, pick, a.group[pick])
+			return
 		}
 	}
 	// Joiners that are workers now need no more admitting.
@@ -645,6 +676,18 @@ func (a *agreement) reconcileGroup(cur *tconf) {
 			delete(a.leaves, id)
 		}
 	}
+}
+
+// wantVoters is how many voters the raft group keeps with n members: at
+// most Config.Voters, and an odd number: an even number of voters survives
+// no more failures than one fewer, and there are more of them to fail (two
+// voters lose the quorum with either).
+func (a *agreement) wantVoters(n int) int {
+	w := min(a.c.cfg.Voters, n)
+	if w > 1 && w%2 == 0 {
+		w--
+	}
+	return w
 }
 
 func sortedKeys[V any](m map[uint64]V) []uint64 {
