@@ -70,6 +70,7 @@ type stateOut struct {
 type owe struct {
 	to       string
 	member   uint64 // ssp/async: to's member ID (a peer restarted since is owed the shard again)
+	conf     uint64 // ssp/async: the configuration that made to a new holder (one that does again owes a new copy)
 	shard    int
 	round    uint64
 	takeover bool // sync: the state as it is, to the peer taking over a crashed primary's rounds
@@ -78,6 +79,7 @@ type owe struct {
 // await is a shard whose state this owner waits for.
 type await struct {
 	round    uint64   // sync: the round the state must be as of
+	conf     uint64   // ssp/async: the configuration it waits since (a copy handed over for an earlier one is stale)
 	since    uint64   // tick
 	from     []Member // who may send it (sync: takeovers; ssp/async: all)
 	takeover bool     // sync: taking over a crashed primary's rounds, as of whatever round its survivors have

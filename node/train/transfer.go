@@ -297,7 +297,7 @@ func (o *owner) configChanged(prev, t *tconf) {
 				for _, h := range newHolders {
 					if h != self {
 						m, _ := t.member(h)
-						o.addOwe(owe{to: h, member: m.ID, shard: s})
+						o.addOwe(owe{to: h, member: m.ID, shard: s, conf: t.ID})
 					}
 				}
 			}
@@ -331,7 +331,7 @@ func (o *owner) configChanged(prev, t *tconf) {
 
 // await starts waiting for shard s's state (as of round r in sync).
 func (o *owner) await(s int, r uint64, prev *tconf) {
-	a := &await{round: r, since: o.c.tick}
+	a := &await{round: r, since: o.c.tick, conf: o.c.cs.cur().ID}
 	for _, h := range prev.owners[s] {
 		if m, ok := prev.member(h); ok {
 			a.from = append(a.from, m)
@@ -556,7 +556,15 @@ func (o *owner) sendState(w owe) {
 	}
 	msg.RowWidth = c.m.ExportRows(w.shard, true, &msg.Rows)
 	if c.cfg.Mode != Sync {
-		msg.Round = 0
+		// The configuration it is handed over for (the receiver refuses
+		// an older copy still sent again), and no older copy to the same
+		// peer is sent again from now on.
+		msg.Round = w.conf
+		for id, x := range o.xfer {
+			if x.to == w.to && x.shard == w.shard {
+				delete(o.xfer, id)
+			}
+		}
 		for _, id := range sortedKeys(o.applied[w.shard]) {
 			msg.Clocks = append(msg.Clocks, wire.MemberClock{Member: id, Clock: o.applied[w.shard][id]})
 		}
@@ -634,6 +642,13 @@ func (o *owner) state(from string, msg *wire.Core) {
 		} else {
 			c.stats.Stale++
 		}
+		return
+	}
+	if c.cfg.Mode != Sync && msg.Round < a.conf && msg.Flags&wire.FlagFinal == 0 {
+		// A copy handed over for an earlier configuration, sent again: a
+		// holder between then and now may have applied more.
+		c.stats.Stale++
+		c.send(from, &wire.Core{Op: wire.CoreAck, Req: msg.Req})
 		return
 	}
 	if msg.RowWidth != c.m.StateWidth(true) {

@@ -198,6 +198,7 @@ func TestFixedSeeds(t *testing.T) {
 		{"ssp/chaos", 26, "a forward naming a shard handed over since was acknowledged and not applied to the others"},
 		{"async/chaos", 14, "the raft group had two voters, and one crashed: no quorum"},
 		{"sync/full-churn", 37, "a leaver's vote went before another member's came: two voters, and one crashed"},
+		{"async/chaos", 29, "a handoff's copy sent again for a later configuration was installed though older than the holder's"},
 		{"async/chaos", 5, "a leader that had left lost its transfer's MsgTimeoutNow and stayed leader, proposing nothing"},
 		{"async/chaos", 77, "a forward of the crashed primary applied by the new primary never reached its replicas"},
 		{"async/chaos", 2, "forwards to a leaver that had gone were retried forever"},
