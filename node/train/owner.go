@@ -1196,7 +1196,12 @@ func (o *owner) forward(from string, msg *wire.Core) {
 	}
 	for _, s := range msg.Shards {
 		if int(s) >= c.shards || !o.isPrimaryFor(from, int(s), msg.Round) {
+			// Not from the primary (as far back as this peer looks): a
+			// member's forward of long ago, sent again until acknowledged.
+			// Nothing to apply, but an answer, or it never stops (a leaver
+			// waits for it to go).
 			c.stats.Rejected++
+			c.send(from, &wire.Core{Op: wire.CoreAck, Req: msg.Req})
 			return
 		}
 	}
@@ -1414,6 +1419,27 @@ func (o *owner) checkFinalAsync() bool {
 		for s := range c.shards {
 			if c.isPrimary(s) && o.held.has(s) && o.appliedOf(s, m.ID) < d+1 {
 				return false
+			}
+		}
+	}
+	// And every leaver still around: it ends with a done push of the
+	// round it stopped at (applied here only once every push of it before
+	// that is), and pushes that reach an owner whose values are final go
+	// nowhere. (Shards restarted since its pushes, or handed over without
+	// its clocks, have none of it to wait for.)
+	for _, t := range c.cs.list {
+		for _, m := range t.Left {
+			if !c.isAlive(m.ID) || cur.isMember(m.Peer, m.ID) {
+				continue
+			}
+			d, ok := o.doneAt[m.ID]
+			if !ok {
+				return false
+			}
+			for s := range c.shards {
+				if a, known := o.applied[s][m.ID]; known && c.isPrimary(s) && o.held.has(s) && a < d+1 {
+					return false
+				}
 			}
 		}
 	}
