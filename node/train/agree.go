@@ -588,14 +588,22 @@ func (a *agreement) reconcileGroup(cur *tconf) {
 	// quorum with any one of them.
 	want := a.wantVoters(len(cur.Members))
 	n := countFunc(a.voters, func(id uint64) bool { return cur.isMember(a.group[id], id) })
+	promoting := false
 	if n < want {
+		// Only a learner that has the log through the commit index: it
+		// has answered lately (one that crashed since it was heard of
+		// would be a voter that cannot vote), and it can vote at once.
+		// While one catches up, a leaver keeps its vote.
+		st := a.rn.Status()
 		for _, m := range cur.Members {
-			if !slices.Contains(a.voters, m.ID) && c.isAlive(m.ID) {
-				if _, ok := a.group[m.ID]; ok {
-					propose(pb.ConfChangeAddNode, m.ID, m.Peer)
-					return
-				}
+			if _, ok := a.group[m.ID]; !ok || slices.Contains(a.voters, m.ID) || !c.isAlive(m.ID) {
+				continue
 			}
+			if st.Progress[m.ID].Match >= st.GetCommit() {
+				propose(pb.ConfChangeAddNode, m.ID, m.Peer)
+				return
+			}
+			promoting = true
 		}
 	}
 	// A voter the configuration no longer names (a leaver serving its last
@@ -603,7 +611,7 @@ func (a *agreement) reconcileGroup(cur *tconf) {
 	// counts against the quorum until removed, and removing it needs that
 	// quorum.
 	for _, id := range a.voters {
-		if id != c.cfg.ID && !cur.isMember(a.group[id], id) {
+		if id != c.cfg.ID && !cur.isMember(a.group[id], id) && !promoting {
 			propose(pb.ConfChangeAddLearnerNode, id, a.group[id])
 			return
 		}

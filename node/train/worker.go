@@ -597,6 +597,11 @@ func (w *worker) reply(from string, msg *wire.Core) {
 		}
 		r.fetch.rows.Idx = append(r.fetch.rows.Idx, msg.Rows.Idx...)
 		r.fetch.rows.Val = append(r.fetch.rows.Val, msg.Rows.Val...)
+		if c.cfg.Gather == Full {
+			// The read copy has them too (a joiner admitted as the run
+			// ended never gathered it).
+			c.o.setRows(&msg.Rows)
+		}
 	case msg.Flags&wire.FlagRows != 0:
 		// Full gather: rows of the answering owner's shards, into the read
 		// copy (never over rows this peer holds: its own are newer).

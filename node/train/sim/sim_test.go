@@ -196,6 +196,8 @@ func TestFixedSeeds(t *testing.T) {
 		{"ssp/chaos", 2, "an applied push waited for shards moved away since"},
 		{"ssp/chaos", 41, "values were declared final while a leaver's last pushes were still on their way"},
 		{"async/chaos", 10, "a leaver waited forever for a replica to acknowledge a forward of configurations ago"},
+		{"ssp/chaos", 42, "a learner that had crashed unnoticed was made a voter: two of four voters dead"},
+		{"sync/full-churn", 26, "a joiner admitted as the run ended never filled its read copy"},
 		{"ssp/chaos", 53, "a restarted peer was never handed a shard its predecessor had been handed by the same holder"},
 		{"ssp/chaos", 26, "a forward naming a shard handed over since was acknowledged and not applied to the others"},
 		{"async/chaos", 14, "the raft group had two voters, and one crashed: no quorum"},
