@@ -480,8 +480,8 @@ func (o *owner) lazyTakeover(shards []uint32, r uint64) {
 		if o.currentFor(s, r) || !c.routeMe(s, r) {
 			continue
 		}
-		if a := o.awaiting[s]; a != nil && (a.takeover || a.round <= r) {
-			continue
+		if a := o.awaiting[s]; a != nil && (a.takeover && a.takenAt <= r || !a.takeover && a.round <= r) {
+			continue // (a takeover from a later round is one from this round now)
 		}
 		a := &await{since: c.tick, takeover: true, takenAt: r, prev: o.prevAlive(s, r)}
 		at := c.cs.at(r)
@@ -491,6 +491,14 @@ func (o *owner) lazyTakeover(shards []uint32, r uint64) {
 			}
 			if m, ok := at.member(h); ok && !c.cs.crashed[m.ID] {
 				a.from = append(a.from, m)
+			}
+		}
+		if old := o.awaiting[s]; old != nil && old.takeover {
+			// Those asked for the later round have it further on.
+			for _, m := range old.from {
+				if !slices.ContainsFunc(a.from, func(x Member) bool { return x.ID == m.ID }) {
+					a.from = append(a.from, m)
+				}
 			}
 		}
 		o.awaiting[s] = a

@@ -620,10 +620,11 @@ func (o *owner) state(from string, msg *wire.Core) {
 		return
 	}
 	a := o.awaiting[s]
-	if a == nil && o.ff[s] && o.held.has(s) && (msg.Round > o.through[s] || msg.Round == o.through[s] && o.fresh.has(s)) {
-		// A takeover installed a copy; this one is further on (a survivor
-		// had rounds the crashed primary applied and answered), or as far
-		// as the copy that went on without the rounds it lacked.
+	if a == nil && c.cfg.Mode == Sync && (o.ff[s] || o.fresh.has(s)) && o.held.has(s) && (msg.Round > o.through[s] || msg.Round == o.through[s] && o.fresh.has(s)) {
+		// A takeover installed a copy, or restarted the shard from nothing;
+		// this one is further on (a survivor had rounds the crashed
+		// primary applied and answered), or as far as the copy that went
+		// on without the rounds it lacked.
 		a = &await{takeover: true}
 	}
 	if a == nil && c.cfg.Mode == Sync && o.held.has(s) && msg.Round > o.through[s] && !c.routeMe(s, o.through[s]) &&
@@ -662,6 +663,7 @@ func (o *owner) state(from string, msg *wire.Core) {
 	if c.cfg.Mode == Sync {
 		o.through[s] = msg.Round
 		o.gotIn[s] = cur.ID
+		o.fresh.del(s) // (a real copy replaces one restarted from nothing)
 	} else {
 		clear(o.applied[s])
 		o.fresh.del(s)

@@ -191,6 +191,8 @@ func TestFixedSeeds(t *testing.T) {
 		{"sync/chaos", 97, "a peer that ended alone was owed its rounds"},
 		{"sync/chaos", 34, "a leaver dropped from the raft group while cut off never learned the configurations since"},
 		{"sync/chaos", 37, "a takeover's copy that lacked rounds its crashed holders had answered waited for them forever"},
+		{"sync/chaos", 20, "a takeover from a later round left an earlier round routed here waiting forever"},
+		{"sync/chaos", 62, "a shard restarted from nothing ignored a survivor's copy and diverged from its replica"},
 		{"sync/chaos", 47, "a handoff after a takeover's rounds was acknowledged and not installed"},
 		{"ssp/chaos", 6, "a leaver whose run had gone waited forever"},
 		{"ssp/chaos", 2, "an applied push waited for shards moved away since"},
