@@ -574,13 +574,27 @@ func (a *agreement) reconcileGroup(cur *tconf) {
 		}
 	}
 	// A dead voter first: every voter the group keeps that cannot vote
-	// brings it closer to losing its quorum at the next failure.
+	// brings it closer to losing its quorum at the next failure. A live
+	// learner of the configuration takes a vote before the dead one goes
+	// (three voters, one dead, then two, survive no other failure; with
+	// the learner's vote the group survives one more at once).
 	if c.aliveOK && len(a.voters) > 2 {
+		live := countFunc(a.voters, func(id uint64) bool { return c.alive[id] })
 		for _, id := range a.voters {
-			if id != c.cfg.ID && !c.alive[id] {
-				propose(pb.ConfChangeRemoveNode, id, "")
-				return
+			if id == c.cfg.ID || c.alive[id] {
+				continue
 			}
+			if live < c.cfg.Voters {
+				st := a.rn.Status()
+				for _, m := range cur.Members {
+					if _, ok := a.group[m.ID]; ok && !slices.Contains(a.voters, m.ID) && c.isAlive(m.ID) && st.Progress[m.ID].Match >= st.GetCommit() {
+						propose(pb.ConfChangeAddNode, m.ID, m.Peer)
+						return
+					}
+				}
+			}
+			propose(pb.ConfChangeRemoveNode, id, "")
+			return
 		}
 	}
 	// Voters among the members up to wantVoters, before a leaver's vote

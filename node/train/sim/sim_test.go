@@ -202,6 +202,7 @@ func TestFixedSeeds(t *testing.T) {
 		{"sync/full-churn", 26, "a joiner admitted as the run ended never filled its read copy"},
 		{"ssp/chaos", 53, "a restarted peer was never handed a shard its predecessor had been handed by the same holder"},
 		{"ssp/chaos", 26, "a forward naming a shard handed over since was acknowledged and not applied to the others"},
+		{"async/chaos", 13, "a dead voter was removed before a learner took a vote: two voters, and one crashed"},
 		{"async/chaos", 14, "the raft group had two voters, and one crashed: no quorum"},
 		{"sync/full-churn", 37, "a leaver's vote went before another member's came: two voters, and one crashed"},
 		{"async/chaos", 29, "a handoff's copy sent again for a later configuration was installed though older than the holder's"},
