@@ -683,7 +683,7 @@ func (o *owner) state(from string, msg *wire.Core) {
 	if a.takeover && c.cfg.Mode == Sync {
 		o.ff[s] = true
 	}
-	if msg.Flags&wire.FlagFinal != 0 && c.cfg.Mode == Sync {
+	if msg.Flags&wire.FlagFinal != 0 {
 		o.final = true // handed over after the last round: the run's values are final
 	}
 	c.stats.Received++
