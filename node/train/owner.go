@@ -1074,6 +1074,12 @@ func (o *owner) throughAsync(s int) uint64 {
 		if _, done := o.doneAt[m.ID]; done {
 			continue
 		}
+		if _, known := o.applied[s][m.ID]; !known && o.fresh.has(s) {
+			// Restarted from nothing: a worker's rounds before its next
+			// contribution went with the holders that crashed; it is not
+			// behind here (and may wait for this answer to send more).
+			continue
+		}
 		th = min(th, o.appliedOf(s, m.ID))
 	}
 	return th

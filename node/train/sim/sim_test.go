@@ -201,6 +201,7 @@ func TestFixedSeeds(t *testing.T) {
 		{"ssp/chaos", 42, "a learner that had crashed unnoticed was made a voter: two of four voters dead"},
 		{"sync/full-churn", 26, "a joiner admitted as the run ended never filled its read copy"},
 		{"ssp/chaos", 31, "a joiner handed its shards after the final round never knew the values were final"},
+		{"ssp/chaos", 65, "shards restarted from nothing held ssp answers back for workers whose rounds went with them"},
 		{"ssp/chaos", 53, "a restarted peer was never handed a shard its predecessor had been handed by the same holder"},
 		{"ssp/chaos", 26, "a forward naming a shard handed over since was acknowledged and not applied to the others"},
 		{"async/chaos", 13, "a dead voter was removed before a learner took a vote: two voters, and one crashed"},
