@@ -16,7 +16,7 @@ var (
 	mixFlag   = flag.String("mix", "", "run only the mixes whose name starts with this")
 	dumpFlag  = flag.Int("dump", 0, "with -seed: log every core's state at this tick")
 	shardFlag = flag.Int("shard", -1, "with -seed: log every trace event of this shard")
-	soakFlag  = flag.Bool("soak", false, "also run the chaos mixes (every fault at once), which still fail on some seeds")
+	soakFlag  = flag.Bool("soak", false, "also run the ssp and async chaos mixes (every fault at once), which still fail on some seeds")
 	loadFlag  = flag.Int("load", 0, "ring load bound (MaxLoadPercent) for every mix instead of its own")
 )
 
@@ -48,7 +48,8 @@ func base(seed uint64, mode train.Mode, replicas int) Options {
 func mixes() []mix {
 	var out []mix
 	add := func(name string, seeds int, f func(seed uint64) Options) {
-		out = append(out, mix{name: name, seeds: seeds, opts: f, soak: strings.HasSuffix(name, "/chaos")})
+		// sync/chaos runs in CI: 0 failures in seeds 1-100 (1 in 300).
+		out = append(out, mix{name: name, seeds: seeds, opts: f, soak: strings.HasSuffix(name, "/chaos") && name != "sync/chaos"})
 	}
 	for _, mode := range []train.Mode{train.Sync, train.SSP, train.Async} {
 		m := mode
@@ -189,7 +190,7 @@ func TestFixedSeeds(t *testing.T) {
 		{"sync/chaos", 48, "a leaver left as a raft voter: the group lost its quorum"},
 		{"sync/chaos", 61, "a handoff to a leaver that still applied its last rounds was dropped"},
 		{"sync/chaos", 97, "a peer that ended alone was owed its rounds"},
-		{"sync/chaos", 34, "a leaver dropped from the raft group while cut off never learned the configurations since"},
+		{"sync/chaos", 34, "a leaver dropped from the raft group while cut off never learned the configurations since; later, an earlier leader's fence held its pushes forever"},
 		{"sync/chaos", 37, "a takeover's copy that lacked rounds its crashed holders had answered waited for them forever"},
 		{"sync/chaos", 20, "a takeover from a later round left an earlier round routed here waiting forever"},
 		{"sync/chaos", 62, "a shard restarted from nothing ignored a survivor's copy and diverged from its replica"},
