@@ -53,9 +53,15 @@ type agreement struct {
 	joins  map[uint64]string // admitted raft IDs not yet workers -> peer
 	leaves map[uint64]bool   // members that asked to leave
 	prop   *tconf            // proposed, not yet applied
-	propAt uint64
-	ccAt   uint64 // tick a conf change was proposed (0: none in flight)
-	ckptAt uint64
+	// propTerm is the raft term prop was proposed in: once an entry of a
+	// later term is applied, prop was applied before it or is gone.
+	propTerm uint64
+	propAt   uint64
+	ccAt     uint64 // tick a conf change was proposed (0: none in flight)
+	ckptAt   uint64
+	// transfers counts the attempts to hand leadership over (a leader
+	// that is not a worker).
+	transfers int
 
 	// This peer leaving.
 	leaving bool
@@ -90,8 +96,8 @@ func (a *agreement) init(c *Core) error {
 	a.rng = c.cfg.Seed ^ c.cfg.ID ^ 0x9e3779b97f4a7c15
 	if c.cfg.Initial != nil {
 		// Every initial member starts from the same log: the raft
-		// membership (the first Voters members by peer ID as voters, the
-		// rest as learners) and the first configuration, committed at
+		// membership (the first wantVoters members by peer ID as voters,
+		// the rest as learners) and the first configuration, committed at
 		// term 1. A log, not a snapshot: a joiner gets it by plain
 		// appends (raft refuses a snapshot whose membership lacks it).
 		first := &tconf{ID: 1, Start: c.cfg.Start, Members: slices.Clone(c.cfg.Initial)}
@@ -101,7 +107,7 @@ func (a *agreement) init(c *Core) error {
 		var ents []*pb.Entry
 		for i, m := range first.Members {
 			typ := pb.ConfChangeAddNode
-			if i >= c.cfg.Voters {
+			if i >= a.wantVoters(len(first.Members)) {
 				typ = pb.ConfChangeAddLearnerNode
 			}
 			data, err := proto.Marshal(&pb.ConfChange{Type: typ.Enum(), NodeId: new(m.ID), Context: []byte(m.Peer)})
@@ -394,6 +400,16 @@ func (a *agreement) applySnapshotData(data []byte, cs *pb.ConfState) {
 // training configuration.
 func (a *agreement) apply(e *pb.Entry) {
 	c := a.c
+	if a.prop != nil && e.GetTerm() > a.propTerm {
+		// A later leader's entry: a proposal of this peer as an earlier
+		// leader is in the log before it, applied, or was dropped; either
+		// way its fence (holdPush) is over.
+		defer func() {
+			if a.prop != nil && (c.cs.cur() == nil || c.cs.cur().ID < a.prop.ID) {
+				a.prop = nil
+			}
+		}()
+	}
 	switch e.GetType() {
 	case pb.EntryConfChange:
 		var cc pb.ConfChange
@@ -467,11 +483,22 @@ func (a *agreement) propose() {
 		// Not a worker of the run: it cannot fence rounds. Hand over.
 		if len(cur.Members) > 0 && c.tick-a.propAt > uint64(c.cfg.RetryTicks) {
 			a.propAt = c.tick
+			var to []uint64
 			for _, m := range cur.Members {
 				if slices.Contains(a.voters, m.ID) && c.isAlive(m.ID) {
-					a.rn.TransferLeader(m.ID)
-					break
+					to = append(to, m.ID)
 				}
+			}
+			if len(to) > 0 {
+				// Abort the transfer under way first: raft sends its
+				// MsgTimeoutNow once, and gives a transfer up only after an
+				// election timeout, which this core's own elections leave
+				// out of reach; a lost one would keep this leader from
+				// ever handing over (and from proposing meanwhile). Each
+				// attempt tries the next voter.
+				a.rn.TransferLeader(c.cfg.ID)
+				a.rn.TransferLeader(to[a.transfers%len(to)])
+				a.transfers++
 			}
 		}
 		return
@@ -548,7 +575,7 @@ func (a *agreement) propose() {
 	if err := a.rn.Propose(next.encode(nil)); err != nil {
 		return
 	}
-	a.prop, a.propAt = next, c.tick
+	a.prop, a.propAt, a.propTerm = next, c.tick, a.rn.BasicStatus().GetTerm()
 }
 
 // reconcileGroup proposes at most one raft membership change: add pending
@@ -566,13 +593,50 @@ func (a *agreement) reconcileGroup(cur *tconf) {
 		}
 	}
 	// A dead voter first: every voter the group keeps that cannot vote
-	// brings it closer to losing its quorum at the next failure.
+	// brings it closer to losing its quorum at the next failure. A live
+	// learner of the configuration takes a vote before the dead one goes
+	// (three voters, one dead, then two, survive no other failure; with
+	// the learner's vote the group survives one more at once).
 	if c.aliveOK && len(a.voters) > 2 {
+		live := countFunc(a.voters, func(id uint64) bool { return c.alive[id] })
 		for _, id := range a.voters {
-			if id != c.cfg.ID && !c.alive[id] {
-				propose(pb.ConfChangeRemoveNode, id, "")
+			if id == c.cfg.ID || c.alive[id] {
+				continue
+			}
+			if live < c.cfg.Voters {
+				st := a.rn.Status()
+				for _, m := range cur.Members {
+					if _, ok := a.group[m.ID]; ok && !slices.Contains(a.voters, m.ID) && c.isAlive(m.ID) && st.Progress[m.ID].Match >= st.GetCommit() {
+						propose(pb.ConfChangeAddNode, m.ID, m.Peer)
+						return
+					}
+				}
+			}
+			propose(pb.ConfChangeRemoveNode, id, "")
+			return
+		}
+	}
+	// Voters among the members up to wantVoters, before a leaver's vote
+	// goes (below): an even number of voters meanwhile would lose the
+	// quorum with any one of them.
+	want := a.wantVoters(len(cur.Members))
+	n := countFunc(a.voters, func(id uint64) bool { return cur.isMember(a.group[id], id) })
+	promoting := false
+	if n < want {
+		// Only a learner that has the log through the commit index: it
+		// has answered lately (one that crashed since it was heard of
+		// would be a voter that cannot vote), and it can vote at once.
+		// While one catches up, a leaver keeps its vote.
+		st := a.rn.Status()
+		for _, m := range cur.Members {
+			if _, ok := a.group[m.ID]; !ok || slices.Contains(a.voters, m.ID) || !c.isAlive(m.ID) {
+				continue
+			}
+			if st.Progress[m.ID].Match >= st.GetCommit() {
+				propose(pb.ConfChangeAddNode, m.ID, m.Peer)
 				return
 			}
+			promoting = true
 		}
 	}
 	// A voter the configuration no longer names (a leaver serving its last
@@ -580,7 +644,7 @@ func (a *agreement) reconcileGroup(cur *tconf) {
 	// counts against the quorum until removed, and removing it needs that
 	// quorum.
 	for _, id := range a.voters {
-		if id != c.cfg.ID && !cur.isMember(a.group[id], id) {
+		if id != c.cfg.ID && !cur.isMember(a.group[id], id) && !promoting {
 			propose(pb.ConfChangeAddLearnerNode, id, a.group[id])
 			return
 		}
@@ -611,15 +675,35 @@ func (a *agreement) reconcileGroup(cur *tconf) {
 			return
 		}
 	}
-	want := min(c.cfg.Voters, len(cur.Members))
-	if n := countFunc(a.voters, func(id uint64) bool { return cur.isMember(a.group[id], id) }); n < want {
-		for _, m := range cur.Members {
-			if !slices.Contains(a.voters, m.ID) && c.isAlive(m.ID) {
-				if _, ok := a.group[m.ID]; ok {
-					propose(pb.ConfChangeAddNode, m.ID, m.Peer)
-					return
+	// A peer dropped from the group while it was cut off, and heard from
+	// again, comes back as a learner: a leaver still serves its last
+	// rounds and must learn the configurations since (the route of a
+	// round it replicates may have changed); a member removed as dead
+	// while alive must learn that it was, or it waits forever.
+	if c.aliveOK {
+		for _, t := range c.cs.list {
+			for _, l := range [][]Member{t.Left, t.Crashed} {
+				for _, m := range l {
+					if _, ok := a.group[m.ID]; !ok && m.ID != c.cfg.ID && c.alive[m.ID] && !cur.isMember(m.Peer, m.ID) {
+						propose(pb.ConfChangeAddLearnerNode, m.ID, m.Peer)
+						return
+					}
 				}
 			}
+		}
+	}
+	if n > want {
+		// One voter too many (members left or crashed): a learner again,
+		// a dead one first.
+		var pick uint64
+		for _, id := range a.voters {
+			if id != c.cfg.ID && cur.isMember(a.group[id], id) && (pick == 0 || !c.isAlive(id)) {
+				pick = id
+			}
+		}
+		if pick != 0 {
+			propose(pb.ConfChangeAddLearnerNode, pick, a.group[pick])
+			return
 		}
 	}
 	// Joiners that are workers now need no more admitting.
@@ -633,6 +717,18 @@ func (a *agreement) reconcileGroup(cur *tconf) {
 			delete(a.leaves, id)
 		}
 	}
+}
+
+// wantVoters is how many voters the raft group keeps with n members: at
+// most Config.Voters, and an odd number: an even number of voters survives
+// no more failures than one fewer, and there are more of them to fail (two
+// voters lose the quorum with either).
+func (a *agreement) wantVoters(n int) int {
+	w := min(a.c.cfg.Voters, n)
+	if w > 1 && w%2 == 0 {
+		w--
+	}
+	return w
 }
 
 func sortedKeys[V any](m map[uint64]V) []uint64 {

@@ -323,7 +323,7 @@ const (
 	TraceApply   TraceKind = iota + 1 // contributions applied to shards
 	TraceSend                         // a shard's state sent to Peer
 	TraceInstall                      // a shard's state installed from Peer
-	TracePromote                      // a shard restarted from nothing
+	TracePromote                      // a shard restarted from nothing (or going on without rounds lost with its holders)
 	TraceFree                         // a shard's state dropped here
 	TraceRows                         // full gather: rows an owner sent written into the read copy
 )

@@ -615,6 +615,12 @@ func (c *Core) Debug() string {
 			continue
 		}
 		fmt.Fprintf(&b, "  shard %d held %v through %d", s, o.held.has(s), o.through[s])
+		if c.cfg.Mode != Sync {
+			for _, id := range sortedKeys(o.applied[s]) {
+				fmt.Fprintf(&b, " %x:%d", id&0xffff, o.applied[s][id])
+			}
+			fmt.Fprintf(&b, " done %v", o.doneAt)
+		}
 		if a := o.awaiting[s]; a != nil {
 			fmt.Fprintf(&b, " awaiting round %d takeover %v (at %d, prev %v) from %v", a.round, a.takeover, a.takenAt, a.prev, a.from)
 		}

@@ -69,6 +69,8 @@ type stateOut struct {
 // every round before round (sync) or at once (async).
 type owe struct {
 	to       string
+	member   uint64 // ssp/async: to's member ID (a peer restarted since is owed the shard again)
+	conf     uint64 // ssp/async: the configuration that made to a new holder (one that does again owes a new copy)
 	shard    int
 	round    uint64
 	takeover bool // sync: the state as it is, to the peer taking over a crashed primary's rounds
@@ -77,6 +79,7 @@ type owe struct {
 // await is a shard whose state this owner waits for.
 type await struct {
 	round    uint64   // sync: the round the state must be as of
+	conf     uint64   // ssp/async: the configuration it waits since (a copy handed over for an earlier one is stale)
 	since    uint64   // tick
 	from     []Member // who may send it (sync: takeovers; ssp/async: all)
 	takeover bool     // sync: taking over a crashed primary's rounds, as of whatever round its survivors have
@@ -415,14 +418,33 @@ func (o *owner) routesHere(s int, msg *wire.Core) bool {
 
 // pushSync records a sync contribution.
 func (o *owner) pushSync(k *contribution) {
+	c := o.c
 	o.lazyTakeover(k.shards, k.round)
 	// A shard restarted from nothing has no history: a worker that sends
 	// a later round than it waits at was answered that round by the
 	// holder that crashed, and will never send the earlier one. Restart
 	// at the later round; earlier sends are answered as applied.
 	for _, s := range k.shards {
-		if o.fresh.has(int(s)) && o.held.has(int(s)) && k.round > o.through[s] {
+		if !o.held.has(int(s)) || k.round <= o.through[s] {
+			continue
+		}
+		if o.fresh.has(int(s)) {
 			o.through[s] = k.round
+			continue
+		}
+		if o.ff[int(s)] && c.routeMe(int(s), o.through[s]) {
+			// So with a takeover's copy, as its survivors had it: a
+			// worker sends round k.round only once it was answered the
+			// rounds before, so those the copy lacks were applied by the
+			// route that crashed, and no survivor had them. They are
+			// lost; the shard goes on from here as if restarted (a copy
+			// that has them may still replace it, see state).
+			lost := k.round - o.through[s]
+			o.through[s] = k.round
+			o.fresh.add(int(s))
+			c.stats.Lost += lost
+			c.trace(TraceEvent{Kind: TracePromote, Shards: []uint32{s}, Round: k.round})
+			c.event(Event{Kind: EvLost, Shards: 1, Text: fmt.Sprintf("shard %d: %d rounds before round %d lost with the holders that crashed", s, lost, k.round)})
 		}
 	}
 	dup := true
@@ -462,8 +484,8 @@ func (o *owner) lazyTakeover(shards []uint32, r uint64) {
 		if o.currentFor(s, r) || !c.routeMe(s, r) {
 			continue
 		}
-		if a := o.awaiting[s]; a != nil && (a.takeover || a.round <= r) {
-			continue
+		if a := o.awaiting[s]; a != nil && (a.takeover && a.takenAt <= r || !a.takeover && a.round <= r) {
+			continue // (a takeover from a later round is one from this round now)
 		}
 		a := &await{since: c.tick, takeover: true, takenAt: r, prev: o.prevAlive(s, r)}
 		at := c.cs.at(r)
@@ -473,6 +495,14 @@ func (o *owner) lazyTakeover(shards []uint32, r uint64) {
 			}
 			if m, ok := at.member(h); ok && !c.cs.crashed[m.ID] {
 				a.from = append(a.from, m)
+			}
+		}
+		if old := o.awaiting[s]; old != nil && old.takeover {
+			// Those asked for the later round have it further on.
+			for _, m := range old.from {
+				if !slices.ContainsFunc(a.from, func(x Member) bool { return x.ID == m.ID }) {
+					a.from = append(a.from, m)
+				}
 			}
 		}
 		o.awaiting[s] = a
@@ -495,11 +525,14 @@ func (o *owner) addPending(k *contribution) {
 }
 
 // recheckPulls answers "moved" for the shards of waiting pulls that a new
-// configuration routes elsewhere, so the worker asks their new owner.
+// configuration routes elsewhere, so the worker asks their new owner. So it
+// does for the answers that applied ssp and async pushes wait for: their
+// shards' values are the new primary's to give now (this peer may hold
+// them no more, and would wait for them forever).
 func (o *owner) recheckPulls() {
 	c := o.c
 	for _, k := range o.pending {
-		if k.op != wire.CorePull && k.op != wire.CoreHash {
+		if k.op != wire.CorePull && k.op != wire.CoreHash && (k.op != wire.CorePush || c.cfg.Mode == Sync) {
 			continue
 		}
 		msg := &wire.Core{Op: k.op, Round: k.round}
@@ -528,7 +561,7 @@ func (o *owner) recheckPulls() {
 	}
 	keep := o.pending[:0]
 	for _, k := range o.pending {
-		if len(k.shards) > 0 || k.op == wire.CorePush {
+		if len(k.shards) > 0 || k.op == wire.CorePush && c.cfg.Mode == Sync {
 			keep = append(keep, k)
 		}
 	}
@@ -1049,6 +1082,12 @@ func (o *owner) throughAsync(s int) uint64 {
 		if _, done := o.doneAt[m.ID]; done {
 			continue
 		}
+		if _, known := o.applied[s][m.ID]; !known && o.fresh.has(s) {
+			// Restarted from nothing: a worker's rounds before its next
+			// contribution went with the holders that crashed; it is not
+			// behind here (and may wait for this answer to send more).
+			continue
+		}
 		th = min(th, o.appliedOf(s, m.ID))
 	}
 	return th
@@ -1179,7 +1218,12 @@ func (o *owner) forward(from string, msg *wire.Core) {
 	}
 	for _, s := range msg.Shards {
 		if int(s) >= c.shards || !o.isPrimaryFor(from, int(s), msg.Round) {
+			// Not from the primary (as far back as this peer looks): a
+			// member's forward of long ago, sent again until acknowledged.
+			// Nothing to apply, but an answer, or it never stops (a leaver
+			// waits for it to go).
 			c.stats.Rejected++
+			c.send(from, &wire.Core{Op: wire.CoreAck, Req: msg.Req})
 			return
 		}
 	}
@@ -1191,23 +1235,35 @@ func (o *owner) forward(from string, msg *wire.Core) {
 			return
 		}
 	}
+	var keep []uint32
 	for _, s := range msg.Shards {
 		a := o.awaiting[int(s)]
 		switch {
 		case a != nil && c.cfg.Mode == Sync && !a.takeover && a.round > msg.Round && !o.held.has(int(s)):
 			// The state this holder waits for is as of a later round: it
 			// includes this one.
-			c.send(from, &wire.Core{Op: wire.CoreAck, Req: msg.Req})
-			return
+			continue
 		case a == nil && !o.held.has(int(s)):
 			// Not a holder any more (handed over), or not yet in the
 			// primary's view: nothing to apply to.
-			c.send(from, &wire.Core{Op: wire.CoreAck, Req: msg.Req})
-			return
+			continue
 		case !o.usable(int(s), msg.Round):
 			o.deferMsg(from, msg)
 			return
 		}
+		keep = append(keep, s)
+	}
+	if len(keep) == 0 {
+		c.send(from, &wire.Core{Op: wire.CoreAck, Req: msg.Req})
+		return
+	}
+	if len(keep) < len(msg.Shards) {
+		// Apply it to those only: a shard handed over since must not
+		// keep the others from their rows.
+		m := *msg
+		m.Shards = keep
+		m.Rows = filterRows(&msg.Rows, keep, c.width, c.mask)
+		msg = &m
 	}
 	if c.cfg.Mode == Sync {
 		// Per shard: apply those at this round, skip those past it (a
@@ -1296,6 +1352,20 @@ func (o *owner) forward(from string, msg *wire.Core) {
 				}
 			}
 			c.stats.Replicated++
+			// A forward of the primary before (it crashed or handed the
+			// shard over since) that reaches this peer as the primary now:
+			// its replicas need it too, and only this peer sends them.
+			var prim []uint32
+			for _, s := range apply {
+				if c.isPrimary(int(s)) {
+					prim = append(prim, s)
+				}
+			}
+			if len(prim) > 0 {
+				k := &contribution{member: wk.Member, round: wk.Clock, examples: msg.Examples, flags: msg.Flags & wire.FlagDone,
+					shards: prim, rows: filterRows(rows, prim, c.width, c.mask)}
+				o.forwardAsync(k)
+			}
 		}
 	}
 	c.send(from, &wire.Core{Op: wire.CoreAck, Req: msg.Req})
@@ -1372,6 +1442,27 @@ func (o *owner) checkFinalAsync() bool {
 		for s := range c.shards {
 			if c.isPrimary(s) && o.held.has(s) && o.appliedOf(s, m.ID) < d+1 {
 				return false
+			}
+		}
+	}
+	// And every leaver still around: it ends with a done push of the
+	// round it stopped at (applied here only once every push of it before
+	// that is), and pushes that reach an owner whose values are final go
+	// nowhere. (Shards restarted since its pushes, or handed over without
+	// its clocks, have none of it to wait for.)
+	for _, t := range c.cs.list {
+		for _, m := range t.Left {
+			if !c.isAlive(m.ID) || cur.isMember(m.Peer, m.ID) {
+				continue
+			}
+			d, ok := o.doneAt[m.ID]
+			if !ok {
+				return false
+			}
+			for s := range c.shards {
+				if a, known := o.applied[s][m.ID]; known && c.isPrimary(s) && o.held.has(s) && a < d+1 {
+					return false
+				}
 			}
 		}
 	}

@@ -306,7 +306,8 @@ func (o *owner) configChanged(prev, t *tconf) {
 			if len(newHolders) > 0 && o.senderAsync(prev, t, s) == self && prev.isMember(self, c.cfg.ID) {
 				for _, h := range newHolders {
 					if h != self {
-						o.addOwe(owe{to: h, shard: s})
+						m, _ := t.member(h)
+						o.addOwe(owe{to: h, member: m.ID, shard: s, conf: t.ID})
 					}
 				}
 			}
@@ -340,7 +341,7 @@ func (o *owner) configChanged(prev, t *tconf) {
 
 // await starts waiting for shard s's state (as of round r in sync).
 func (o *owner) await(s int, r uint64, prev *tconf) {
-	a := &await{round: r, since: o.c.tick}
+	a := &await{round: r, since: o.c.tick, conf: o.c.cs.cur().ID}
 	for _, h := range prev.owners[s] {
 		if m, ok := prev.member(h); ok {
 			a.from = append(a.from, m)
@@ -565,7 +566,15 @@ func (o *owner) sendState(w owe) {
 	}
 	msg.RowWidth = c.m.ExportRows(w.shard, true, &msg.Rows)
 	if c.cfg.Mode != Sync {
-		msg.Round = 0
+		// The configuration it is handed over for (the receiver refuses
+		// an older copy still sent again), and no older copy to the same
+		// peer is sent again from now on.
+		msg.Round = w.conf
+		for id, x := range o.xfer {
+			if x.to == w.to && x.shard == w.shard {
+				delete(o.xfer, id)
+			}
+		}
 		for _, id := range sortedKeys(o.applied[w.shard]) {
 			msg.Clocks = append(msg.Clocks, wire.MemberClock{Member: id, Clock: o.applied[w.shard][id]})
 		}
@@ -621,10 +630,22 @@ func (o *owner) state(from string, msg *wire.Core) {
 		return
 	}
 	a := o.awaiting[s]
-	if a == nil && o.ff[s] && o.held.has(s) && msg.Round > o.through[s] {
-		// A takeover installed a copy; this one is further on (a survivor
-		// had rounds the crashed primary applied and answered).
+	if a == nil && c.cfg.Mode == Sync && (o.ff[s] || o.fresh.has(s)) && o.held.has(s) && (msg.Round > o.through[s] || msg.Round == o.through[s] && o.fresh.has(s)) {
+		// A takeover installed a copy, or restarted the shard from nothing;
+		// this one is further on (a survivor had rounds the crashed
+		// primary applied and answered), or as far as the copy that went
+		// on without the rounds it lacked.
 		a = &await{takeover: true}
+	}
+	if a == nil && c.cfg.Mode == Sync && o.held.has(s) && msg.Round > o.through[s] && !c.routeMe(s, o.through[s]) &&
+		c.cs.route(s, msg.Round-1) == from && c.holdsAt(s, msg.Round) {
+		// A handoff this holder stopped waiting for: its wait was a
+		// takeover of an earlier round (a crash rerouted that round here),
+		// which ended when the takeover's copy came; the round after it
+		// belongs to another peer, which hands the shard on as of the
+		// round this peer applies next. The copy is further on than the
+		// one held here, and this peer applies none of the rounds between.
+		a = &await{round: msg.Round}
 	}
 	if a == nil || (c.cfg.Mode == Sync && !a.takeover && msg.Round < a.round && msg.Flags&wire.FlagFinal == 0) {
 		if o.held.has(s) {
@@ -632,6 +653,13 @@ func (o *owner) state(from string, msg *wire.Core) {
 		} else {
 			c.stats.Stale++
 		}
+		return
+	}
+	if c.cfg.Mode != Sync && msg.Round < a.conf && msg.Flags&wire.FlagFinal == 0 {
+		// A copy handed over for an earlier configuration, sent again: a
+		// holder between then and now may have applied more.
+		c.stats.Stale++
+		c.send(from, &wire.Core{Op: wire.CoreAck, Req: msg.Req})
 		return
 	}
 	if msg.RowWidth != c.m.StateWidth(true) {
@@ -645,6 +673,7 @@ func (o *owner) state(from string, msg *wire.Core) {
 	if c.cfg.Mode == Sync {
 		o.through[s] = msg.Round
 		o.gotIn[s] = cur.ID
+		o.fresh.del(s) // (a real copy replaces one restarted from nothing)
 	} else {
 		clear(o.applied[s])
 		o.fresh.del(s)
@@ -664,7 +693,7 @@ func (o *owner) state(from string, msg *wire.Core) {
 	if a.takeover && c.cfg.Mode == Sync {
 		o.ff[s] = true
 	}
-	if msg.Flags&wire.FlagFinal != 0 && c.cfg.Mode == Sync {
+	if msg.Flags&wire.FlagFinal != 0 {
 		o.final = true // handed over after the last round: the run's values are final
 	}
 	c.stats.Received++

@@ -96,6 +96,7 @@ type worker struct {
 	leaving bool
 	left    bool
 	stopAt  uint64 // leaving: the first round this worker does not push (once agreed)
+	byeSent bool   // ssp/async leaving: the done push of round stopAt is sent
 	pollAt  uint64 // async done worker: when to poll again
 
 	split    []model.Sparse // per owner, reused
@@ -293,6 +294,14 @@ func (w *worker) work() bool {
 		if w.tryPush() {
 			progress = true
 		}
+	} else if !w.computing && w.leaving && c.cfg.Mode != Sync && w.stopAt > 0 && w.clock == w.stopAt && !w.byeSent {
+		// An ssp or async leaver ends with a done push of the round it
+		// stops at: its owners know then that it sends nothing more, and
+		// wait for its pushes before it (owner.checkFinalAsync).
+		w.stash = &computedGrad{round: w.clock}
+		if w.tryPush() {
+			progress = true
+		}
 	} else if !w.computing && !w.stoppedAt(w.clock) && !w.paused() {
 		ws := w.ws[w.clock]
 		switch {
@@ -386,6 +395,9 @@ func (w *worker) tryPush() bool {
 	}
 	w.stash = nil
 	b := w.batchOf(g.round)
+	if w.stoppedAt(g.round) {
+		b = nil // a leaver's done push
+	}
 	nb := w.batchOf(next)
 	if w.stoppedAt(next) {
 		nb = nil
@@ -455,6 +467,9 @@ func (w *worker) tryPush() bool {
 	delete(w.ws, g.round)
 	w.dropBatch(g.round)
 	w.clock = g.round + 1
+	if w.stoppedAt(g.round) {
+		w.clock, w.byeSent = g.round, true // a leaver's done push: it computes no round more
+	}
 	c.stats.Rounds++
 	if flags&wire.FlagDone != 0 && c.cfg.Mode != Sync {
 		w.pollAt = c.tick + uint64(c.cfg.RetryTicks)/8
@@ -586,6 +601,11 @@ func (w *worker) reply(from string, msg *wire.Core) {
 		}
 		r.fetch.rows.Idx = append(r.fetch.rows.Idx, msg.Rows.Idx...)
 		r.fetch.rows.Val = append(r.fetch.rows.Val, msg.Rows.Val...)
+		if c.cfg.Gather == Full {
+			// The read copy has them too (a joiner admitted as the run
+			// ended never gathered it).
+			c.o.setRows(&msg.Rows)
+		}
 	case msg.Flags&wire.FlagRows != 0:
 		// Full gather: rows of the answering owner's shards, into the read
 		// copy (never over rows this peer holds: its own are newer).

@@ -16,7 +16,7 @@ var (
 	mixFlag   = flag.String("mix", "", "run only the mixes whose name starts with this")
 	dumpFlag  = flag.Int("dump", 0, "with -seed: log every core's state at this tick")
 	shardFlag = flag.Int("shard", -1, "with -seed: log every trace event of this shard")
-	soakFlag  = flag.Bool("soak", false, "also run the chaos mixes (every fault at once), which still fail on some seeds")
+	soakFlag  = flag.Bool("soak", false, "also run the ssp and async chaos mixes (every fault at once), which still fail on some seeds")
 	loadFlag  = flag.Int("load", 0, "ring load bound (MaxLoadPercent) for every mix instead of its own")
 )
 
@@ -48,7 +48,8 @@ func base(seed uint64, mode train.Mode, replicas int) Options {
 func mixes() []mix {
 	var out []mix
 	add := func(name string, seeds int, f func(seed uint64) Options) {
-		out = append(out, mix{name: name, seeds: seeds, opts: f, soak: strings.HasSuffix(name, "/chaos")})
+		// sync/chaos runs in CI: 0 failures in seeds 1-100 (1 in 300).
+		out = append(out, mix{name: name, seeds: seeds, opts: f, soak: strings.HasSuffix(name, "/chaos") && name != "sync/chaos"})
 	}
 	for _, mode := range []train.Mode{train.Sync, train.SSP, train.Async} {
 		m := mode
@@ -189,7 +190,27 @@ func TestFixedSeeds(t *testing.T) {
 		{"sync/chaos", 48, "a leaver left as a raft voter: the group lost its quorum"},
 		{"sync/chaos", 61, "a handoff to a leaver that still applied its last rounds was dropped"},
 		{"sync/chaos", 97, "a peer that ended alone was owed its rounds"},
+		{"sync/chaos", 34, "a leaver dropped from the raft group while cut off never learned the configurations since; later, an earlier leader's fence held its pushes forever"},
+		{"sync/chaos", 37, "a takeover's copy that lacked rounds its crashed holders had answered waited for them forever"},
+		{"sync/chaos", 20, "a takeover from a later round left an earlier round routed here waiting forever"},
+		{"sync/chaos", 62, "a shard restarted from nothing ignored a survivor's copy and diverged from its replica"},
+		{"sync/chaos", 47, "a handoff after a takeover's rounds was acknowledged and not installed"},
 		{"ssp/chaos", 6, "a leaver whose run had gone waited forever"},
+		{"ssp/chaos", 2, "an applied push waited for shards moved away since"},
+		{"ssp/chaos", 41, "values were declared final while a leaver's last pushes were still on their way"},
+		{"async/chaos", 10, "a leaver waited forever for a replica to acknowledge a forward of configurations ago"},
+		{"ssp/chaos", 42, "a learner that had crashed unnoticed was made a voter: two of four voters dead"},
+		{"sync/full-churn", 26, "a joiner admitted as the run ended never filled its read copy"},
+		{"ssp/chaos", 31, "a joiner handed its shards after the final round never knew the values were final"},
+		{"ssp/chaos", 65, "shards restarted from nothing held ssp answers back for workers whose rounds went with them"},
+		{"ssp/chaos", 53, "a restarted peer was never handed a shard its predecessor had been handed by the same holder"},
+		{"ssp/chaos", 26, "a forward naming a shard handed over since was acknowledged and not applied to the others"},
+		{"async/chaos", 13, "a dead voter was removed before a learner took a vote: two voters, and one crashed"},
+		{"async/chaos", 14, "the raft group had two voters, and one crashed: no quorum"},
+		{"sync/full-churn", 37, "a leaver's vote went before another member's came: two voters, and one crashed"},
+		{"async/chaos", 29, "a handoff's copy sent again for a later configuration was installed though older than the holder's"},
+		{"async/chaos", 5, "a leader that had left lost its transfer's MsgTimeoutNow and stayed leader, proposing nothing"},
+		{"async/chaos", 77, "a forward of the crashed primary applied by the new primary never reached its replicas"},
 		{"async/chaos", 2, "forwards to a leaver that had gone were retried forever"},
 		{"async/chaos", 6, "peers removed while alive left the raft group without a quorum"},
 		{"ssp/partition", 10, "a shard lost with all its holders was judged before its configuration"},
