@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gossiptrain/gossiptrain/data"
 	"github.com/gossiptrain/gossiptrain/report"
 )
 
@@ -52,7 +53,7 @@ type chaosPeer struct {
 }
 
 func chaos(t *testing.T, mode string, dur time.Duration) {
-	train, test, dim := e2eData(t)
+	train, test, dim := chaosData(t)
 	const initial, idents = 5, 9
 	common := []string{"--train", train, "--test", test, "--dim", fmt.Sprint(dim), "--model", "logreg", "--l2", "1e-6",
 		"--batch", "50", "--shards", "64", "--replicas", "2", "--mode", mode}
@@ -64,29 +65,48 @@ func chaos(t *testing.T, mode string, dur time.Duration) {
 	rng := rand.New(rand.NewPCG(seed, 1))
 	t.Logf("%s: chaos for %v, seed %d (GOSSIPTRAIN_CHAOS_SEED replays the choices, not the timing)", mode, dur, seed)
 	// The first peers train long enough to outlast the chaos, mostly (an
-	// epoch takes them 1.3-6 s in sync, 0.3-2.5 s in async on 2 cores,
-	// with the load); the chaos stops when the first of them ends. A peer
-	// started during it trains one epoch.
-	perEpoch := time.Second
+	// epoch of 48k rows takes them 5-25 s in sync, 1-10 s in async on 2
+	// cores, with the load); the chaos stops when the first of them ends.
+	// Few long epochs rather than many short ones: a part that a restarted
+	// peer trains again is not overfitted much.
+	perEpoch := 4 * time.Second
 	if mode == "async" {
-		perEpoch = 500 * time.Millisecond
+		perEpoch = 2 * time.Second
 	}
 	epochs := strconv.Itoa(int(dur/perEpoch) + 3)
 	var all []*chaosPeer
 	live := map[int]*chaosPeer{} // identity -> its running process
-	start := func(id int, during bool) {
-		e := epochs
+	// Every peer trains the whole epochs of its part of the data: a
+	// restarted identity its own part again, a joiner the part with the
+	// fewest live peers (a leaver's), so no part of the data is left out
+	// of the comparison with one peer on all of it.
+	partOf := map[int]int{}
+	start := func(id int, during bool, part int) {
 		minPeers := initial
 		if during {
-			e, minPeers = "1", 2 // a run is under way: it joins it
+			minPeers = 2 // a run is under way: it joins it
 		}
+		partOf[id] = part
 		cp := &chaosPeer{id: id, fate: "running", joined: during, started: time.Now(),
-			p: r.start(id, "--min-peers", fmt.Sprint(minPeers), "--part", fmt.Sprintf("%d/%d", id%initial+1, initial), "--epochs", e)}
+			p: r.start(id, "--min-peers", fmt.Sprint(minPeers), "--part", fmt.Sprintf("%d/%d", part+1, initial), "--epochs", epochs)}
 		all = append(all, cp)
 		live[id] = cp
 	}
+	emptiest := func() int {
+		n := make([]int, initial)
+		for id := range live {
+			n[partOf[id]]++
+		}
+		best := 0
+		for p := range n {
+			if n[p] < n[best] {
+				best = p
+			}
+		}
+		return best
+	}
 	for i := range initial {
-		start(i, false)
+		start(i, false, i)
 	}
 	r.waitRound(live[0].p, 20)
 
@@ -95,7 +115,7 @@ func chaos(t *testing.T, mode string, dur time.Duration) {
 	var firstEnd time.Time // when the first of the first peers ended: the run is ending
 	for time.Now().Before(deadline) {
 		time.Sleep(time.Duration(2000+rng.IntN(2000)) * time.Millisecond)
-		// Reap peers that ended on their own (a restarted peer's one epoch).
+		// Reap peers that ended on their own.
 		for id, cp := range live {
 			select {
 			case <-cp.p.done:
@@ -125,7 +145,7 @@ func chaos(t *testing.T, mode string, dur time.Duration) {
 			v.fate = "killed"
 			delete(live, v.id)
 			time.Sleep(time.Second)
-			start(v.id, true)
+			start(v.id, true, partOf[v.id])
 			events = append(events, fmt.Sprintf("kill+restart %d", v.id))
 		case a == 1 && len(ids) > 2: // graceful leave
 			v := live[ids[rng.IntN(len(ids))]]
@@ -136,7 +156,7 @@ func chaos(t *testing.T, mode string, dur time.Duration) {
 		default: // a new peer joins (an identity not running)
 			for id := 1; id < idents; id++ {
 				if live[id] == nil && !running(all, id) {
-					start(id, true)
+					start(id, true, emptiest())
 					events = append(events, fmt.Sprintf("join %d", id))
 					break
 				}
@@ -147,7 +167,8 @@ func chaos(t *testing.T, mode string, dur time.Duration) {
 
 	// Every process ends by itself: leavers once handed over, the others
 	// when the run's data is done. The first peers first: when the first
-	// of them ends, the run is over.
+	// of them ends, the run is ending (peers started later may still
+	// train their epochs).
 	for _, cp := range all {
 		if cp.joined || cp.fate != "running" {
 			continue
@@ -167,10 +188,9 @@ func chaos(t *testing.T, mode string, dur time.Duration) {
 		select {
 		case <-cp.p.done:
 		case <-time.After(time.Until(firstEnd.Add(45 * time.Second))):
-			if late && cp.fate == "running" {
-				// An admitted joiner is a worker: the run would not
-				// have ended before its epoch. This one asked while the
-				// run was finishing and waits for a cluster that is gone.
+			if late && cp.fate == "running" && lastRound(cp.p.report) < 0 {
+				// Never admitted (no round): it asked while the run was
+				// finishing and waits for a cluster that is gone.
 				cp.p.cmd.Process.Kill()
 				<-cp.p.done
 				t.Logf("identity %d started %v before the run's end, was not admitted, and still waited 45 s after it: stopped", cp.id, firstEnd.Sub(cp.started).Round(time.Second))
@@ -241,4 +261,17 @@ func running(all []*chaosPeer, id int) bool {
 		}
 	}
 	return false
+}
+
+// chaosData is e2eData with 4 times the rows (240k, 48k per part).
+func chaosData(t *testing.T) (train, test string, dim uint64) {
+	t.Helper()
+	dir := t.TempDir()
+	cfg := data.DefaultGenConfig()
+	cfg.Rows, cfg.TestRows, cfg.Features, cfg.Fields, cfg.Seed = 240000, 10000, 1<<18, 20, 5
+	meta, err := data.Generate(dir, cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return meta.Files[0], meta.TestFile, cfg.Features
 }
