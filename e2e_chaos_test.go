@@ -21,7 +21,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gossiptrain/gossiptrain/data"
 	"github.com/gossiptrain/gossiptrain/report"
 )
 
@@ -269,12 +268,5 @@ func running(all []*chaosPeer, id int) bool {
 // chaosData is e2eData with 4 times the rows (240k, 48k per part).
 func chaosData(t *testing.T) (train, test string, dim uint64) {
 	t.Helper()
-	dir := t.TempDir()
-	cfg := data.DefaultGenConfig()
-	cfg.Rows, cfg.TestRows, cfg.Features, cfg.Fields, cfg.Seed = 240000, 10000, 1<<18, 20, 5
-	meta, err := data.Generate(dir, cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return meta.Files[0], meta.TestFile, cfg.Features
+	return e2eDataRows(t, 240000)
 }

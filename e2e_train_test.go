@@ -159,9 +159,15 @@ func tail(s string, n int) string {
 // e2eData generates a data set for the distributed tests.
 func e2eData(t *testing.T) (train, test string, dim uint64) {
 	t.Helper()
+	return e2eDataRows(t, 60000)
+}
+
+// e2eDataRows is e2eData with this many training rows.
+func e2eDataRows(t *testing.T, rows int64) (train, test string, dim uint64) {
+	t.Helper()
 	dir := t.TempDir()
 	cfg := data.DefaultGenConfig()
-	cfg.Rows, cfg.TestRows, cfg.Features, cfg.Fields, cfg.Seed = 60000, 10000, 1<<18, 20, 5
+	cfg.Rows, cfg.TestRows, cfg.Features, cfg.Fields, cfg.Seed = rows, 10000, 1<<18, 20, 5
 	meta, err := data.Generate(dir, cfg, nil)
 	if err != nil {
 		t.Fatal(err)

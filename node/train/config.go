@@ -112,8 +112,6 @@ var (
 	// gone for a long time: the run went on without this peer (it was
 	// cut off) and has ended, or every other peer crashed.
 	ErrAlone = errors.New("every other member of the run is gone")
-	// ErrNotImplemented: a feature this core does not have yet.
-	ErrNotImplemented = errors.New("not implemented yet")
 )
 
 // Member is a peer of the run as the configurations name it: its peer ID
