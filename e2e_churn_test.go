@@ -321,12 +321,11 @@ func TestE2ERestartFromCheckpoint(t *testing.T) {
 }
 
 func restartFromCheckpoint(t *testing.T, mode string) {
-	flags := append(churnData(t), "--mode", mode)
-	if mode != "sync" {
-		// Async trains the 400 rounds of an epoch in about a second, faster
-		// than the first leader (which schedules checkpoints) is elected.
-		flags = append(flags, "--epochs", "8")
-	}
+	// Either mode trains the 400 rounds of an epoch in under a second on a
+	// fast machine, faster than the first leader (which schedules
+	// checkpoints) is elected: 8 epochs leave time for a checkpoint and a
+	// kill before the end.
+	flags := append(churnData(t), "--mode", mode, "--epochs", "8")
 	ckpt := t.TempDir()
 	r := newChurnRun(t, 3, append(flags, "--checkpoint-dir", ckpt)...)
 	var ps []*churnProc
@@ -345,7 +344,11 @@ func restartFromCheckpoint(t *testing.T, mode string) {
 			if time.Now().After(deadline) {
 				t.Fatalf("peer %d wrote no checkpoint within a minute:\n%s", i, ps[i].logTail())
 			}
-			time.Sleep(20 * time.Millisecond)
+			select {
+			case <-ps[i].done:
+				t.Fatalf("peer %d ended before it wrote a checkpoint:\n%s", i, ps[i].logTail())
+			case <-time.After(20 * time.Millisecond):
+			}
 		}
 	}
 	for _, p := range ps {
