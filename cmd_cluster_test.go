@@ -405,3 +405,22 @@ func TestMetricsFlag(t *testing.T) {
 		t.Errorf("bad address: %v, want a usage error naming --metrics-addr", err)
 	}
 }
+
+// Plain train (one peer alone) serves --metrics-addr too, so the baseline
+// of a scaling comparison can be profiled like a cluster's peers; a bad
+// address is refused before training, naming the flag.
+func TestTrainAloneServesMetrics(t *testing.T) {
+	train, test, dim := e2eData(t)
+	dir := t.TempDir()
+	code, out, errOut := runBinary(t, dir, time.Minute, "train", "--train", train, "--test", test, "--dim", fmt.Sprint(dim), "--epochs", "1", "--metrics-addr", "127.0.0.1:0")
+	if code != 0 {
+		t.Fatalf("train: exit %d\n%s\n%s", code, out, tail(errOut, 3000))
+	}
+	if !strings.Contains(errOut, "metrics server listening") {
+		t.Errorf("train --metrics-addr logged no metrics server:\n%s", tail(errOut, 3000))
+	}
+	code, _, errOut = runBinary(t, dir, time.Minute, "train", "--train", train, "--dim", fmt.Sprint(dim), "--metrics-addr", "no-port-here")
+	if code != 2 || !strings.Contains(errOut, "--metrics-addr") {
+		t.Errorf("train --metrics-addr no-port-here: exit %d, %s; want 2 and an error naming --metrics-addr", code, tail(errOut, 500))
+	}
+}

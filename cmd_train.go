@@ -17,6 +17,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/gossiptrain/gossiptrain/data"
+	"github.com/gossiptrain/gossiptrain/metrics"
 	"github.com/gossiptrain/gossiptrain/model"
 	"github.com/gossiptrain/gossiptrain/report"
 	"github.com/gossiptrain/gossiptrain/sgd"
@@ -295,7 +296,7 @@ taken over from their replicas (--replicas 2) after --dead-after.`
 		}
 		ctx, cancel := signalContext()
 		defer cancel()
-		_, err = job.runLocal(ctx)
+		_, err = job.runLocal(ctx, &tf.mf)
 		return err
 	}
 	return c, tf
@@ -656,8 +657,17 @@ func (j *trainJob) openTest() func() (data.Source, error) {
 }
 
 // runLocal trains on this process alone and writes the report and model.
-func (j *trainJob) runLocal(ctx context.Context) (sgd.Summary, error) {
+// mf's --metrics-addr serves the same metrics and pprof profiles as a
+// peer's (topology "single", mode "local"), so one peer alone can be
+// profiled and compared with a cluster's peers.
+func (j *trainJob) runLocal(ctx context.Context, mf *metricsFlags) (sgd.Summary, error) {
 	log := j.log
+	mt, closeMetrics, err := mf.start(log)
+	if err != nil {
+		return sgd.Summary{}, err
+	}
+	defer closeMetrics()
+	mt.SetInfo(metrics.Info{Topology: "single", Mode: "local", Version: version})
 	rep, err := j.openReport("")
 	if err != nil {
 		return sgd.Summary{}, err
@@ -678,10 +688,14 @@ func (j *trainJob) runLocal(ctx context.Context) (sgd.Summary, error) {
 	}
 	var bad int64
 	hooks := sgd.Hooks{
-		Progress: prog.fn,
+		Progress: func(p sgd.Progress) {
+			prog.fn(p)
+			mt.Progress(p.Examples, p.Epoch)
+		},
 		Eval: func(e sgd.EvalPoint) {
 			logMetrics(log.Info(), e.Metrics).Str("examples", humanCount(float64(e.Examples))).Msg("evaluation")
 			rep.Write(report.Eval{Type: report.TypeEval, Examples: e.Examples, Seconds: e.Seconds, Epoch: e.Epoch, Metrics: reportMetrics(e.Metrics)})
+			mt.Eval(metrics.EvalFigures{LogLoss: e.LogLoss, Error: e.Error, AUC: e.AUC, Examples: e.Examples, Seconds: e.Seconds})
 		},
 	}
 	cfg := sgd.DefaultConfig()
@@ -733,6 +747,9 @@ func (j *trainJob) runLocal(ctx context.Context) (sgd.Summary, error) {
 	if err := rep.Write(s); err != nil {
 		return sum, err
 	}
+	mt.Summary(metrics.SummaryFigures{Examples: sum.Examples,
+		Eval:    metrics.EvalFigures{LogLoss: sum.Final.LogLoss, Error: sum.Final.Error, AUC: sum.Final.AUC},
+		HasEval: sum.Evaluated})
 	logMetrics(log.Info(), sum.Final).Str("examples", humanCount(float64(sum.Examples))).
 		Float64("seconds", round4(sum.Seconds)).Str("examples_per_sec", humanCount(sum.ExamplesPerSec)).
 		Int64("model_nonzeros", s.ModelNonzeros).Str("resources", res.String()).Msg("done")
