@@ -267,7 +267,7 @@ func (j *trainJob) runDistributed(tf *trainFlags) error {
 		}
 		rep.Write(report.Round{Type: report.TypeRound, PeerID: self, Clock: p.Round, Examples: p.Examples, Seconds: p.Seconds,
 			BytesSent: out, BytesRecv: in, WaitSeconds: p.WaitSeconds, Live: p.Members,
-			Epoch: p.Config, Owned: p.Owned, Staleness: p.Staleness, Resources: sampler.Sample()})
+			Epoch: p.Config, Owned: p.Owned, Staleness: p.Staleness, Resources: sampler.Frequent()})
 	}
 	hooks.Change = func(c trainer.ChangePoint) {
 		log.Info().Uint64("config", c.Config).Uint64("start_round", c.Start).Int("workers", len(c.Members)).

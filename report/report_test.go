@@ -95,3 +95,28 @@ func TestSamplerReadsThisProcess(t *testing.T) {
 		t.Fatalf("sample %+v: want positive peak RSS and CPU", r)
 	}
 }
+
+// Frequent (every round) reads /proc at most once a second: within that,
+// memory figures repeat; Sample reads them again; CPU is always current.
+func TestSamplerFrequentReusesProcFigures(t *testing.T) {
+	s := NewSampler()
+	first := s.Frequent()
+	if first.PeakRSSBytes <= 0 {
+		t.Fatalf("first Frequent %+v: want the peak RSS read", first)
+	}
+	grow := make([]byte, 64<<20)
+	for i := range grow {
+		grow[i] = 1 // touched: resident
+	}
+	if r := s.Frequent(); r.PeakRSSBytes != first.PeakRSSBytes {
+		t.Errorf("Frequent within %v after 64 MiB more: peak RSS %d, want the cached %d", procEvery, r.PeakRSSBytes, first.PeakRSSBytes)
+	}
+	if r := s.Sample(); r.PeakRSSBytes < first.PeakRSSBytes+32<<20 {
+		t.Errorf("Sample after 64 MiB more: peak RSS %d, want at least %d", r.PeakRSSBytes, first.PeakRSSBytes+32<<20)
+	}
+	s.procAt = s.procAt.Add(-procEvery)
+	if r := s.Frequent(); r.PeakRSSBytes < first.PeakRSSBytes+32<<20 {
+		t.Errorf("Frequent %v later: peak RSS %d, want it read again (at least %d)", procEvery, r.PeakRSSBytes, first.PeakRSSBytes+32<<20)
+	}
+	runtime.KeepAlive(grow)
+}
