@@ -1,0 +1,220 @@
+package train_test
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/gossiptrain/gossiptrain/data"
+	"github.com/gossiptrain/gossiptrain/gossip/wire"
+	"github.com/gossiptrain/gossiptrain/model"
+	"github.com/gossiptrain/gossiptrain/node/ring"
+	"github.com/gossiptrain/gossiptrain/node/train"
+)
+
+// BenchmarkRound measures the protocol core's own work per example in a
+// fault-free run: N peers, each a worker and the owner of its shards,
+// exchanging every message through the wire codec (encoded and decoded,
+// as gossip.CoreLink does), with the gradient computation left out (a
+// fixed gradient). It is what the peers spend on the protocol and on
+// applying, the work beside a lone `train`'s parsing and computing, and
+// what decides whether N peers train N times faster than one (issue
+// "Scaling"). ns/example is the time of all N peers' work (run on one
+// goroutine) per example the cluster trains, which is also what one peer
+// spends per example it trains when the work is even; peers=1 is one
+// peer owning every shard, the protocol's cost with nothing to share.
+// B/op and allocs/op are the whole cluster's per round.
+//
+//	go test ./node/train -run '^$' -bench Round -benchmem
+func BenchmarkRound(b *testing.B) {
+	for _, mode := range []train.Mode{train.Sync, train.Async} {
+		for _, n := range []int{1, 4} {
+			b.Run(fmt.Sprintf("%s/peers=%d", mode, n), func(b *testing.B) { benchRound(b, mode, n) })
+		}
+	}
+}
+
+const (
+	benchDim    = 1 << 24
+	benchBatch  = 1000
+	benchFields = 39
+	benchShards = 256
+)
+
+// benchBatches reads n batches of rows from the generator of `gossiptrain
+// gen` (the data of the bench command: click-like, 39 fields, Zipf
+// popularity): the sorted distinct rows each touches, with the bias row,
+// as a worker's Preparer gives them to its core.
+func benchBatches(b *testing.B, seed uint64, n int) [][]uint32 {
+	cfg := data.DefaultGenConfig()
+	cfg.Rows, cfg.TestRows, cfg.Features, cfg.Fields, cfg.Seed = int64(n*benchBatch), 0, benchDim, benchFields, seed
+	meta, err := data.Generate(b.TempDir(), cfg, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	src, err := data.Open(meta.Files, data.Options{Dim: benchDim})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer src.Close()
+	out := make([][]uint32, n)
+	var batch data.Batch
+	for i := range out {
+		k, err := src.Next(&batch, benchBatch)
+		if err != nil || k != benchBatch {
+			b.Fatalf("batch %d: %d rows, %v", i, k, err)
+		}
+		keys := append(slices.Clone(batch.Indices), benchDim) // the bias row
+		slices.Sort(keys)
+		out[i] = slices.Compact(keys)
+	}
+	return out
+}
+
+type benchPeer struct {
+	name    string
+	core    *train.Core
+	batches [][]uint32
+	next    int
+	grad    []float32
+	enc     *wire.Codec
+}
+
+type benchMsg struct {
+	from, to string
+	msg      []byte     // encoded, between peers
+	self     *wire.Core // to itself: as it is (the trainer's inbox)
+}
+
+func benchRound(b *testing.B, mode train.Mode, n int) {
+	lim := wire.DefaultLimits()
+	lim.MaxMessage = 64 << 20
+	lim.MaxRows, lim.MaxValues = 1<<24, 1<<26
+	var members []train.Member
+	peers := map[string]*benchPeer{}
+	var order []*benchPeer
+	for i := range n {
+		name := fmt.Sprintf("peer%02d", i)
+		p := &benchPeer{name: name, batches: benchBatches(b, uint64(i+1), 64), enc: wire.NewCodec(wire.F32, wire.None, lim)}
+		peers[name] = p
+		order = append(order, p)
+		members = append(members, train.Member{Peer: name, ID: train.MemberID(name, 1)})
+	}
+	slices.SortFunc(members, func(a, c train.Member) int {
+		if a.Peer < c.Peer {
+			return -1
+		}
+		return 1
+	})
+	rc := ring.DefaultConfig()
+	rc.Shards = benchShards
+	for _, p := range order {
+		m, err := model.New(model.Logreg, benchDim, 2, benchShards, model.DefaultOptConfig(model.AdaGrad))
+		if err != nil {
+			b.Fatal(err)
+		}
+		m.W = make([]float32, m.Layout.Len())
+		cfg := train.DefaultConfig()
+		cfg.Self, cfg.ID = p.name, train.MemberID(p.name, 1)
+		cfg.Mode, cfg.Model, cfg.Initial = mode, m, members
+		cfg.Place = func(ms []string) (train.Placement, error) { return ring.New(rc, ms) }
+		cfg.Limits = lim
+		cfg.Limits.Features = m.Layout.Features
+		if p.core, err = train.New(cfg); err != nil {
+			b.Fatal(err)
+		}
+	}
+	dec := wire.NewCodec(wire.F32, wire.None, lim)
+	var queue []benchMsg
+	var head int
+	drain := func(p *benchPeer) {
+		for {
+			rd := p.core.Ready()
+			for _, e := range rd.Messages {
+				if e.To == p.name {
+					queue = append(queue, benchMsg{from: p.name, to: e.To, self: e.Msg})
+					continue
+				}
+				body, flags, err := p.enc.CoreBody(e.Msg)
+				if err != nil {
+					b.Fatal(err)
+				}
+				m, err := p.enc.AppendCorePart(nil, wire.Header{Job: "bench", Sender: p.name, Parts: 1}, flags, body)
+				if err != nil {
+					b.Fatal(err)
+				}
+				queue = append(queue, benchMsg{from: p.name, to: e.To, msg: m})
+			}
+			if rd.Err != nil {
+				b.Fatal(rd.Err)
+			}
+			for p.core.WantBatches() > 0 {
+				k := p.batches[p.next%len(p.batches)]
+				p.next++
+				p.core.Batch(k, benchBatch)
+			}
+			if c := rd.Compute; c != nil {
+				if cap(p.grad) < len(c.Weights) {
+					p.grad = make([]float32, len(c.Weights))
+					for i := range p.grad {
+						p.grad[i] = 1e-3
+					}
+				}
+				p.core.Computed(c.Round, p.grad[:len(c.Weights)], 0.5)
+				continue
+			}
+			if len(rd.Messages) == 0 {
+				return
+			}
+		}
+	}
+	var msg wire.Core
+	step := func() bool {
+		if head == len(queue) {
+			return false
+		}
+		m := queue[head]
+		head++
+		if head > 4096 {
+			queue, head = append(queue[:0], queue[head:]...), 0
+		}
+		p := peers[m.to]
+		if m.self != nil {
+			p.core.Receive(m.from, m.self)
+			drain(p)
+			return true
+		}
+		msg.Reset()
+		h, body, err := dec.CoreChunk(m.msg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := dec.DecodeCoreBody(h, body, lim.MaxMessage, &msg); err != nil {
+			b.Fatal(err)
+		}
+		p.core.Receive(m.from, &msg)
+		drain(p)
+		return true
+	}
+	for _, p := range order {
+		drain(p)
+	}
+	// Warm up: every peer's first rounds pull values no push asked for.
+	for order[0].core.Round() < 8 && step() {
+	}
+	start := order[0].core.Round()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for order[0].core.Round() < start+uint64(b.N) {
+		if !step() {
+			for _, p := range order {
+				p.core.Tick()
+				drain(p)
+			}
+		}
+	}
+	b.StopTimer()
+	rounds := float64(order[0].core.Round() - start)
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/(rounds*float64(n*benchBatch)), "ns/example")
+	b.ReportMetric(0, "ns/op")
+}
