@@ -388,11 +388,11 @@ func (o *owner) receive(from string, msg *wire.Core) {
 	k := &contribution{from: from, member: msg.Member, req: msg.Req, op: msg.Op, flags: msg.Flags, round: msg.Round,
 		through: msg.Through, examples: msg.Examples, set: set, since: c.tick}
 	k.shards = set.list(nil)
-	k.want = slices.Clone(msg.Want)
+	k.want = msg.Want // kept, not copied: Receive's caller hands msg over
 	if len(moved) > 0 {
 		k.rows = filterRows(&msg.Rows, k.shards, c.width, c.mask)
 	} else {
-		k.rows = model.Sparse{Idx: slices.Clone(msg.Rows.Idx), Val: slices.Clone(msg.Rows.Val)}
+		k.rows = msg.Rows
 	}
 	if msg.Op == wire.CorePull {
 		o.addPending(k)

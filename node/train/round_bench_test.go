@@ -168,7 +168,6 @@ func benchRound(b *testing.B, mode train.Mode, n int) {
 			}
 		}
 	}
-	var msg wire.Core
 	step := func() bool {
 		if head == len(queue) {
 			return false
@@ -184,15 +183,15 @@ func benchRound(b *testing.B, mode train.Mode, n int) {
 			drain(p)
 			return true
 		}
-		msg.Reset()
+		msg := new(wire.Core) // handed over to Receive, as gossip.CoreLink does
 		h, body, err := dec.CoreChunk(m.msg)
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := dec.DecodeCoreBody(h, body, lim.MaxMessage, &msg); err != nil {
+		if err := dec.DecodeCoreBody(h, body, lim.MaxMessage, msg); err != nil {
 			b.Fatal(err)
 		}
-		p.core.Receive(m.from, &msg)
+		p.core.Receive(m.from, msg)
 		drain(p)
 		return true
 	}
