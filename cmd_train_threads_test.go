@@ -1,7 +1,9 @@
 package main
 
 import (
+	"os"
 	"path/filepath"
+	"runtime/debug"
 	"testing"
 
 	"github.com/gossiptrain/gossiptrain/report"
@@ -35,5 +37,23 @@ func TestTrainThreadsSameModel(t *testing.T) {
 			t.Errorf("--threads %s: model %s, test log-loss %v after %d examples; --threads 1: %s, %v, %d",
 				threads, s.ModelHash, s.TestLogLoss, s.Examples, first.ModelHash, first.TestLogLoss, first.Examples)
 		}
+	}
+}
+
+// A training process collects garbage at GOGC 25 (trainGCPercent) unless
+// the user set GOGC.
+func TestTrainingGCPercent(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(100))
+	t.Setenv("GOGC", "")
+	os.Unsetenv("GOGC")
+	debug.SetGCPercent(100)
+	gcForTraining()
+	if got := debug.SetGCPercent(100); got != trainGCPercent {
+		t.Errorf("without GOGC: GC percent %d, want %d", got, trainGCPercent)
+	}
+	t.Setenv("GOGC", "100")
+	gcForTraining()
+	if got := debug.SetGCPercent(100); got != 100 {
+		t.Errorf("with GOGC=100 in the environment: GC percent %d, want 100 (the user's)", got)
 	}
 }
