@@ -3,6 +3,7 @@ package trainer
 import (
 	"fmt"
 	"io"
+	"math/bits"
 	"slices"
 
 	"github.com/gossiptrain/gossiptrain/data"
@@ -46,14 +47,8 @@ func newEvaluator(m *model.Model, test func() (data.Source, error), batch int) (
 	if e.rows.Rows() == 0 {
 		return nil, fmt.Errorf("test set: %w", sgd.ErrNoData)
 	}
-	feats := slices.Clone(e.rows.Indices)
-	slices.Sort(feats)
-	feats = slices.Compact(feats)
-	for i, k := range e.rows.Indices {
-		j, _ := slices.BinarySearch(feats, k)
-		e.rows.Indices[i] = uint32(j)
-	}
-	e.keys = feats
+	e.keys = compactIndices(e.rows.Indices, m.Dim)
+	feats := e.keys
 	for k := uint32(m.Dim); uint64(k) < m.Layout.Features; k++ {
 		e.keys = append(e.keys, k)
 	}
@@ -114,3 +109,41 @@ func (s *memSource) Next(b *data.Batch, max int) (int, error) {
 
 func (s *memSource) Stats() data.Stats { return data.Stats{Rows: int64(s.pos)} }
 func (s *memSource) Close() error      { return nil }
+
+// compactIndices numbers the distinct values of idx densely in ascending
+// order: it returns them sorted and replaces each index by its rank among
+// them. Every index is below dim. With a dim no larger than 64 times the
+// indices it marks them in a bitmap of dim bits and ranks by popcount, in
+// linear time; a peer builds its evaluator while it starts training, and
+// sorting a test set's 780,000 indices (20,000 Criteo-like rows) and
+// searching each took about a fifth of a second of a capped peer's CPU.
+// Larger dims sort.
+func compactIndices(idx []uint32, dim uint64) []uint32 {
+	if dim == 0 || dim > 64*uint64(len(idx))+64 {
+		feats := slices.Clone(idx)
+		slices.Sort(feats)
+		feats = slices.Compact(feats)
+		for i, k := range idx {
+			j, _ := slices.BinarySearch(feats, k)
+			idx[i] = uint32(j)
+		}
+		return feats
+	}
+	words := make([]uint64, (dim+63)/64)
+	for _, k := range idx {
+		words[k>>6] |= 1 << (k & 63)
+	}
+	ranks := make([]uint32, len(words)) // set bits in the words before
+	var feats []uint32
+	for w, set := range words {
+		ranks[w] = uint32(len(feats))
+		for b := set; b != 0; b &= b - 1 {
+			feats = append(feats, uint32(w)<<6|uint32(bits.TrailingZeros64(b)))
+		}
+	}
+	for i, k := range idx {
+		w := k >> 6
+		idx[i] = ranks[w] + uint32(bits.OnesCount64(words[w]&(1<<(k&63)-1)))
+	}
+	return feats
+}
