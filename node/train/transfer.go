@@ -311,7 +311,13 @@ func (o *owner) configChanged(prev, t *tconf) {
 					}
 				}
 			}
-			if t.holds(self, s) && !o.held.has(s) && o.awaiting[s] == nil {
+			// A copy held here though prev did not give this peer the
+			// shard is one it handed over and has not freed yet (its
+			// handoff not acknowledged): the holders of prev applied
+			// contributions since, so it waits for their copy like a
+			// newcomer (async/chaos seed 27 handed such a copy on and lost
+			// a worker's rounds).
+			if t.holds(self, s) && o.awaiting[s] == nil && (!o.held.has(s) || !prev.holds(self, s)) {
 				o.await(s, 0, prev)
 			}
 		}
