@@ -751,10 +751,13 @@ func (o *owner) maybeFree(s int) {
 			return
 		}
 	}
-	if c.cfg.Mode == Sync && c.cfg.Gather == Need && !c.w.leaving && c.w.clock < o.through[s]+2 {
+	if c.cfg.Mode == Sync && !c.w.leaving && c.w.clock < o.through[s]+2 {
 		// Keep it until this worker has seen every owner apply the round
 		// after (so the new holders have it): should the peer handing it
 		// over crash before its copy arrives, a survivor still has it.
+		// With full read copies too: a read copy holds the weights but not
+		// the optimizer state (sync/full-churn seed 55 restarted a shard
+		// from nothing when only need-gather kept it).
 		return
 	}
 	o.held.del(s)

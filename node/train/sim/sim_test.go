@@ -217,6 +217,7 @@ func TestFixedSeeds(t *testing.T) {
 		{"async/crash-r2", 39, "shards moved after the final round were looked for at their old primary"},
 		{"async/lossy", 34, "a gap was given up on without any crash"},
 		{"sync/full-churn", 11, "a lost handoff was resent only after the sender crashed"},
+		{"sync/full-churn", 55, "with full read copies a replica freed its copy as soon as it applied the round before a handoff; the primary crashed before its copy arrived, and the shard restarted from nothing"},
 		{"async/chaos", 27, "a holder given a shard back kept the copy it had handed over, not yet freed, and handed it on without the rounds applied meanwhile"},
 	}
 	all := map[string]mix{}
