@@ -466,10 +466,12 @@ func (o *owner) onAsk(from string, msg *wire.Core) {
 		c.stats.Rejected++
 		return
 	}
-	if !o.held.has(s) && o.awaiting[s] == nil {
+	if !o.held.has(s) && (o.awaiting[s] == nil || o.neverComes(s)) {
 		// Handed over and dropped here already (a leaver's copy went to
-		// the holder that crashed since): say so, so the asker stops
-		// counting on this peer.
+		// the holder that crashed since), or never to come here (its own
+		// takeover waits for peers that all crashed, and no round is this
+		// peer's to restart it at): say so, so the asker stops counting on
+		// this peer (sync/chaos seed 270 waited on such a leaver forever).
 		c.send(from, &wire.Core{Op: wire.CoreState, Flags: wire.FlagRefused, Shards: msg.Shards, Round: msg.Round})
 		return
 	}
@@ -481,6 +483,23 @@ func (o *owner) onAsk(from string, msg *wire.Core) {
 		return
 	}
 	o.addOwe(w)
+}
+
+// neverComes reports whether shard s, awaited here by a takeover, can
+// never arrive: every peer it waits for crashed, it waits for no peer of
+// the round before, and no contribution waits here to restart it with.
+func (o *owner) neverComes(s int) bool {
+	a := o.awaiting[s]
+	if a == nil || !a.takeover || a.prev {
+		return false
+	}
+	for _, m := range a.from {
+		if !o.c.cs.crashed[m.ID] {
+			return false
+		}
+	}
+	_, ok := o.lastRoundFor(s)
+	return !ok
 }
 
 // resendXfer sends again, at most every quarter retry interval, the
