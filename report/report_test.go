@@ -105,9 +105,10 @@ func TestSamplerFrequentReusesProcFigures(t *testing.T) {
 		t.Fatalf("first Frequent %+v: want the peak RSS read", first)
 	}
 	grow := make([]byte, 64<<20)
-	for i := range grow {
-		grow[i] = 1 // touched: resident
+	for i := 0; i < len(grow); i += 4096 {
+		grow[i] = 1 // a byte a page: resident
 	}
+	s.procAt = time.Now() // as if read just now (touching 64 MiB can take a second under -race on a loaded VM)
 	if r := s.Frequent(); r.PeakRSSBytes != first.PeakRSSBytes {
 		t.Errorf("Frequent within %v after 64 MiB more: peak RSS %d, want the cached %d", procEvery, r.PeakRSSBytes, first.PeakRSSBytes)
 	}
