@@ -223,9 +223,10 @@ func short(id string) string {
 // quarter of the shards from their holders, and all four end alike; the
 // joiner's report says how long joining took and how many shards it got.
 func TestE2EJoin(t *testing.T) {
-	// Three epochs: one (300 rounds) can end before a joiner started at
-	// round 40 has met the others, on a fast machine.
-	flags := append(churnData(t), "--epochs", "3")
+	// Eight epochs (2400 rounds, about 6 s here): with three, the run
+	// ended 1 s after a joiner started at round 40 asked to join, before
+	// the members had agreed it was alive (one run in six here, and in CI).
+	flags := append(churnData(t), "--epochs", "8")
 	r := newChurnRun(t, 4, flags...)
 	var ps []*churnProc
 	for i := 0; i < 3; i++ {
@@ -239,6 +240,7 @@ func TestE2EJoin(t *testing.T) {
 	}
 	checkSame(t, runs...)
 	j := runs[3].Summary
+	t.Logf("peer 0: %d rounds in %.2fs", runs[0].Summary.Rounds, runs[0].Summary.Seconds)
 	t.Logf("joiner: joined in %.2fs receiving %d shards, owns %d of %d shards, trained %d examples; configuration %d",
 		j.JoinSeconds, j.ShardsReceived, j.Owned, j.Shards, j.Examples, j.Configs)
 	if j.JoinSeconds <= 0 || j.ShardsReceived == 0 || j.Owned < j.Shards/8 || j.Owned > j.Shards/2 || j.Examples == 0 || j.Configs < 2 {
@@ -495,7 +497,9 @@ func crashedIn(path, id string) bool {
 // end alike.
 func TestE2ECrashAndRestartSameIdentity(t *testing.T) {
 	flags := churnData(t)
-	r := newChurnRun(t, 4, append(flags, "--epochs", "2")...)
+	// Six epochs: with two, the survivors ended their last rounds 0.3 s
+	// after the restarted peer asked to join (in CI).
+	r := newChurnRun(t, 4, append(flags, "--epochs", "6")...)
 	ps := r.startAll(4)
 	r.waitRound(ps[2], 40)
 	ps[2].cmd.Process.Kill()
@@ -508,6 +512,7 @@ func TestE2ECrashAndRestartSameIdentity(t *testing.T) {
 	}
 	checkSame(t, runs...)
 	back := runs[2].Summary
+	t.Logf("peer 0: %d rounds in %.2fs", runs[0].Summary.Rounds, runs[0].Summary.Seconds)
 	t.Logf("restarted peer %s: joined in %.2fs receiving %d shards, owns %d of %d shards, trained %d examples; configuration %d",
 		short(back.PeerID), back.JoinSeconds, back.ShardsReceived, back.Owned, back.Shards, back.Examples, back.Configs)
 	if back.PeerID != r.ids.ids[2] {
