@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gossiptrain/gossiptrain/peerlog"
 )
 
 // fakeConfig is a configuration that runs n fake peers (this test binary).
@@ -131,8 +133,13 @@ func TestFailingPeerStopsTheOthers(t *testing.T) {
 		t.Errorf("Run took %v: the others should stop on the stop signal, not after the %v grace period", took, cfg.Grace)
 	}
 	for _, i := range []int{0, 1} {
-		if c := res.Peers[i].ExitCode; c != 130 {
-			t.Errorf("peer %d: exit code %d, want 130 (stopped on the stop signal)", i, c)
+		// 130: its handler took the signal. A signal that lands before
+		// the Go runtime has installed its handlers (the first
+		// milliseconds after exec; longer under -race) ends the process
+		// with the kernel's default action: stopped just the same.
+		p := res.Peers[i]
+		if p.ExitCode != 130 && !(p.ExitCode == -1 && strings.Contains(p.Exit, peerlog.StopSignal.String())) {
+			t.Errorf("peer %d: exit %q (code %d), want 130 or killed by %v (stopped on the stop signal)", i, p.Exit, p.ExitCode, peerlog.StopSignal)
 		}
 	}
 	assertAllGone(t, res)
@@ -159,8 +166,13 @@ func TestStopReachesAPeerStillStarting(t *testing.T) {
 		t.Errorf("Run took %v: the starting peer should stop on the stop signal, not after the %v grace period", took, cfg.Grace)
 	}
 	for _, i := range []int{0, 1} {
-		if c := res.Peers[i].ExitCode; c != 130 {
-			t.Errorf("peer %d: exit code %d, want 130 (stopped on the stop signal)", i, c)
+		// 130: its handler took the signal. A signal that lands before
+		// the Go runtime has installed its handlers (the first
+		// milliseconds after exec; longer under -race) ends the process
+		// with the kernel's default action: stopped just the same.
+		p := res.Peers[i]
+		if p.ExitCode != 130 && !(p.ExitCode == -1 && strings.Contains(p.Exit, peerlog.StopSignal.String())) {
+			t.Errorf("peer %d: exit %q (code %d), want 130 or killed by %v (stopped on the stop signal)", i, p.Exit, p.ExitCode, peerlog.StopSignal)
 		}
 	}
 	assertAllGone(t, res)
