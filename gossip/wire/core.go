@@ -58,8 +58,13 @@ const (
 	// checkpoint's configuration; Round: the first round it has not
 	// pushed), or with FlagReply an owner's answer that its shards are
 	// exported.
-	CoreCut    CoreOp = 13
-	coreOpLast        = CoreCut
+	CoreCut CoreOp = 13
+	// CoreReady: an ssp/async owner tells the raft leader that, under the
+	// configuration Req, every member is done and every contribution is
+	// applied to the shards it is primary for. Once every member of that
+	// configuration has said so, the leader proposes one marked final.
+	CoreReady  CoreOp = 14
+	coreOpLast        = CoreReady
 )
 
 func (o CoreOp) String() string {
@@ -90,6 +95,8 @@ func (o CoreOp) String() string {
 		return "hash"
 	case CoreCut:
 		return "cut"
+	case CoreReady:
+		return "ready"
 	}
 	return fmt.Sprintf("core-op-%d", uint8(o))
 }

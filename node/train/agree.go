@@ -52,7 +52,12 @@ type agreement struct {
 	// Leader.
 	joins  map[uint64]string // admitted raft IDs not yet workers -> peer
 	leaves map[uint64]bool   // members that asked to leave
-	prop   *tconf            // proposed, not yet applied
+	// ready (ssp/async): per member ID, the newest configuration under
+	// which that member's owner had every member done and every
+	// contribution applied (CoreReady); the leader proposes the final
+	// configuration once every member is ready under the current one.
+	ready map[uint64]uint64
+	prop  *tconf // proposed, not yet applied
 	// propTerm is the raft term prop was proposed in: once an entry of a
 	// later term is applied, prop was applied before it or is gone.
 	propTerm uint64
@@ -93,6 +98,7 @@ func (a *agreement) init(c *Core) error {
 	a.group = map[uint64]string{}
 	a.joins = map[uint64]string{}
 	a.leaves = map[uint64]bool{}
+	a.ready = map[uint64]uint64{}
 	a.rng = c.cfg.Seed ^ c.cfg.ID ^ 0x9e3779b97f4a7c15
 	if c.cfg.Initial != nil {
 		// Every initial member starts from the same log: the raft
@@ -265,7 +271,7 @@ func (a *agreement) onJoin(from string, msg *wire.Core) {
 		} else {
 			reply.Text, reply.Member = a.leaderPeer(), a.lead
 		}
-	case c.w.final:
+	case c.w.final || c.cs.cur() != nil && c.cs.cur().Final || c.cfg.Mode != Sync && c.o.final:
 		reply.Flags, reply.Text = wire.FlagRefused, "the job is finishing"
 	default:
 		if p, ok := a.group[msg.Member]; ok && p != from {
@@ -473,7 +479,7 @@ func (a *agreement) propose() {
 	// Once the values are final only crashes change the run: the peers
 	// still fetch the final values, and a dead owner's replica must take
 	// its shards over for that.
-	final := c.w.final
+	final := c.w.final || cur.Final || c.cfg.Mode != Sync && c.o.final
 	if a.prop != nil && (cur.ID >= a.prop.ID || c.tick-a.propAt > uint64(8*c.cfg.RetryTicks)) {
 		a.prop = nil // applied, superseded, or lost with a leader change
 	}
@@ -528,10 +534,19 @@ func (a *agreement) propose() {
 		joined = append(joined, Member{Peer: p, ID: id})
 	}
 	ckpt := c.cfg.CheckpointTicks > 0 && c.tick-a.ckptAt >= uint64(c.cfg.CheckpointTicks) && c.w.started && !c.w.dataDone && !final
-	if len(dead)+len(left)+len(joined) == 0 && !ckpt {
+	// Ssp/async: the values are final once every holder says every member
+	// is done and applied under this configuration, and nothing changes
+	// it meanwhile. Agreed here, not decided by each holder alone: a
+	// holder that went final under its newest configuration could miss a
+	// newer one (a joiner to wait for, a shard it now applies).
+	fin := c.cfg.Mode != Sync && !cur.Final && len(dead)+len(left)+len(joined) == 0 && a.allReady(cur)
+	if fin {
+		ckpt = false
+	}
+	if len(dead)+len(left)+len(joined) == 0 && !ckpt && !fin {
 		return
 	}
-	next := &tconf{ID: cur.ID + 1, Crashed: dead, Left: left, Checkpoint: ckpt}
+	next := &tconf{ID: cur.ID + 1, Crashed: dead, Left: left, Checkpoint: ckpt, Final: cur.Final || fin}
 	next.Start = max(cur.Start, c.w.clock+1)
 	if c.cfg.Mode != Sync || final {
 		// (After the final round no round runs again: shards move as
@@ -576,6 +591,38 @@ func (a *agreement) propose() {
 		return
 	}
 	a.prop, a.propAt, a.propTerm = next, c.tick, a.rn.BasicStatus().GetTerm()
+}
+
+// allReady reports whether every member of cur has said it is ready under
+// cur (CoreReady).
+func (a *agreement) allReady(cur *tconf) bool {
+	for _, m := range cur.Members {
+		if a.ready[m.ID] != cur.ID {
+			return false
+		}
+	}
+	return len(cur.Members) > 0
+}
+
+// alone reports whether no configuration that changes who works can
+// follow cur but one this peer proposes: it is cur's only member (only a
+// member of the newest configuration proposes the next), the leader, and
+// what it has proposed, if anything, keeps the members (a final or
+// checkpoint configuration). An owner alone need not wait for the final
+// configuration to commit: raft may have lost its quorum (a dead voter
+// that is no member), and nothing could change the run anyway.
+func (a *agreement) alone(cur *tconf) bool {
+	if len(cur.Members) != 1 || cur.Members[0].Peer != a.c.cfg.Self || cur.Members[0].ID != a.c.cfg.ID || !a.isLeader() {
+		return false
+	}
+	return a.prop == nil || len(a.prop.Members) == 1 && a.prop.Members[0].ID == a.c.cfg.ID
+}
+
+// onReady takes a member's CoreReady for configuration id.
+func (a *agreement) onReady(member, id uint64) {
+	if id > a.ready[member] {
+		a.ready[member] = id
+	}
 }
 
 // reconcileGroup proposes at most one raft membership change: add pending

@@ -24,6 +24,11 @@ type tconf struct {
 	// Checkpoint: every holder writes its shards as of the end of round
 	// Start-1, every worker its data position at round Start.
 	Checkpoint bool
+	// Final (ssp/async): every member was done and every contribution
+	// applied under the configuration before, as each holder told the
+	// leader: the values are final. Only crashes change the run after it
+	// (their configurations stay final).
+	Final bool
 
 	place   Placement
 	index   map[string]int // peer -> index in Members
@@ -45,6 +50,9 @@ func (t *tconf) encode(dst []byte) []byte {
 	var flags uint64
 	if t.Checkpoint {
 		flags |= 1
+	}
+	if t.Final {
+		flags |= 2
 	}
 	dst = binary.AppendUvarint(dst, flags)
 	for _, l := range [][]Member{t.Members, t.Crashed, t.Left} {
@@ -77,7 +85,8 @@ func decodeConf(b []byte) (*tconf, error) {
 	}
 	t := &tconf{}
 	t.ID, t.Start = uv(), uv()
-	t.Checkpoint = uv()&1 != 0
+	flags := uv()
+	t.Checkpoint, t.Final = flags&1 != 0, flags&2 != 0
 	for _, l := range []*[]Member{&t.Members, &t.Crashed, &t.Left} {
 		n := uv()
 		if err != nil || n > 1<<16 {

@@ -289,6 +289,12 @@ func (c *Core) Receive(from string, msg *wire.Core) {
 		} else {
 			c.o.hash(from, msg)
 		}
+	case wire.CoreReady:
+		if t := c.cs.cur(); t != nil && t.isMember(from, msg.Member) && msg.Req <= t.ID {
+			c.ag.onReady(msg.Member, msg.Req)
+		} else {
+			c.stats.Rejected++
+		}
 	case wire.CoreCut:
 		if msg.Flags&wire.FlagReply != 0 {
 			c.w.cutReply(from, msg)

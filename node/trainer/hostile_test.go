@@ -47,7 +47,7 @@ func hostile(ctx context.Context, ml *memLink, self string, initial []train.Memb
 				Examples: uint64(1 + rng.IntN(100)),
 			}
 			if only == 0 {
-				m.Op = wire.CoreOp(1 + rng.IntN(12))
+				m.Op = wire.CoreOp(1 + rng.IntN(int(wire.CoreReady)))
 			}
 			if rng.IntN(4) == 0 {
 				m.Member = me.ID
@@ -151,10 +151,43 @@ func TestHostilePeerChangesNoModel(t *testing.T) {
 			t.Errorf("the hostile peer sent nothing: the attack did not happen")
 		}
 	}
-	for op := wire.CorePush; op <= wire.CoreHash; op++ {
+	for op := wire.CorePush; op <= wire.CoreReady; op++ {
 		t.Run(op.String(), func(t *testing.T) { attack(t, train.Need, op) })
 	}
 	for _, gather := range []train.Gather{train.Need, train.Full} {
 		t.Run("every-op-"+gather.String(), func(t *testing.T) { attack(t, gather, 0) })
+	}
+}
+
+// In async the end is agreed (CoreReady to the leader, then a final
+// configuration): a stranger claiming members' IDs and telling the leader
+// every member is ready under every configuration, or sending anything
+// else, neither ends the run early nor keeps it from ending; the honest
+// peers end with one model, having trained every example.
+func TestHostilePeerCannotEndAnAsyncRun(t *testing.T) {
+	for _, only := range []wire.CoreOp{wire.CoreReady, 0} {
+		t.Run("op-"+only.String(), func(t *testing.T) {
+			var sent int
+			sums, errs := startPeersWith(t, 3, train.Async, train.Need, 1, func(ctx context.Context, ml *memLink, initial []train.Member) {
+				sent = hostile(ctx, ml, "peer-h", initial, 16, 500, only)
+			})
+			var refused uint64
+			for i, err := range errs {
+				if err != nil {
+					t.Fatalf("peer %d: %v", i, err)
+				}
+				if sums[i].ModelHash != sums[0].ModelHash {
+					t.Errorf("peer %d ends with model %x, peer 0 with %x", i, sums[i].ModelHash, sums[0].ModelHash)
+				}
+				if sums[i].Examples != sums[0].Examples || sums[i].Examples == 0 {
+					t.Errorf("peer %d trained %d examples, peer 0 %d: want all of its part", i, sums[i].Examples, sums[0].Examples)
+				}
+				refused += sums[i].Core.Rejected
+			}
+			t.Logf("the hostile peer sent %d messages; the honest cores refused %d by role", sent, refused)
+			if sent == 0 || refused == 0 {
+				t.Errorf("sent %d, refused %d: the attack did not happen", sent, refused)
+			}
+		})
 	}
 }

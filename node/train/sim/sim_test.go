@@ -217,6 +217,8 @@ func TestFixedSeeds(t *testing.T) {
 		{"async/crash-r2", 39, "shards moved after the final round were looked for at their old primary"},
 		{"async/lossy", 34, "a gap was given up on without any crash"},
 		{"sync/full-churn", 11, "a lost handoff was resent only after the sender crashed"},
+		{"async/chaos", 300, "a primary that went final under its newest configuration missed a push for a shard the next one gave it"},
+		{"ssp/chaos", 256, "a primary decided alone that the values were final; the others waited for one that never did"},
 		{"sync/full-churn", 55, "with full read copies a replica freed its copy as soon as it applied the round before a handoff; the primary crashed before its copy arrived, and the shard restarted from nothing"},
 		{"sync/chaos", 270, "a takeover waited for the peer of the round before, a leaver whose own takeover waited for peers that had all crashed"},
 		{"async/chaos", 27, "a holder given a shard back kept the copy it had handed over, not yet freed, and handed it on without the rounds applied meanwhile"},
