@@ -272,7 +272,7 @@ func (j *trainJob) runDistributed(tf *trainFlags) error {
 	hooks.Change = func(c trainer.ChangePoint) {
 		log.Info().Uint64("config", c.Config).Uint64("start_round", c.Start).Int("workers", len(c.Members)).
 			Strs("joined", shortIDs(c.Joined)).Strs("left", shortIDs(c.Left)).Strs("crashed", shortIDs(c.Crashed)).
-			Int("owned_shards", c.Owned).Msg("training configuration")
+			Int("owned_shards", c.Owned).Bool("final", c.Final).Msg("training configuration")
 		mt.Ring(c.Config, c.Owned)
 		dash.Configuration(metrics.ConfigFigures{Config: c.Config, Start: c.Start, Members: c.Members,
 			Joined: c.Joined, Left: c.Left, Crashed: c.Crashed, Owned: c.Owned})

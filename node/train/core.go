@@ -69,6 +69,7 @@ type Event struct {
 	Shards  int    // owned (primary) shards after a configuration; shards moved
 	Peer    string // the other side of a handoff, the leader
 	Text    string
+	Final   bool // EvConfig: the configuration that ends an ssp/async run
 }
 
 // EventKind says what an Event reports.

@@ -99,7 +99,7 @@ func (c *Core) applyConfig(t *tconf) {
 	if c.ag.prop != nil && t.ID >= c.ag.prop.ID {
 		c.ag.prop = nil
 	}
-	ev := Event{Kind: EvConfig, Config: t.ID, Start: t.Start, Members: t.peers()}
+	ev := Event{Kind: EvConfig, Config: t.ID, Start: t.Start, Members: t.peers(), Final: t.Final}
 	if prev != nil {
 		for _, m := range t.Members {
 			if !prev.isMember(m.Peer, m.ID) {

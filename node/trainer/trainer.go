@@ -110,7 +110,8 @@ type ChangePoint struct {
 	Joined  []string
 	Left    []string
 	Crashed []string
-	Owned   int // shards this peer is primary of in it
+	Owned   int  // shards this peer is primary of in it
+	Final   bool // the configuration that ends an ssp/async run (the values are final)
 }
 
 // Hooks receive the trainer's reports, on Run's goroutine: they must
@@ -600,7 +601,7 @@ func (r *run) event(e train.Event) {
 			r.joinSec = t.now().Sub(r.start).Seconds()
 		}
 		if t.hooks.Change != nil {
-			t.hooks.Change(ChangePoint{Config: e.Config, Start: e.Start, Members: e.Members, Joined: e.Joined, Left: e.Left, Crashed: e.Crashed, Owned: e.Shards})
+			t.hooks.Change(ChangePoint{Config: e.Config, Start: e.Start, Members: e.Members, Joined: e.Joined, Left: e.Left, Crashed: e.Crashed, Owned: e.Shards, Final: e.Final})
 		}
 	case train.EvFinal:
 		r.final = true
