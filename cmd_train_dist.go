@@ -349,6 +349,12 @@ func (j *trainJob) runDistributed(tf *trainFlags) error {
 		log.Info().Int64("examples", sum.Examples).Int64("rounds", sum.Rounds).Msg("left the job; the others train on")
 	case errors.Is(err, train.ErrRemoved):
 		return fmt.Errorf("%w (this peer was cut off, and the others went on without it; start it again to join the run as a new member)", err)
+	case errors.Is(err, train.ErrNoQuorum):
+		hint := "start the job again"
+		if tf.dist.checkpointDir != "" {
+			hint = "start the job again with --resume to go on from its newest checkpoint"
+		}
+		return fmt.Errorf("%w (the peers that agree the run's configurations crashed faster than the run could replace them, so it can neither remove them nor end; %s)", err, hint)
 	}
 	stopped, err := partialRun(ctx, err)
 	if err != nil {

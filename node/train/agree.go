@@ -618,6 +618,41 @@ func (a *agreement) alone(cur *tconf) bool {
 	return a.prop == nil || len(a.prop.Members) == 1 && a.prop.Members[0].ID == a.c.cfg.ID
 }
 
+// quorumGone returns the voters that are gone (short peer IDs, or raft IDs
+// of peers not in the group) when most of them are and the run needs the
+// group: a member of the current configuration is dead (only a new
+// configuration removes it), or this owner waits for the final one.
+// Otherwise nil. A run that ends, a peer that lingers or is leaving, or
+// one that has not met the membership yet, needs nothing of the group.
+func (a *agreement) quorumGone() []string {
+	c := a.c
+	cur := c.cs.cur()
+	if cur == nil || !c.aliveOK || len(a.voters) == 0 || c.Finishing() || c.lingering() || c.doneSent {
+		return nil
+	}
+	var gone []string
+	for _, id := range a.voters {
+		if id != c.cfg.ID && !c.alive[id] {
+			if p, ok := a.group[id]; ok {
+				gone = append(gone, short(p))
+			} else {
+				gone = append(gone, fmt.Sprintf("%x", id))
+			}
+		}
+	}
+	if 2*len(gone) < len(a.voters) {
+		return nil
+	}
+	needed := c.cfg.Mode != Sync && c.o.readyFor == cur.ID && !cur.Final
+	for _, m := range cur.Members {
+		needed = needed || !c.isAlive(m.ID)
+	}
+	if !needed {
+		return nil
+	}
+	return gone
+}
+
 // onReady takes a member's CoreReady for configuration id.
 func (a *agreement) onReady(member, id uint64) {
 	if id > a.ready[member] {

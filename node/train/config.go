@@ -112,6 +112,13 @@ var (
 	// gone for a long time: the run went on without this peer (it was
 	// cut off) and has ended, or every other peer crashed.
 	ErrAlone = errors.New("every other member of the run is gone")
+	// ErrNoQuorum: most of the run's raft voters have been gone for a
+	// long time while the run needs a configuration it can only agree
+	// with them (a dead member to remove, its end to agree): it can never
+	// make progress. Raft commits nothing without a majority of its
+	// voters, and a crashed voter never comes back (a restarted process is
+	// a new member). Restart the job, from a checkpoint with --resume.
+	ErrNoQuorum = errors.New("the run lost its agreement quorum")
 )
 
 // Member is a peer of the run as the configurations name it: its peer ID

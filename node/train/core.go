@@ -143,8 +143,11 @@ type Core struct {
 	cs      configs
 	alive   map[uint64]bool // member IDs the driver's membership says are alive
 	aliveOK bool            // Alive was called at least once
-	joined  bool            // a configuration with this member applied
-	started bool            // worker started (first configuration applied)
+	// quorumAt: the last tick the run had a raft quorum, or needed none
+	// (agreement.quorumGone).
+	quorumAt uint64
+	joined   bool // a configuration with this member applied
+	started  bool // worker started (first configuration applied)
 
 	ag agreement
 	w  worker
@@ -222,6 +225,12 @@ func (c *Core) Tick() {
 		if c.tick-c.company > uint64(30*c.cfg.RetryTicks) && !c.doneSent {
 			c.fail(fmt.Errorf("%w: no majority of the configuration alive for %d ticks", ErrAlone, c.tick-c.company))
 		}
+	}
+	if gone := c.ag.quorumGone(); gone == nil {
+		c.quorumAt = c.tick
+	} else if c.tick-c.quorumAt > uint64(30*c.cfg.RetryTicks) && c.err == nil {
+		c.fail(fmt.Errorf("%w: %d of its %d raft voters gone (%s) for %d ticks, and the run needs a configuration only they can agree",
+			ErrNoQuorum, len(gone), len(c.ag.voters), strings.Join(gone, ", "), c.tick-c.quorumAt))
 	}
 	c.flush()
 }
@@ -586,6 +595,9 @@ func (c *Core) isAlive(id uint64) bool { return !c.aliveOK || c.alive[id] }
 
 // shardOf is row k's shard.
 func (c *Core) shardOf(k uint32) int { return int(k & c.mask) }
+
+// Voters are the raft group's voters (member IDs) as this peer knows them.
+func (c *Core) Voters() []uint64 { return slices.Clone(c.ag.voters) }
 
 // String describes the core's state for a stuck run's diagnostics.
 func (c *Core) String() string {

@@ -351,8 +351,8 @@ type evalResult struct {
 
 // Run trains until the run ends for this peer: every worker is done and
 // every member has the final values it needs (nil), this peer left
-// (ErrLeft), the core failed (train.ErrRemoved, ErrRefused, ErrAlone), or
-// ctx ended. open(e) opens this peer's data for epoch e; test, when not
+// (ErrLeft), the core failed (train.ErrRemoved, ErrRefused, ErrAlone,
+// ErrNoQuorum), or ctx ended. open(e) opens this peer's data for epoch e; test, when not
 // nil, is the test set, evaluated every EvalEvery examples and at the end.
 func (t *Trainer) Run(ctx context.Context, open func(epoch int) (data.Source, error), test func() (data.Source, error)) (Summary, error) {
 	r := &run{

@@ -100,7 +100,11 @@ type Result struct {
 	Ticks      int
 	Rounds     uint64
 	Violations []string
-	Trace      []string
+	// NoQuorum: a peer stopped with train.ErrNoQuorum, rightly (most of
+	// the raft voters were gone: a violation otherwise). The run could
+	// not go on; it said so instead of waiting forever.
+	NoQuorum bool
+	Trace    []string
 	// Stats per peer process that ran (peer/member).
 	Stats map[string]train.Stats
 	// Model is the final model's hash (0 if no peer finished).
@@ -819,6 +823,26 @@ func (s *sim) handle(p *proc) {
 				p.crashed = false
 				s.events = append(s.events, scheduled{at: s.tick + 1, kind: "start:" + p.peer})
 				sort.SliceStable(s.events, func(i, j int) bool { return s.events[i].at < s.events[j].at })
+				return
+			}
+			if errors.Is(rd.Err, train.ErrNoQuorum) {
+				// Correct only if most voters are really gone: no running
+				// process has their member IDs.
+				voters, live := p.core.Voters(), 0
+				for _, id := range voters {
+					for _, q := range s.procs {
+						if q.member == id && q.running && !q.crashed {
+							live++
+						}
+					}
+				}
+				if 2*live > len(voters) {
+					s.violate("%s/%x: %v, with %d of its %d voters running", p.peer, p.member&0xffff, rd.Err, live, len(voters))
+				}
+				s.logf("%s/%x stops: %v", p.peer, p.member&0xffff, rd.Err)
+				s.res.NoQuorum = true
+				p.running, p.refused = false, true
+				delete(s.byPeer, p.peer)
 				return
 			}
 			if errors.Is(rd.Err, train.ErrRefused) || errors.Is(rd.Err, train.ErrAlone) {

@@ -126,7 +126,7 @@ func mixes() []mix {
 // -seed N.
 func TestSeeds(t *testing.T) {
 	start := time.Now()
-	runs, fails := 0, 0
+	runs, fails, noQuorum := 0, 0, 0
 	for _, mx := range mixes() {
 		if *mixFlag != "" && !strings.HasPrefix(mx.name, *mixFlag) {
 			continue
@@ -155,6 +155,10 @@ func TestSeeds(t *testing.T) {
 			o.WatchShard = *shardFlag + 1
 			res := Run(o)
 			runs++
+			if res.NoQuorum && !res.Failed() {
+				noQuorum++
+				t.Logf("%s seed %d: the raft group lost its quorum; the peers stopped with ErrNoQuorum", mx.name, seed)
+			}
 			if res.Failed() {
 				fails++
 				t.Errorf("%s seed %d: %d violations (replay: go test ./node/train/sim -run TestSeeds -mix %s -seed %d -v):\n  %s",
@@ -171,7 +175,8 @@ func TestSeeds(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d runs, %d failed, %v", runs, fails, time.Since(start).Round(time.Millisecond))
+	t.Logf("%d runs, %d failed, %d stopped on a lost raft quorum (ErrNoQuorum, checked: most voters gone), %v",
+		runs, fails, noQuorum, time.Since(start).Round(time.Millisecond))
 }
 
 // TestFixedSeeds replays schedules that once broke the protocol (each
@@ -232,8 +237,41 @@ func TestFixedSeeds(t *testing.T) {
 		if !ok {
 			t.Fatalf("no mix %s", tc.mix)
 		}
-		if res := Run(mx.opts(tc.seed)); res.Failed() {
+		res := Run(mx.opts(tc.seed))
+		if res.Failed() {
 			t.Errorf("%s seed %d (once: %s): %d violations:\n  %s", tc.mix, tc.seed, tc.was, len(res.Violations), strings.Join(res.Violations, "\n  "))
+		} else if res.NoQuorum {
+			t.Errorf("%s seed %d (once: %s): the raft group lost its quorum (it finished before)", tc.mix, tc.seed, tc.was)
+		}
+	}
+}
+
+// TestQuorumLossIsReported replays schedules whose faults take most of the
+// raft voters away before the group can replace them (raft commits nothing
+// without a majority): the peers must stop with train.ErrNoQuorum, which
+// the simulator checks against who is really gone, instead of waiting
+// forever. (Should the group learn to survive one of them, move it to
+// TestFixedSeeds.)
+func TestQuorumLossIsReported(t *testing.T) {
+	cases := []struct {
+		mix  string
+		seed uint64
+		how  string
+	}{
+		{"async/chaos", 92, "four voters, two crashed"},
+		{"ssp/chaos", 145, "two voters, one crashed"},
+		{"async/chaos", 134, "every voter but one gone: no leader"},
+	}
+	all := map[string]mix{}
+	for _, mx := range mixes() {
+		all[mx.name] = mx
+	}
+	for _, tc := range cases {
+		res := Run(all[tc.mix].opts(tc.seed))
+		if res.Failed() {
+			t.Errorf("%s seed %d (%s): %d violations:\n  %s", tc.mix, tc.seed, tc.how, len(res.Violations), strings.Join(res.Violations, "\n  "))
+		} else if !res.NoQuorum {
+			t.Errorf("%s seed %d (%s): no peer stopped with ErrNoQuorum", tc.mix, tc.seed, tc.how)
 		}
 	}
 }
