@@ -810,10 +810,16 @@ func (o *owner) promoteLost() bool {
 			// a worker sends it (the rounds before were answered by the
 			// holders that crashed, their values are gone with them).
 			r, ok := o.lastRoundFor(s)
-			if !ok {
+			switch {
+			case ok:
+				round = r
+			case o.final && c.cfg.Mode == Sync:
+				// Lost after the last round: no contribution will come
+				// to restart it at; its final values are its initial ones.
+				round = c.cs.cur().Start
+			default:
 				continue
 			}
-			round = r
 			o.fresh.add(s)
 		}
 		delete(o.awaiting, s)
