@@ -595,7 +595,8 @@ func (w *worker) reply(from string, msg *wire.Core) {
 	width := c.width
 	switch {
 	case r.fetch != nil && r.fetch.all:
-		if msg.Flags&wire.FlagRows == 0 || msg.RowWidth != width || !w.rowsIn(&msg.Rows, r.shards) {
+		// (No rows, no width: the wire codec keeps one form of "no rows".)
+		if msg.Flags&wire.FlagRows == 0 || msg.Rows.Len() > 0 && msg.RowWidth != width || !w.rowsIn(&msg.Rows, r.shards) {
 			c.stats.Rejected++
 			return
 		}
@@ -609,7 +610,7 @@ func (w *worker) reply(from string, msg *wire.Core) {
 	case msg.Flags&wire.FlagRows != 0:
 		// Full gather: rows of the answering owner's shards, into the read
 		// copy (never over rows this peer holds: its own are newer).
-		if msg.RowWidth != width || !w.rowsIn(&msg.Rows, r.shards) {
+		if msg.Rows.Len() > 0 && msg.RowWidth != width || !w.rowsIn(&msg.Rows, r.shards) {
 			c.stats.Rejected++
 			return
 		}
