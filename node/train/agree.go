@@ -271,7 +271,7 @@ func (a *agreement) onJoin(from string, msg *wire.Core) {
 		} else {
 			reply.Text, reply.Member = a.leaderPeer(), a.lead
 		}
-	case c.w.final || c.cs.cur() != nil && c.cs.cur().Final || c.cfg.Mode != Sync && c.o.final:
+	case a.finishing():
 		reply.Flags, reply.Text = wire.FlagRefused, "the job is finishing"
 	default:
 		if p, ok := a.group[msg.Member]; ok && p != from {
@@ -479,7 +479,7 @@ func (a *agreement) propose() {
 	// Once the values are final only crashes change the run: the peers
 	// still fetch the final values, and a dead owner's replica must take
 	// its shards over for that.
-	final := c.w.final || cur.Final || c.cfg.Mode != Sync && c.o.final
+	final := a.finishing()
 	if a.prop != nil && (cur.ID >= a.prop.ID || c.tick-a.propAt > uint64(8*c.cfg.RetryTicks)) {
 		a.prop = nil // applied, superseded, or lost with a leader change
 	}
@@ -591,6 +591,16 @@ func (a *agreement) propose() {
 		return
 	}
 	a.prop, a.propAt, a.propTerm = next, c.tick, a.rn.BasicStatus().GetTerm()
+}
+
+// finishing reports whether the run's values are final, or about to be, as
+// this peer knows: its worker has final values, the current configuration
+// is the final one, or (ssp/async) its owner ended alone. No join is
+// admitted then; only crashes change the run.
+func (a *agreement) finishing() bool {
+	c := a.c
+	cur := c.cs.cur()
+	return c.w.final || cur != nil && cur.Final || c.cfg.Mode != Sync && c.o.final
 }
 
 // allReady reports whether every member of cur has said it is ready under

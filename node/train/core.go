@@ -143,11 +143,8 @@ type Core struct {
 	cs      configs
 	alive   map[uint64]bool // member IDs the driver's membership says are alive
 	aliveOK bool            // Alive was called at least once
-	// quorumAt: the last tick the run had a raft quorum, or needed none
-	// (agreement.quorumGone).
-	quorumAt uint64
-	joined   bool // a configuration with this member applied
-	started  bool // worker started (first configuration applied)
+	joined  bool            // a configuration with this member applied
+	started bool            // worker started (first configuration applied)
 
 	ag agreement
 	w  worker
@@ -159,6 +156,7 @@ type Core struct {
 	finishing bool            // Finish was called
 	doneSent  bool            // Ready.Done reported
 	company   uint64          // tick some other member was last alive
+	quorumAt  uint64          // tick the raft group last had a quorum, or was not needed (agreement.quorumGone)
 	removedAt uint64          // tick a configuration removed this peer as dead (0: not removed)
 	err       error
 }

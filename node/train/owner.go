@@ -92,35 +92,35 @@ type await struct {
 }
 
 type owner struct {
-	c *Core
+	c        *Core
+	held     shardSet
+	fresh    shardSet // sync: restarted from nothing, no round applied since
+	through  []uint64 // sync: rounds applied, per shard
+	awaiting map[int]*await
+	rounds   map[uint64]*roundAcc
+	applied  []map[uint64]uint64 // async: per shard, member -> clocks applied
+	doneAt   map[uint64]uint64   // async: member -> its done round
+	step     int64
+	pending  []*contribution // answered later (sync: round not applied; ssp: not fresh; async: acks)
+	deferred []deferredMsg   // messages of a configuration not applied yet, or behind a gap
+	fwd      map[uint64]*fwdOut
+	xfer     map[uint64]*stateOut
+	owes     []owe
+	paid     map[owe]bool
+	nextReq  uint64
+	final    bool
+	ff       map[int]bool            // sync takeovers: shards a copy further on may still replace
+	gapSince map[gapKey]uint64       // ssp/async: tick a worker's contribution to a shard was first seen behind a gap
+	gotIn    []uint64                // sync: per shard, the newest configuration when its copy was installed or restarted here
+	changed  map[uint64]changedRound // sync full gather: rows changed by round
+	ckpt     map[uint64]*ckptPending // checkpoints being exported, by round
+	ckptDone uint64                  // the newest checkpoint round handed to the driver
+	cut      *ownerCut               // ssp/async: the newest checkpoint's cuts
+	scratch  model.Sparse
+	sum, tmp model.Sparse
 	// readyFor and readyAt (ssp/async): the configuration this owner last
 	// told the leader it is ready under (CoreReady), and when.
 	readyFor, readyAt uint64
-	held              shardSet
-	fresh             shardSet // sync: restarted from nothing, no round applied since
-	through           []uint64 // sync: rounds applied, per shard
-	awaiting          map[int]*await
-	rounds            map[uint64]*roundAcc
-	applied           []map[uint64]uint64 // async: per shard, member -> clocks applied
-	doneAt            map[uint64]uint64   // async: member -> its done round
-	step              int64
-	pending           []*contribution // answered later (sync: round not applied; ssp: not fresh; async: acks)
-	deferred          []deferredMsg   // messages of a configuration not applied yet, or behind a gap
-	fwd               map[uint64]*fwdOut
-	xfer              map[uint64]*stateOut
-	owes              []owe
-	paid              map[owe]bool
-	nextReq           uint64
-	final             bool
-	ff                map[int]bool            // sync takeovers: shards a copy further on may still replace
-	gapSince          map[gapKey]uint64       // ssp/async: tick a worker's contribution to a shard was first seen behind a gap
-	gotIn             []uint64                // sync: per shard, the newest configuration when its copy was installed or restarted here
-	changed           map[uint64]changedRound // sync full gather: rows changed by round
-	ckpt              map[uint64]*ckptPending // checkpoints being exported, by round
-	ckptDone          uint64                  // the newest checkpoint round handed to the driver
-	cut               *ownerCut               // ssp/async: the newest checkpoint's cuts
-	scratch           model.Sparse
-	sum, tmp          model.Sparse
 }
 
 // maxDeferred bounds the messages kept for a configuration not applied

@@ -240,10 +240,7 @@ func TestFixedSeeds(t *testing.T) {
 		{"sync/chaos", 270, "a takeover waited for the peer of the round before, a leaver whose own takeover waited for peers that had all crashed"},
 		{"async/chaos", 27, "a holder given a shard back kept the copy it had handed over, not yet freed, and handed it on without the rounds applied meanwhile"},
 	}
-	all := map[string]mix{}
-	for _, mx := range mixes() {
-		all[mx.name] = mx
-	}
+	all := mixesByName()
 	for _, tc := range cases {
 		mx, ok := all[tc.mix]
 		if !ok {
@@ -256,6 +253,15 @@ func TestFixedSeeds(t *testing.T) {
 			t.Errorf("%s seed %d (once: %s): the raft group lost its quorum (it finished before)", tc.mix, tc.seed, tc.was)
 		}
 	}
+}
+
+// mixesByName is mixes() keyed by name.
+func mixesByName() map[string]mix {
+	all := map[string]mix{}
+	for _, mx := range mixes() {
+		all[mx.name] = mx
+	}
+	return all
 }
 
 // TestQuorumLossIsReported replays schedules whose faults take most of the
@@ -274,10 +280,7 @@ func TestQuorumLossIsReported(t *testing.T) {
 		{"ssp/chaos", 145, "two voters, one crashed"},
 		{"async/chaos", 134, "every voter but one gone: no leader"},
 	}
-	all := map[string]mix{}
-	for _, mx := range mixes() {
-		all[mx.name] = mx
-	}
+	all := mixesByName()
 	for _, tc := range cases {
 		res := Run(all[tc.mix].opts(tc.seed))
 		if res.Failed() {
