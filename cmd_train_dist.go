@@ -103,6 +103,11 @@ func (j *trainJob) runDistributed(tf *trainFlags) error {
 		return err
 	}
 	ncfg.Shards = j.model.Layout.Shards
+	var testSet *trainer.TestSet
+	if open := j.openTest(); open != nil {
+		// Read while the cluster forms, not while the first rounds run.
+		testSet = trainer.ReadTestSet(j.model, open)
+	}
 	ncfg.Spec = jobSpec(j.model, ds, tf.m.initSeed) // a peer of the job that differs is refused at connect
 	mt, closeMetrics, err := tf.mf.start(log)
 	if err != nil {
@@ -333,7 +338,7 @@ func (j *trainJob) runDistributed(tf *trainFlags) error {
 		prog.track(s)
 		return s, err
 	}
-	sum, err := trn.Run(ctx, open, j.openTest())
+	sum, err := trn.Run(ctx, open, testSet)
 	close(runDone)
 	if !stoppedAtOnce(ctx) {
 		// The last messages (answers, acknowledgements, "finished") go

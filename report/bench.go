@@ -403,7 +403,9 @@ func benchPeer(r *Run) BenchPeer {
 		p.WaitSeconds, p.OwnedShards = s.WaitSeconds, s.Owned
 		p.PubsubDropped, p.Repaired, p.Rejected = s.PubsubDropped, s.Repaired, s.Rejected
 		p.ModelHash = s.ModelHash
-		p.Metrics = s.Metrics
+		if s.TestExamples > 0 {
+			p.Metrics = s.Metrics // else no test set: the metrics stay undefined, not 0
+		}
 		p.Partial, p.StoppedAt, p.Stopped = s.Partial, s.StoppedAt, s.Stopped
 	} else {
 		p.CPUPercent = Num(math.NaN())

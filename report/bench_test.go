@@ -345,3 +345,30 @@ func TestPartialWarnings(t *testing.T) {
 		t.Errorf("two peers stopped at different rounds: %q", mixed)
 	}
 }
+
+// A run without a test set: every peer's summary says 0 test examples and
+// 0 for each metric (what a peer writes then); the configuration's test
+// figures are undefined, not a perfect log-loss of 0.
+func TestNoTestSetLeavesMetricsUndefined(t *testing.T) {
+	var specs []peerSpec
+	for _, id := range []string{"a", "b"} {
+		specs = append(specs, peerSpec{id: id, topology: "ring", mode: "sync", batch: 100, examples: 1000, seconds: 2, rounds: 10, hash: "h"})
+	}
+	cfgs, err := GroupRuns(writeFixture(t, t.TempDir(), specs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bs := Summarize(cfgs)
+	if len(bs) != 1 {
+		t.Fatalf("%d configurations, want 1", len(bs))
+	}
+	for _, m := range []Num{bs[0].TestLogLoss, bs[0].TestError, bs[0].TestAUC, bs[0].TestAccuracy} {
+		if !math.IsNaN(float64(m)) {
+			t.Errorf("test metrics %+v; want every one undefined (NaN)", bs[0].Metrics)
+			break
+		}
+	}
+	if !math.IsNaN(float64(bs[0].Peers[0].TestLogLoss)) {
+		t.Errorf("peer's test log-loss %g; want undefined", bs[0].Peers[0].TestLogLoss)
+	}
+}

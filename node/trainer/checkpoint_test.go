@@ -73,7 +73,7 @@ func ckptRun(t *testing.T, tweak func(i int, cfg *Config), stop func() bool) ([]
 			// elected within its first rounds, not after its end.
 			open := func(int) (data.Source, error) { return &slowSource{rowsSource{b: rows}, 3 * time.Millisecond}, nil }
 			testSrc := func() (data.Source, error) { return &rowsSource{b: test}, nil }
-			sums[i], errs[i] = tr.Run(ctx, open, testSrc)
+			sums[i], errs[i] = tr.Run(ctx, open, ReadTestSet(tr.m, testSrc))
 		})
 	}
 	if stop != nil {

@@ -4,6 +4,9 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+
+	"github.com/gossiptrain/gossiptrain/data"
+	"github.com/gossiptrain/gossiptrain/model"
 )
 
 // compactIndices gives what sorting, deduplicating and searching gives,
@@ -57,4 +60,47 @@ func BenchmarkCompactIndices(b *testing.B) {
 			}
 		})
 	}
+}
+
+// The evaluator a peer builds while it starts training, and one
+// evaluation, on a generated Criteo-like test set of 20,000 rows over 2^24
+// features (bench's default data):
+// go test ./node/trainer -run '^$' -bench Evaluator -benchmem
+func BenchmarkEvaluator(b *testing.B) {
+	dir := b.TempDir()
+	g := data.DefaultGenConfig()
+	g.Rows, g.TestRows = 1000, 20000
+	meta, err := data.Generate(dir, g, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	m, err := model.New(model.Logreg, g.Features, 2, 256, model.OptConfig{Kind: model.AdaGrad, LR: 0.1, Eps: 1e-6})
+	if err != nil {
+		b.Fatal(err)
+	}
+	test := func() (data.Source, error) {
+		return data.Open([]string{meta.TestFile}, data.Options{Dim: g.Features})
+	}
+	b.Run("build", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := newEvaluator(m, test); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	ev, err := newEvaluator(m, test)
+	if err != nil {
+		b.Fatal(err)
+	}
+	values := make([]float32, len(ev.keys)*ev.compact.Layout.Width)
+	for i := range values {
+		values[i] = float32(i%7) / 100
+	}
+	b.Run("evaluate", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := ev.evaluate(values, 1000); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

@@ -335,12 +335,6 @@ type run struct {
 	members      int
 }
 
-// evBuild is the evaluator, built while training starts.
-type evBuild struct {
-	ev  *evaluator
-	err error
-}
-
 type evalResult struct {
 	final    bool
 	metrics  sgd.Metrics
@@ -353,8 +347,9 @@ type evalResult struct {
 // every member has the final values it needs (nil), this peer left
 // (ErrLeft), the core failed (train.ErrRemoved, ErrRefused, ErrAlone,
 // ErrNoQuorum), or ctx ended. open(e) opens this peer's data for epoch e; test, when not
-// nil, is the test set, evaluated every EvalEvery examples and at the end.
-func (t *Trainer) Run(ctx context.Context, open func(epoch int) (data.Source, error), test func() (data.Source, error)) (Summary, error) {
+// nil, is the test set (ReadTestSet), evaluated every EvalEvery examples and
+// at the end; training starts while it is still being read.
+func (t *Trainer) Run(ctx context.Context, open func(epoch int) (data.Source, error), test *TestSet) (Summary, error) {
 	r := &run{
 		t: t, start: t.now(),
 		batches: make(chan prepared, 4), free: make(chan *sgd.Prepared, 8),
@@ -383,16 +378,10 @@ func (t *Trainer) Run(ctx context.Context, open func(epoch int) (data.Source, er
 	if t.cfg.CheckpointDir != "" {
 		wg.Go(func() { r.writeCheckpoints(ctx) })
 	}
-	var evBuilt chan evBuild
+	var evBuilt chan struct{}
 	if test != nil {
-		// Reading the test set takes a while (100k rows: a second on a
-		// small VM): it happens while training starts, not before.
-		evBuilt = make(chan evBuild, 1)
+		evBuilt = test.done
 		r.evPending = true
-		wg.Go(func() {
-			ev, err := newEvaluator(t.m, test, t.cfg.EvalBatch)
-			evBuilt <- evBuild{ev, err}
-		})
 	}
 	tick := time.NewTicker(t.cfg.Tick)
 	defer tick.Stop()
@@ -433,12 +422,12 @@ func (t *Trainer) Run(ctx context.Context, open func(epoch int) (data.Source, er
 			r.evalFinished(e)
 		case res := <-r.ckptRes:
 			r.checkpointWritten(res)
-		case b := <-evBuilt:
+		case <-evBuilt:
 			evBuilt = nil
-			if b.err != nil {
-				return r.summary(), b.err
+			if test.err != nil {
+				return r.summary(), test.err
 			}
-			r.ev, r.evPending = b.ev, false
+			r.ev, r.evPending = test.ev, false
 			if r.final {
 				r.pending[fetchEval] = true
 				r.core.Fetch(fetchEval, r.ev.keys, false)
@@ -657,9 +646,15 @@ func (r *run) fetched(f *train.FetchResult) {
 }
 
 // maybeEval starts a periodic evaluation once this worker's examples pass
-// the next multiple of EvalEvery.
+// the next multiple of EvalEvery, unless they are all it has.
 func (r *run) maybeEval() {
 	if r.ev == nil || r.t.cfg.EvalEvery == 0 || r.final || r.evalBusy || r.examples < r.nextEvalAt {
+		return
+	}
+	if r.dataDone && uint64(r.rounds) == r.given {
+		// This worker's last gradient: the final evaluation comes next,
+		// of the same values or later ones (a fetch of the test set's rows
+		// costs a capped peer about a fifth of a second).
 		return
 	}
 	for r.nextEvalAt <= r.examples {
@@ -676,7 +671,7 @@ func (r *run) startEval(values []float32, final bool) {
 	ex := r.examples
 	go func() {
 		at := time.Now()
-		m, err := r.ev.evaluate(values)
+		m, err := r.ev.evaluate(values, r.t.cfg.EvalBatch)
 		r.evalDone <- evalResult{final: final, metrics: m, err: err, examples: ex, seconds: time.Since(at).Seconds()}
 	}()
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -121,10 +122,19 @@ func startPeers(t *testing.T, n int, mode train.Mode, gather train.Gather, repli
 	return startPeersWith(t, n, mode, gather, replicas, nil)
 }
 
+// setup, when not nil, changes peer i's configuration and hooks before it
+// is made (startPeersSetup).
+type setup func(i int, cfg *Config, h *Hooks)
+
+func startPeersWith(t *testing.T, n int, mode train.Mode, gather train.Gather, replicas int, also func(context.Context, *memLink, []train.Member)) ([]Summary, []error) {
+	t.Helper()
+	return startPeersSetup(t, n, mode, gather, replicas, also, nil)
+}
+
 // startPeersWith is startPeers with also, while the peers run, also(ctx,
 // link, initial members) on a goroutine of its own (ctx ends when they
 // are done).
-func startPeersWith(t *testing.T, n int, mode train.Mode, gather train.Gather, replicas int, also func(context.Context, *memLink, []train.Member)) ([]Summary, []error) {
+func startPeersSetup(t *testing.T, n int, mode train.Mode, gather train.Gather, replicas int, also func(context.Context, *memLink, []train.Member), change setup) ([]Summary, []error) {
 	t.Helper()
 	const dim = 500
 	ml := &memLink{peers: map[string]*Trainer{}}
@@ -148,7 +158,11 @@ func startPeersWith(t *testing.T, n int, mode train.Mode, gather train.Gather, r
 		cfg.Core.Seed = uint64(i + 1)
 		cfg.Batch, cfg.Epochs, cfg.Tick = 50, 2, time.Millisecond
 		cfg.Threads = 2
-		tr, err := New(cfg, Hooks{}, link{ml, name})
+		var hooks Hooks
+		if change != nil {
+			change(i, &cfg, &hooks)
+		}
+		tr, err := New(cfg, hooks, link{ml, name})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -170,7 +184,7 @@ func startPeersWith(t *testing.T, n int, mode train.Mode, gather train.Gather, r
 		wg.Go(func() {
 			open := func(int) (data.Source, error) { return &rowsSource{b: rows}, nil }
 			testSrc := func() (data.Source, error) { return &rowsSource{b: test}, nil }
-			sums[i], errs[i] = tr.Run(ctx, open, testSrc)
+			sums[i], errs[i] = tr.Run(ctx, open, ReadTestSet(tr.m, testSrc))
 		})
 	}
 	var side sync.WaitGroup
@@ -244,3 +258,30 @@ func TestPeersTrainTogether(t *testing.T) {
 
 // runTimeout bounds a test run of peers.
 var runTimeout = 2 * time.Minute
+
+// A peer evaluates every EvalEvery of its examples and at the end, but not
+// twice at the end: the evaluation due at its last gradient is the final
+// one (each costs a fetch of the test set's rows).
+func TestEvaluationsAlongTheWayAndOnceAtTheEnd(t *testing.T) {
+	var mu sync.Mutex
+	evals := map[int][]int64{}
+	sums, errs := startPeersSetup(t, 2, train.Sync, train.Need, 1, nil, func(i int, cfg *Config, h *Hooks) {
+		cfg.EvalEvery = 600 // of 1200 examples: half-way and at the end
+		h.Eval = func(p sgd.EvalPoint) {
+			mu.Lock()
+			evals[i] = append(evals[i], p.Examples)
+			mu.Unlock()
+		}
+	})
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("peer %d: %v", i, err)
+		}
+		if !sums[i].Evaluated {
+			t.Errorf("peer %d has no final evaluation", i)
+		}
+		if got := evals[i]; !slices.Equal(got, []int64{600, 1200}) {
+			t.Errorf("peer %d evaluated at examples %v, want [600 1200]", i, got)
+		}
+	}
+}
