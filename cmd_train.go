@@ -288,11 +288,12 @@ taken over from their replicas (--replicas 2) after --dead-after.`
 		if r.threads < 1 {
 			return usageErr("threads", "want at least 1, got %d", r.threads)
 		}
-		gcForTraining()
+		gcForTraining(0)
 		job, err := prepareTraining(c, d, m, r, log)
 		if err != nil {
 			return err
 		}
+		gcForTraining(int64(len(job.model.W)) * 4) // its size known now
 		if tf.distributed(c) {
 			return job.runDistributed(tf) // it handles signals itself: the first one leaves gracefully
 		}
@@ -734,6 +735,11 @@ func (j *trainJob) runLocal(ctx context.Context, mf *metricsFlags) (sgd.Summary,
 			ev.Msg("--epochs auto: stopped at the most epochs auto runs; the loss was still improving (give --epochs)")
 		}
 	}
+	// The model's figures before the resources: reading every weight
+	// faults in the pages training never touched (a 2^29-row model: its
+	// whole 2 GiB), and the peak RSS reported is the process's, as a
+	// peer's is after it hashed its shards.
+	nonzeros, hash := j.model.NonZeros(), j.model.Hash()
 	res := sampler.Sample()
 	if bad > 0 {
 		log.Warn().Int64("bad_lines", bad).Msg("malformed lines were skipped (--skip-bad-lines)")
@@ -742,7 +748,7 @@ func (j *trainJob) runLocal(ctx context.Context, mf *metricsFlags) (sgd.Summary,
 		Type: report.TypeSummary, Examples: sum.Examples, Seconds: sum.Seconds,
 		ExamplesPerSec: report.Num(sum.ExamplesPerSec), Epochs: sum.Epochs, Steps: sum.Steps,
 		Metrics:       reportMetrics(sum.Final),
-		ModelNonzeros: j.model.NonZeros(), ModelHash: fmt.Sprintf("%016x", j.model.Hash()),
+		ModelNonzeros: nonzeros, ModelHash: fmt.Sprintf("%016x", hash),
 		BadLines: bad, Resources: res,
 		Peers: 1, Topology: "single", Mode: "local", Batch: j.r.batch, Shards: j.model.Layout.Shards, Owned: j.model.Layout.Shards,
 	}
@@ -845,28 +851,48 @@ func round4(f float64) float64 {
 	return math.Round(f*1e4) / 1e4
 }
 
-// trainGCPercent is the garbage collector's GOGC while training, unless
-// the environment sets GOGC. Go lets garbage grow to GOGC% of the live
-// heap before it collects, and the live heap of a training process is
-// mostly the model's weights and optimizer state (a 2^24-row model: 64 MiB
-// of weights alone), so at Go's default of 100 a peer let 60-90 MiB of
-// per-round messages pile up before the collector reused any of it. Each
-// of those pages is new memory the first time it is written, and new
-// memory is expensive on VMs (13-15 µs per 4 KiB page on the 2-vCPU VMs
-// this project is measured on, where the host backs guest memory on first
-// touch): `gossiptrain bench --cpus 0.4 --peers 1,4 --topologies ring
-// --modes sync,async` ran 4 capped peers at 0.67x and 0.81x of one peer
-// with GOGC=100, 0.95x and 1.02x with 25, 0.98x and 1.05x with 10 (one
-// run each, side by side), and a peer's peak RSS went from 182 to 106 MiB
-// at 25. The model's arrays hold no pointers, so the extra collections
-// cost little. A lone `train` allocates almost nothing per step and is
-// not affected either way.
+// trainGCPercent is the garbage collector's GOGC while training a model of
+// up to 64 MiB of weights, unless the environment sets GOGC. Go lets
+// garbage grow to GOGC% of the live heap before it collects, and the live
+// heap of a training process is mostly the model's weights and optimizer
+// state (a 2^24-row model: 64 MiB of weights alone), so at Go's default of
+// 100 a peer let 60-90 MiB of per-round messages pile up before the
+// collector reused any of it. Each of those pages is new memory the first
+// time it is written, and new memory is expensive on VMs (13-15 µs per 4
+// KiB page on the 2-vCPU VMs this project is measured on, where the host
+// backs guest memory on first touch): `gossiptrain bench --cpus 0.4
+// --peers 1,4 --topologies ring --modes sync,async` ran 4 capped peers at
+// 0.67x and 0.81x of one peer with GOGC=100, 0.95x and 1.02x with 25, 0.98x
+// and 1.05x with 10 (one run each, side by side), and a peer's peak RSS
+// went from 182 to 106 MiB at 25. The model's arrays hold no pointers, so
+// the extra collections cost little. A lone `train` allocates almost
+// nothing per step and is not affected either way.
 const trainGCPercent = 25
 
-// gcForTraining sets the collector for a training process (see
-// trainGCPercent); an explicit GOGC in the environment wins.
-func gcForTraining() {
+// trainGarbageBytes is the garbage a training process lets pile up before
+// it collects, whatever its model's size: 25% of 64 MiB. A percentage of
+// the heap alone does not do for large models: the weights are allocated
+// whole, and a peer touches only its shards' pages of them (and a lone
+// process only the rows its data uses), so with --dim 2^29 (2 GiB of
+// weights) GOGC 25 let a peer's garbage reach half a gigabyte, and each of
+// 4 peers peaked at 58-82% of the RSS of one process training alone.
+const trainGarbageBytes = 16 << 20
+
+// trainGCPercentFor is the GOGC for a model of weightBytes of weights:
+// trainGCPercent, lower for models so large that it would allow more than
+// trainGarbageBytes of garbage, and at least 1.
+func trainGCPercentFor(weightBytes int64) int {
+	if weightBytes <= 0 {
+		return trainGCPercent
+	}
+	return int(max(1, min(trainGCPercent, 100*trainGarbageBytes/weightBytes)))
+}
+
+// gcForTraining sets the collector for a training process whose model has
+// weightBytes of weights (see trainGCPercentFor); an explicit GOGC in the
+// environment wins.
+func gcForTraining(weightBytes int64) {
 	if _, set := os.LookupEnv("GOGC"); !set {
-		debug.SetGCPercent(trainGCPercent)
+		debug.SetGCPercent(trainGCPercentFor(weightBytes))
 	}
 }

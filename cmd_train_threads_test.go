@@ -40,19 +40,25 @@ func TestTrainThreadsSameModel(t *testing.T) {
 	}
 }
 
-// A training process collects garbage at GOGC 25 (trainGCPercent) unless
-// the user set GOGC.
+// A training process collects garbage at GOGC 25 (trainGCPercent), lower
+// for a model so large that 25% of it is more than 16 MiB, unless the user
+// set GOGC.
 func TestTrainingGCPercent(t *testing.T) {
 	defer debug.SetGCPercent(debug.SetGCPercent(100))
 	t.Setenv("GOGC", "")
 	os.Unsetenv("GOGC")
-	debug.SetGCPercent(100)
-	gcForTraining()
-	if got := debug.SetGCPercent(100); got != trainGCPercent {
-		t.Errorf("without GOGC: GC percent %d, want %d", got, trainGCPercent)
+	for _, tc := range []struct {
+		weights int64
+		want    int
+	}{{0, 25}, {4 << 20, 25}, {64 << 20, 25}, {128 << 20, 12}, {1 << 30, 1}, {2 << 30, 1}} {
+		debug.SetGCPercent(100)
+		gcForTraining(tc.weights)
+		if got := debug.SetGCPercent(100); got != tc.want {
+			t.Errorf("without GOGC, %d MiB of weights: GC percent %d, want %d", tc.weights>>20, got, tc.want)
+		}
 	}
 	t.Setenv("GOGC", "100")
-	gcForTraining()
+	gcForTraining(2 << 30)
 	if got := debug.SetGCPercent(100); got != 100 {
 		t.Errorf("with GOGC=100 in the environment: GC percent %d, want 100 (the user's)", got)
 	}
