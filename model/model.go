@@ -310,11 +310,17 @@ func (m *Model) NonZeros() int64 {
 	for s := 0; s < l.Shards; s++ {
 		lo, _ := l.ShardRange(s)
 		rows := l.shardRows(s)
-		for _, v := range m.W[lo : lo+rows*l.Width] {
-			if v != 0 {
-				n++
+		w := m.W[lo : lo+rows*l.Width]
+		untouchedRuns(w, func(a, b int, zero bool) {
+			if zero {
+				return
 			}
-		}
+			for _, v := range w[a:b] {
+				if v != 0 {
+					n++
+				}
+			}
+		})
 	}
 	return n
 }

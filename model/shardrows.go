@@ -112,13 +112,27 @@ func (m *Model) ShardHash(s int) uint64 {
 	lo, hi := m.Layout.ShardRange(s)
 	d := xxhash.New()
 	var buf [chunkBytes]byte
-	for w := m.W[lo:hi]; len(w) > 0; {
-		n := min(len(w), chunkBytes/4)
-		d.Write(putFloats(buf[:], w[:n]))
-		w = w[n:]
-	}
+	untouchedRuns(m.W[lo:hi], func(a, b int, zero bool) {
+		if zero {
+			// The bytes of zeros, without reading the pages.
+			for n := b - a; n > 0; {
+				k := min(n, chunkBytes/4)
+				d.Write(zeroChunk[:4*k])
+				n -= k
+			}
+			return
+		}
+		for w := m.W[lo+a : lo+b]; len(w) > 0; {
+			n := min(len(w), chunkBytes/4)
+			d.Write(putFloats(buf[:], w[:n]))
+			w = w[n:]
+		}
+	})
 	return d.Sum64()
 }
+
+// zeroChunk is chunkBytes of zeros.
+var zeroChunk [chunkBytes]byte
 
 // CombineHashes is the model hash of a layout whose shards hash to hashes
 // (ShardHash, in shard order): what Hash returns for a whole model.
