@@ -1,9 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -48,6 +51,7 @@ func benchCmd() *command {
 		nf          netFlags
 		lf          logFlags
 		stopOnError bool
+		repeat      int
 	)
 	c.group("Benchmark", func(fs *flag.FlagSet) {
 		fs.Var(&peersList, "peers", "local peer `processes` in every configuration, or a list of counts for a scaling series\n(1,2,4,8): 1 is one plain train process alone on all the data, the baseline of the\nreport's speedup and efficiency columns and plot")
@@ -57,6 +61,7 @@ func benchCmd() *command {
 		fs.Int64Var(&examples, "examples", 1_000_000, "training examples of every configuration (all peers together): the generated data set's\nrows, or whole passes over --train (--epochs) that add up to at least this many")
 		fs.StringVar(&out, "out", "", "output `DIR`: data/ (generated), runs/<configuration>/ (reports, logs), report.md,\nbench.json and the plots (default ./gossiptrain-runs/<time>-bench)")
 		fs.BoolVar(&stopOnError, "stop-on-error", false, "stop at the first configuration that fails (default: report it and go on)")
+		fs.IntVar(&repeat, "repeat", 1, "run the whole plan `N` times, interleaved (every configuration once, then all again), and print\neach configuration's examples/s and speedup in every repetition and their median (also in\nDIR/repeats.md): on a shared machine one run moves by 15% or more. report.md is the first\nrepetition's; the others are in DIR/repeats/<k>/")
 	})
 	c.group("VM emulation", cf.register)
 	c.group("Network emulation", nf.register)
@@ -112,6 +117,9 @@ VMs (root; C x N should fit in the machine's cores).`
 		if series && !containsInt(counts, 1) {
 			counts = append(counts, 1)
 			log.Info().Msg("--peers: a scaling series runs one peer alone too (1: plain train on all the data), the baseline of its speedups")
+		}
+		if repeat < 1 {
+			return usageErr("repeat", "want at least 1, got %d", repeat)
 		}
 		slices.Sort(counts)
 		clusterCounts := counts
@@ -268,14 +276,27 @@ VMs (root; C x N should fit in the machine's cores).`
 		cmdline := strings.Join(os.Args, " ")
 		ids := filepath.Join(out, "identities")
 		var failures []string
-		var ran []string // this invocation's run directories
-		for k, r := range plan {
+		var ran []string // this invocation's run directories, of the first repetition
+		repDirs := make([][]string, repeat)
+		if err := os.RemoveAll(filepath.Join(out, "repeats")); err != nil {
+			return fmt.Errorf("--out: %w", err)
+		}
+		for n := range repeat * len(plan) {
+			rep, k := n/len(plan), n%len(plan)
+			r := plan[k]
 			name := dirName(r)
 			dir := filepath.Join(out, "runs", name)
+			if rep > 0 {
+				dir = filepath.Join(out, "repeats", strconv.Itoa(rep+1), name)
+			}
 			if err := os.RemoveAll(dir); err != nil {
 				return fmt.Errorf("--out: %w", err)
 			}
-			log.Info().Str("configuration", name).Int("peers", r.peers).Int("of", len(plan)).Int("n", k+1).Msg("running")
+			ev := log.Info().Str("configuration", name).Int("peers", r.peers).Int("of", repeat*len(plan)).Int("n", n+1)
+			if repeat > 1 {
+				ev = ev.Int("repetition", rep+1)
+			}
+			ev.Msg("running")
 			start := time.Now()
 			var res *cluster.Result
 			var err error
@@ -295,7 +316,10 @@ VMs (root; C x N should fit in the machine's cores).`
 				cfg.ProgressEvery = progressEvery(tp)
 				res, err = cluster.Run(ctx, cfg)
 			}
-			ran = append(ran, dir)
+			if rep == 0 {
+				ran = append(ran, dir)
+			}
+			repDirs[rep] = append(repDirs[rep], dir)
 			if err != nil {
 				if ctx.Err() != nil {
 					return err
@@ -304,7 +328,11 @@ VMs (root; C x N should fit in the machine's cores).`
 					return fmt.Errorf("configuration %s: %w", name, err)
 				}
 				log.Error().Err(err).Str("configuration", name).Msg("configuration failed; going on with the next")
-				failures = append(failures, fmt.Sprintf("configuration %s failed: %s", name, firstLine(err.Error())))
+				what := name
+				if repeat > 1 {
+					what = fmt.Sprintf("%s (repetition %d)", name, rep+1)
+				}
+				failures = append(failures, fmt.Sprintf("configuration %s failed: %s", what, firstLine(err.Error())))
 				continue
 			}
 			log.Info().Str("configuration", name).Str("took", roundDur(time.Since(start)).String()).
@@ -360,6 +388,22 @@ VMs (root; C x N should fit in the machine's cores).`
 		if err := report.WriteSummaryTable(c.stdout(), report.Summarize(groups)); err != nil {
 			return err
 		}
+		if repeat > 1 {
+			reps := make([][]report.BenchConfig, repeat)
+			for i, dirs := range repDirs {
+				if reps[i], err = summarizeRuns(dirs, series); err != nil {
+					return err
+				}
+			}
+			var md bytes.Buffer
+			writeRepeats(&md, reps)
+			fmt.Fprintf(c.stdout(), "\n%s", md.String())
+			path := filepath.Join(out, "repeats.md")
+			if err := os.WriteFile(path, []byte("# "+title+": repetitions\n\nCommand: `"+cmdline+"`\n\n"+md.String()), 0o644); err != nil {
+				return fmt.Errorf("--out: %w", err)
+			}
+			fmt.Fprintf(c.stdout(), "repetitions: %s\n", path)
+		}
 		fmt.Fprintf(c.stdout(), "report: %s\n", filepath.Join(out, report.ReportMDFile))
 		if len(failures) > 0 {
 			return errors.New(strings.Join(failures, "; "))
@@ -397,6 +441,102 @@ func (l *defaultList) Set(s string) error {
 func firstLine(s string) string {
 	line, _, _ := strings.Cut(s, "\n")
 	return line
+}
+
+// summarizeRuns summarizes one repetition's run directories (a scaling
+// series groups each run on its own, as the main report does).
+func summarizeRuns(dirs []string, series bool) ([]report.BenchConfig, error) {
+	var sets [][]*report.Run
+	var all []*report.Run
+	for _, dir := range dirs {
+		if _, err := os.Stat(dir); err != nil {
+			continue // the run failed before it started
+		}
+		runs, err := readReports(dir)
+		if err != nil {
+			return nil, err
+		}
+		if len(runs) > 0 {
+			sets = append(sets, runs)
+			all = append(all, runs...)
+		}
+	}
+	var groups []*report.Config
+	var err error
+	if series {
+		groups, err = report.GroupSeries(sets)
+	} else {
+		groups, err = report.GroupRuns(all)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return report.Summarize(groups), nil
+}
+
+// writeRepeats writes, for each configuration of the first repetition,
+// its examples/s in every repetition and their median, and likewise its
+// speedup when the runs have a baseline. A configuration missing from a
+// repetition (it failed there) shows "-" and counts in no median.
+func writeRepeats(w io.Writer, reps [][]report.BenchConfig) {
+	fmt.Fprintf(w, "Every configuration in each of %d interleaved repetitions, and the median:\n\n", len(reps))
+	hasSpeedup := false
+	for _, b := range reps[0] {
+		if !math.IsNaN(float64(b.Speedup)) && b.Baseline != "" {
+			hasSpeedup = true
+		}
+	}
+	fmt.Fprint(w, "| configuration | examples/s | median |")
+	if hasSpeedup {
+		fmt.Fprint(w, " speedup | median |")
+	}
+	fmt.Fprint(w, "\n|---|---|---:|")
+	if hasSpeedup {
+		fmt.Fprint(w, "---|---:|")
+	}
+	fmt.Fprintln(w)
+	for _, b := range reps[0] {
+		var eps, sp []string
+		var epsV, spV []float64
+		for _, rep := range reps {
+			i := slices.IndexFunc(rep, func(o report.BenchConfig) bool { return o.Name == b.Name })
+			if i < 0 {
+				eps, sp = append(eps, "-"), append(sp, "-")
+				continue
+			}
+			e, s := float64(rep[i].ExamplesPerSec), float64(rep[i].Speedup)
+			eps = append(eps, humanCount(e))
+			epsV = append(epsV, e)
+			if math.IsNaN(s) || rep[i].Baseline == "" {
+				sp = append(sp, "-")
+			} else {
+				sp = append(sp, fmt.Sprintf("%.2f", s))
+				spV = append(spV, s)
+			}
+		}
+		fmt.Fprintf(w, "| %s | %s | %s |", b.Name, strings.Join(eps, ", "), humanCount(median(epsV)))
+		if hasSpeedup {
+			m := "-"
+			if len(spV) > 0 {
+				m = fmt.Sprintf("%.2f", median(spV))
+			}
+			fmt.Fprintf(w, " %s | %s |", strings.Join(sp, ", "), m)
+		}
+		fmt.Fprintln(w)
+	}
+}
+
+// median of v (NaN when empty); v is reordered.
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return math.NaN()
+	}
+	slices.Sort(v)
+	if n := len(v); n%2 == 1 {
+		return v[n/2]
+	} else {
+		return (v[n/2-1] + v[n/2]) / 2
+	}
 }
 
 // readReports reads every report file under dir.

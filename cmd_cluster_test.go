@@ -331,6 +331,7 @@ func TestClusterAndBenchUsageErrors(t *testing.T) {
 		{[]string{"bench", "--topologies", "star"}, "--topologies: \"star\": want master or ring"},
 		{[]string{"bench", "--modes", "bsp"}, "--modes: \"bsp\""},
 		{[]string{"bench", "--batches", "0"}, "--batches: \"0\""},
+		{[]string{"bench", "--repeat", "0"}, "--repeat: want at least 1, got 0"},
 		{[]string{"bench", "--examples", "2", "--peers", "4"}, "--examples: want at least one example per peer"},
 		{[]string{"bench", "--batch", "10"}, "-batch"},
 	} {

@@ -49,7 +49,7 @@ func TestBenchScalingSeries(t *testing.T) {
 	bin := binary(t)
 	out := filepath.Join(t.TempDir(), "bench")
 	args := append([]string{"bench", "--peers", "1,2", "--topologies", "ring", "--modes", "sync", "--batches", "500",
-		"--examples", "20000", "--dim", "65536", "--out", out}, cpusArgs(t)...)
+		"--examples", "20000", "--dim", "65536", "--repeat", "2", "--out", out}, cpusArgs(t)...)
 	cmd := exec.Command(bin, args...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -70,6 +70,31 @@ func TestBenchScalingSeries(t *testing.T) {
 	}
 	if left := groupsOf(cmd.Process.Pid); len(left) > 0 {
 		t.Errorf("cgroups left behind: %v", left)
+	}
+	// --repeat 2: the plan ran twice, and every configuration has two
+	// figures and their median.
+	for _, name := range []string{"single-b500", "ring-sync-b500-2p"} {
+		if _, err := os.Stat(filepath.Join(out, "repeats", "2", name)); err != nil {
+			t.Errorf("second repetition of %s: %v", name, err)
+		}
+	}
+	rep, err := os.ReadFile(filepath.Join(out, "repeats.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"single/local/b500", "ring/sync/b500/2p"} {
+		i := strings.Index(string(rep), "| "+name+" |")
+		if i < 0 {
+			t.Fatalf("repeats.md has no line for %s:\n%s", name, rep)
+		}
+		line, _, _ := strings.Cut(string(rep)[i:], "\n")
+		cells := strings.Split(line, "|")
+		if len(cells) < 6 || strings.Count(cells[2], ",") != 1 || strings.Count(cells[4], ",") != 1 {
+			t.Errorf("repeats.md line %q: want two examples/s and two speedups", line)
+		}
+	}
+	if !strings.Contains(stdout.String(), "in each of 2 interleaved repetitions") {
+		t.Errorf("bench output lacks the repetitions table:\n%s", stdout.String())
 	}
 	for _, want := range []string{"scaling against one peer alone", "single/local/b500", "ring/sync/b500/2p", "speedup", "efficiency", "report.md"} {
 		if !strings.Contains(stdout.String(), want) {
