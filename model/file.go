@@ -215,12 +215,20 @@ func (h *hashWriter) sum() {
 	h.write(b[:])
 }
 
+// floats writes v little endian through buf; runs of v in pages never
+// written are written as zeros without reading them (untouchedRuns).
 func (h *hashWriter) floats(buf []byte, v []float32) {
-	for len(v) > 0 && h.err == nil {
-		n := min(len(v), len(buf)/4)
-		h.write(putFloats(buf, v[:n]))
-		v = v[n:]
-	}
+	untouchedRuns(v, func(a, b int, zero bool) {
+		for x := v[a:b]; len(x) > 0 && h.err == nil; {
+			n := min(len(x), len(buf)/4, chunkBytes/4)
+			if zero {
+				h.write(zeroChunk[:4*n])
+			} else {
+				h.write(putFloats(buf, x[:n]))
+			}
+			x = x[n:]
+		}
+	})
 }
 
 // Read reads a model written by Save, consuming exactly its bytes. The model

@@ -1,7 +1,9 @@
 package model
 
 import (
+	"bytes"
 	"runtime"
+	"slices"
 	"testing"
 
 	"github.com/cespare/xxhash/v2"
@@ -98,4 +100,87 @@ func residentPages(v []float32) int {
 		}
 	}
 	return n
+}
+
+// ExportRows gives the rows reading every weight gives, state included,
+// for widths 1 and 3 (rows of a softmax straddle pages), without making
+// the pages of untouched rows resident.
+func TestExportRowsSkipsUntouchedPages(t *testing.T) {
+	for _, tc := range []struct {
+		kind    Kind
+		classes int
+	}{{Logreg, 2}, {Softmax, 3}} {
+		m, err := New(tc.kind, 1<<22, tc.classes, 16, OptConfig{Kind: AdaGrad, LR: 0.1, Eps: 1e-6})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.OwnAll()
+		w := m.Layout.Width
+		var g Sparse
+		for _, k := range []uint32{0, 16, 17 * 16, 1 << 16, 1<<16 + 16, 3 << 20, 1<<22 - 16} {
+			g.Idx = append(g.Idx, k)
+			for c := range w {
+				g.Val = append(g.Val, float32(c+1)*0.25)
+			}
+		}
+		m.Apply(&g, 1, 0)
+		before := residentPages(m.W)
+		got := make([]Sparse, m.Layout.Shards)
+		for s := range got {
+			m.ExportRows(s, true, &got[s])
+		}
+		if after := residentPages(m.W); before >= 0 && after > before+4 {
+			t.Errorf("%v: exporting made %d more pages of the weights resident (%d before)", tc.kind, after-before, before)
+		}
+		rows := 0
+		for s := range got {
+			// What reading every row gives.
+			var want Sparse
+			lo, _ := m.Layout.ShardRange(s)
+			spw := m.Opt.Kind.StatePerWeight()
+			for slot := range m.Layout.shardRows(s) {
+				row := m.W[lo+slot*w : lo+(slot+1)*w]
+				srow := m.State[s][slot*w*spw : (slot+1)*w*spw]
+				if allZero(row) && allZero(srow) {
+					continue
+				}
+				want.Idx = append(want.Idx, m.Layout.Feature(s, slot))
+				want.Val = append(append(want.Val, row...), srow...)
+			}
+			if !slices.Equal(got[s].Idx, want.Idx) || !slices.Equal(got[s].Val, want.Val) {
+				t.Errorf("%v: shard %d exports rows %v, reading every row gives %v", tc.kind, s, got[s].Idx, want.Idx)
+			}
+			rows += len(want.Idx)
+		}
+		if rows != len(g.Idx) {
+			t.Errorf("%v: %d rows exported, want the %d applied", tc.kind, rows, len(g.Idx))
+		}
+	}
+}
+
+// Saving a large sparse model writes what it holds (it reads back the
+// same) without making the pages of untouched rows resident.
+func TestSaveSkipsUntouchedPages(t *testing.T) {
+	m, err := New(Logreg, 1<<24, 2, 64, OptConfig{Kind: AdaGrad, LR: 0.1, Eps: 1e-6})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.OwnAll()
+	g := Sparse{Idx: []uint32{3, 64, 1 << 20, 1<<24 - 1}, Val: []float32{0.5, -1, 2, 0.25}}
+	m.Apply(&g, 1, 0)
+	before := residentPages(m.W)
+	var b bytes.Buffer
+	if _, err := m.Save(&b, SaveOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if after := residentPages(m.W); before >= 0 && after > before+4 {
+		t.Errorf("saving made %d more pages of the weights resident (%d before)", after-before, before)
+	}
+	r, err := Read(&b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Hash() != m.Hash() || r.NonZeros() != 4 {
+		t.Errorf("read back: hash %x nonzeros %d; saved %x with 4", r.Hash(), r.NonZeros(), m.Hash())
+	}
 }
