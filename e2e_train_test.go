@@ -245,8 +245,14 @@ func TestE2EAsyncAndSSP(t *testing.T) {
 	ids := newIdentities(t, 3)
 	sync := localCluster(t, ids, part, append(flags, "--mode", "sync")...)
 	base := float64(sync[0].Summary.TestLogLoss)
-	for _, mode := range []string{"ssp", "async"} {
-		runs := localCluster(t, ids, part, append(flags, "--mode", mode, "--staleness", "4")...)
+	// The master topology too: its other peers are primary of no shard,
+	// and an async run of it never ended until they said they were ready.
+	for _, run := range []struct{ mode, topology string }{{"ssp", "ring"}, {"async", "ring"}, {"async", "master"}} {
+		mode := run.mode
+		runs := localCluster(t, ids, part, append(flags, "--mode", mode, "--staleness", "4", "--topology", run.topology)...)
+		if run.topology != "ring" {
+			mode += " " + run.topology
+		}
 		sameHash(t, mode, runs)
 		got := float64(runs[0].Summary.TestLogLoss)
 		var stale int64

@@ -1437,6 +1437,21 @@ func (o *owner) checkFinalAsync() bool {
 		return false
 	}
 	cur := c.cs.cur()
+	primary := false
+	for s := range c.shards {
+		primary = primary || c.isPrimary(s)
+	}
+	if !primary {
+		// Primary of no shard (the master topology's other peers, or a
+		// ring with more members than shards): no push comes here, so no
+		// done push either. Ready once its own worker is done; the
+		// primaries say when every push is applied (async/master never
+		// ended before).
+		if !c.w.ended || c.w.clock < c.w.lastData {
+			return false
+		}
+		return o.sayReady(cur)
+	}
 	for _, m := range cur.Members {
 		d, ok := o.doneAt[m.ID]
 		if !ok {
@@ -1474,10 +1489,16 @@ func (o *owner) checkFinalAsync() bool {
 			return false
 		}
 	}
+	return o.sayReady(cur)
+}
+
+// sayReady tells the leader this owner is ready under cur (every push it
+// is owed is applied), again now and then until the final configuration
+// comes (a message can be lost, the leader can change); under the final
+// configuration, or alone, the values are final. It reports progress.
+func (o *owner) sayReady(cur *tconf) bool {
+	c := o.c
 	if !cur.Final && !c.ag.alone(cur) {
-		// Ready, not final: tell the leader, again now and then until
-		// the final configuration comes (a message can be lost, the
-		// leader can change).
 		if o.readyFor != cur.ID || c.tick-o.readyAt >= uint64(c.cfg.RetryTicks)/4 {
 			o.readyFor, o.readyAt = cur.ID, c.tick
 			if c.ag.isLeader() {

@@ -58,6 +58,9 @@ type Options struct {
 	// MaxLoadPercent is the ring's load bound (ring.Config); 0 means
 	// ring.DefaultConfig's.
 	MaxLoadPercent int
+	// Master places every shard on one peer (ring.Master: the master
+	// topology): peer00 while it is a member, else the first member.
+	Master bool
 	// Dim features; Rows per peer; Batch rows per round; Fields nonzeros
 	// per row; Epochs over each peer's rows.
 	Dim, Rows, Batch, Fields, Epochs int
@@ -330,6 +333,15 @@ func (s *sim) place() train.PlaceFunc {
 	rc.Shards, rc.Replicas, rc.VNodes = s.o.Shards, s.o.Replicas, s.o.VNodes
 	if s.o.MaxLoadPercent != 0 {
 		rc.MaxLoadPercent = s.o.MaxLoadPercent
+	}
+	if s.o.Master {
+		return func(members []string) (train.Placement, error) {
+			m := "peer00"
+			if !slices.Contains(members, m) {
+				m = slices.Min(members)
+			}
+			return ring.Master(rc, m), nil
+		}
 	}
 	return func(members []string) (train.Placement, error) { return ring.New(rc, members) }
 }

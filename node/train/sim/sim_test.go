@@ -95,6 +95,21 @@ func mixes() []mix {
 			o.Faults.Partitions, o.Faults.Chaos = 1, 400
 			return o
 		})
+		// The master topology: one peer holds every shard, the others
+		// none (an owner of nothing still ends the run: async/master
+		// never ended before).
+		add(fmt.Sprintf("%s/master", m), 20, func(seed uint64) Options {
+			o := base(seed, m, 1)
+			o.Master = true
+			o.Faults.Drop, o.Faults.Dup, o.Faults.Delay, o.Faults.Chaos = 0.05, 0.05, 6, 3000
+			return o
+		})
+		add(fmt.Sprintf("%s/master-churn", m), 20, func(seed uint64) Options {
+			o := base(seed, m, 1)
+			o.Master, o.Peers = true, 4
+			o.Faults.Joins, o.Faults.Leaves, o.Faults.Chaos = 1, 1, 300
+			return o
+		})
 		add(fmt.Sprintf("%s/chaos", m), 20, func(seed uint64) Options {
 			o := base(seed, m, 2)
 			o.Peers = 5
@@ -197,6 +212,8 @@ func TestFixedSeeds(t *testing.T) {
 		seed uint64
 		was  string
 	}{
+		{"async/master", 1, "a member that is primary of no shard (the master topology) never said it was ready: the run never ended"},
+		{"ssp/master", 1, "a member that is primary of no shard (the master topology) never said it was ready: the run never ended"},
 		{"sync/chaos", 2, "a takeover replaced the handoff of the round before"},
 		{"sync/chaos", 3, "a leaver that had dropped its copy was waited for"},
 		{"sync/chaos", 4, "a takeover was sent before the rounds its sender still applied"},
