@@ -193,11 +193,27 @@ func (o *owner) takeovers(oldRoute map[uint64][][]string, t *tconf) {
 						}
 					}
 				}
+				if len(a.from) == 0 && !a.prev && r > 0 {
+					// Nobody of these rounds survived: the replicas of the
+					// round before have the shard as of this one (its
+					// answers waited for them). A crash that took a new
+					// holder's handoff with it left the shard with an
+					// old replica only (sync/encoded seed 67 restarted
+					// it from nothing).
+					at := c.cs.at(r - 1)
+					for _, h := range at.owners[s][1:] {
+						if m, ok := at.member(h); ok && h != self && !c.cs.crashed[m.ID] && c.isAlive(m.ID) {
+							a.from = append(a.from, m)
+						}
+					}
+				}
 				o.awaiting[s] = a
 				break
 			}
 			if len(survivors) > 0 && c.isMeIn(survivors[0], c.cs.at(r)) && !c.routeMe(s, r) && o.held.has(s) {
-				o.addOwe(owe{to: c.cs.route(s, r), shard: s, takeover: true, round: r})
+				to, rt := c.cs.routeConf(s, r)
+				m, _ := rt.member(to)
+				o.addOwe(owe{to: to, member: m.ID, shard: s, takeover: true, round: r})
 				break
 			}
 		}
@@ -395,7 +411,8 @@ func (o *owner) owesOf(t *tconf) {
 		holders := c.holdersAt(s, t.Start-1)
 		for _, h := range t.owners[s] {
 			if !slices.Contains(holders, h) && !o.crashedPeer(t, h) {
-				o.addOwe(owe{to: h, shard: s, round: t.Start})
+				m, _ := t.member(h)
+				o.addOwe(owe{to: h, member: m.ID, shard: s, round: t.Start})
 			}
 		}
 	}
@@ -418,7 +435,8 @@ func (o *owner) askState() {
 					c.send(m.Peer, &wire.Core{Op: wire.CoreState, Flags: wire.FlagAsk | wire.FlagMoved, Shards: []uint32{uint32(s)}, Round: a.takenAt})
 				}
 			}
-			if a.prev && o.prevAlive(s, a.takenAt) {
+			if o.prevAlive(s, a.takenAt) {
+				a.prev = true // (see mayStillCome)
 				p, _ := c.cs.routeConf(s, a.takenAt-1)
 				c.send(p, &wire.Core{Op: wire.CoreState, Flags: wire.FlagAsk, Shards: []uint32{uint32(s)}, Round: a.takenAt})
 			}
@@ -429,6 +447,23 @@ func (o *owner) askState() {
 		}
 		p, t := c.cs.routeConf(s, a.round-1)
 		if c.isMeIn(p, t) {
+			if !o.held.has(s) {
+				// A crash moved the round before the handoff here, to a
+				// peer without the shard: ask its holders, and those of
+				// the handoff's round, for the shard as they have it
+				// (sync/full-churn seed 48 asked nobody, and the round's
+				// primary waited for this replica forever).
+				asked := map[string]bool{c.cfg.Self: true}
+				for _, r := range []uint64{a.round - 1, a.round} {
+					at := c.cs.at(r)
+					for _, h := range at.owners[s] {
+						if m, ok := at.member(h); ok && !asked[h] && !c.cs.crashed[m.ID] {
+							asked[h] = true
+							c.send(h, &wire.Core{Op: wire.CoreState, Flags: wire.FlagAsk | wire.FlagMoved, Shards: []uint32{uint32(s)}, Round: a.round - 1})
+						}
+					}
+				}
+			}
 			continue
 		}
 		c.send(p, &wire.Core{Op: wire.CoreState, Flags: wire.FlagAsk, Shards: []uint32{uint32(s)}, Round: a.round})
@@ -455,7 +490,7 @@ func (o *owner) onAsk(from string, msg *wire.Core) {
 			c.stats.Rejected++
 			return
 		}
-		if w := (owe{to: from, shard: s, takeover: true, round: msg.Round}); !o.paid[w] {
+		if w := (owe{to: from, member: msg.Member, shard: s, takeover: true, round: msg.Round}); !o.paid[w] {
 			o.addOwe(w)
 		} else {
 			o.resendXfer(from, s)
@@ -475,7 +510,7 @@ func (o *owner) onAsk(from string, msg *wire.Core) {
 		c.send(from, &wire.Core{Op: wire.CoreState, Flags: wire.FlagRefused, Shards: msg.Shards, Round: msg.Round})
 		return
 	}
-	w := owe{to: from, shard: s, round: msg.Round}
+	w := owe{to: from, member: msg.Member, shard: s, round: msg.Round}
 	if o.paid[w] {
 		// Sent, and sent again until acknowledged; that it asks means the
 		// copy was lost: send it again now.
@@ -878,7 +913,12 @@ func (o *owner) lastRoundFor(s int) (uint64, bool) {
 func (o *owner) mayStillCome(s int) bool {
 	c := o.c
 	a := o.awaiting[s]
-	if c.cfg.Mode == Sync && a.takeover && a.prev && o.prevAlive(s, a.takenAt) {
+	if c.cfg.Mode == Sync && a.takeover && o.prevAlive(s, a.takenAt) {
+		// (Also when it was not, as the wait began: a crash since may have
+		// moved round takenAt-1 to a live replica, which hands the shard
+		// over as of takenAt. sync/encoded seed 67 restarted a shard from
+		// nothing while that replica had it.)
+		a.prev = true
 		return true
 	}
 	if c.cfg.Mode == Sync && !a.takeover {

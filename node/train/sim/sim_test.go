@@ -255,6 +255,7 @@ func TestFixedSeeds(t *testing.T) {
 		{"ssp/chaos", 256, "a primary decided alone that the values were final; the others waited for one that never did"},
 		{"sync/full-churn", 55, "with full read copies a replica freed its copy as soon as it applied the round before a handoff; the primary crashed before its copy arrived, and the shard restarted from nothing"},
 		{"sync/chaos", 270, "a takeover waited for the peer of the round before, a leaver whose own takeover waited for peers that had all crashed"},
+		{"sync/chaos", 438, "a handoff paid to a crashed incarnation of the new holder was never sent to its restarted successor, which waited forever"},
 		{"async/chaos", 27, "a holder given a shard back kept the copy it had handed over, not yet freed, and handed it on without the rounds applied meanwhile"},
 	}
 	all := mixesByName()
