@@ -236,7 +236,12 @@ func (s *SSH) sshCommand(ctx context.Context, h Host, command string) *exec.Cmd 
 	if ctx == nil {
 		return exec.Command("ssh", a...)
 	}
-	return exec.CommandContext(ctx, "ssh", a...)
+	cmd := exec.CommandContext(ctx, "ssh", a...)
+	// Once ctx ends and ssh is killed, stop waiting for its output: a
+	// ProxyCommand it started may hold the pipes open for minutes (a
+	// check of a silent host hung a CI run's launch past its minute).
+	cmd.WaitDelay = 2 * time.Second
+	return cmd
 }
 
 // run runs command on h and returns its standard output; the error shows
@@ -260,6 +265,7 @@ func (s *SSH) scp(ctx context.Context, h Host, files []string, remote string) er
 	a = append(a, files...)
 	a = append(a, h.scpDest()+":"+remote)
 	cmd := exec.CommandContext(ctx, "scp", a...)
+	cmd.WaitDelay = 2 * time.Second // (as sshCommand)
 	var errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &errb, &errb
 	if err := cmd.Run(); err != nil {
@@ -658,6 +664,7 @@ func (s *SSH) fetch(ctx context.Context, h Host, remote, local string) error {
 	}
 	a = append(a, h.scpDest()+":"+remote, local)
 	cmd := exec.CommandContext(ctx, "scp", a...)
+	cmd.WaitDelay = 2 * time.Second // (as sshCommand)
 	var errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &errb, &errb
 	if err := cmd.Run(); err != nil {
