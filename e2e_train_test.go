@@ -204,10 +204,18 @@ func TestE2ESyncRingAndMasterMatchOnePeer(t *testing.T) {
 	if ringHash != masterHash {
 		t.Errorf("ring ends with model_hash %s, master with %s: the same sync rounds must give the same model", ringHash, masterHash)
 	}
-	// Full read copies apply the same sums in the same order.
-	full := localCluster(t, ids, part, append(flags, "--batch", "50", "--topology", "ring", "--mode", "sync", "--gather", "full")...)
-	if h := sameHash(t, "ring with --gather full", full); h != ringHash {
-		t.Errorf("ring with full read copies ends with model_hash %s, gathering what it needs %s", h, ringHash)
+	// Full read copies apply the same sums in the same order; and raw
+	// values are lossless, whichever peers send them (here peers 1 and 3
+	// send everything raw, peer 2 entropy-coded f32).
+	rawPart := func(i int) []string {
+		if i%2 == 0 {
+			return append(part(i), "--values", "raw")
+		}
+		return part(i)
+	}
+	full := localCluster(t, ids, rawPart, append(flags, "--batch", "50", "--topology", "ring", "--mode", "sync", "--gather", "full")...)
+	if h := sameHash(t, "ring with --gather full, two peers --values raw", full); h != ringHash {
+		t.Errorf("ring with full read copies and two peers sending raw values ends with model_hash %s, gathering what it needs in f32 %s", h, ringHash)
 	}
 
 	rep := filepath.Join(t.TempDir(), "one.jsonl")

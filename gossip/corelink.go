@@ -76,7 +76,8 @@ type CoreLinkConfig struct {
 	// value means wire.DefaultLimits().
 	Limits wire.Limits
 	// Values is the value format of push rows (CorePush Rows); lossy
-	// formats are allowed. Every other value travels as lossless F32.
+	// formats are allowed. Every other value travels as lossless F32, or
+	// as Raw (lossless too) when Values is Raw.
 	Values wire.Values
 	// Queue bounds the messages waiting for one destination (0: 256). A
 	// message beyond it is dropped and counted (QueueFull): the core sends
@@ -143,8 +144,8 @@ func (c CoreLinkConfig) Validate() error {
 	switch {
 	case c.Job == "" || len(c.Job) > c.Limits.MaxString:
 		return fmt.Errorf("%w: CoreLinkConfig.Job %q: want 1..%d bytes", ErrConfig, c.Job, c.Limits.MaxString)
-	case c.Values > wire.I8:
-		return fmt.Errorf("%w: CoreLinkConfig.Values %d: want f32, f16 or i8", ErrConfig, c.Values)
+	case c.Values > wire.Raw:
+		return fmt.Errorf("%w: CoreLinkConfig.Values %d: want f32, f16, i8 or raw", ErrConfig, c.Values)
 	case c.Queue < 1:
 		return fmt.Errorf("%w: CoreLinkConfig.Queue %d: want >= 1", ErrConfig, c.Queue)
 	case c.QueueBytes < 1:

@@ -576,8 +576,6 @@ func (c *Codec) readHeader(msg []byte, h *Header) (int, error) {
 	switch {
 	case flags&0xf0 != 0:
 		return 0, fmt.Errorf("%w: %s: reserved flag bits %#02x set", ErrMalformed, h.Kind, flags)
-	case h.Values > I8:
-		return 0, fmt.Errorf("%w: %s: value format %d", ErrMalformed, h.Kind, h.Values)
 	case h.Compress > S2:
 		return 0, fmt.Errorf("%w: %s: compressor %d", ErrMalformed, h.Kind, h.Compress)
 	case h.Values != F32 && !h.Kind.Sparse():

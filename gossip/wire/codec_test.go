@@ -13,7 +13,7 @@ import (
 )
 
 var (
-	allValues   = []Values{F32, F16, I8}
+	allValues   = []Values{F32, F16, I8, Raw}
 	allCompress = []Compress{None, Zstd, S2}
 )
 
@@ -77,7 +77,7 @@ func randomSparse(r *rand.Rand, rows, width int, dim uint32) model.Sparse {
 }
 
 // checkValues compares decoded values with the originals as the format
-// promises: bit-exact for F32, the nearest half for F16 (saturated at
+// promises: bit-exact for F32 and Raw, the nearest half for F16 (saturated at
 // ±65504), and within half a quantum for I8.
 func checkValues(t *testing.T, v Values, orig, got []float32) {
 	t.Helper()
@@ -91,7 +91,7 @@ func checkValues(t *testing.T, v Values, orig, got []float32) {
 	scale := m / 127
 	for i, x := range orig {
 		switch v {
-		case F32:
+		case F32, Raw:
 			if math.Float32bits(got[i]) != math.Float32bits(x) {
 				t.Fatalf("value %d = %v, want %v bit for bit", i, got[i], x)
 			}
@@ -369,7 +369,7 @@ func TestParseAndConfig(t *testing.T) {
 		t.Errorf("DefaultConfig: %v", err)
 	}
 	for name, mut := range map[string]func(*Config){
-		"values":     func(c *Config) { c.Values = 3 },
+		"values":     func(c *Config) { c.Values = 4 },
 		"compress":   func(c *Config) { c.Compress = 3 },
 		"message":    func(c *Config) { c.Limits.MaxMessage = 100 },
 		"rows":       func(c *Config) { c.Limits.MaxRows = 0 },

@@ -18,11 +18,13 @@ import (
 //	rows      uvarint length, then a sparse section (as Grad's) of width
 //	want      uvarint length, then uvarint n and an index block
 //	values    uvarint length, then uvarint n and an F32 value block
+//	          (with Raw: n uvarint gaps, n little-endian float32s)
 //
 // Sections are length-prefixed so each bit stream ends where its section
 // does. Push rows travel in the codec's value format (lossy formats with
-// error feedback when the codec has it); every other value is lossless
-// F32: params and handed-over state must be bit-identical everywhere.
+// error feedback when the codec has it); every other value is lossless,
+// F32 or, when the codec's format is Raw, Raw: params and handed-over
+// state must be bit-identical everywhere.
 
 // maxCoreWidth bounds a core message's row width: a shard's state rows
 // carry the optimizer state beside the weights (up to 3 floats a weight).
@@ -49,8 +51,8 @@ func (c *Codec) CoreBody(m *Core) ([]byte, byte, error) {
 		return nil, 0, fmt.Errorf("%w: encode core: op %d flags %#x", ErrMalformed, m.Op, m.Flags)
 	}
 	values := F32
-	if m.Op == CorePush {
-		values = c.values
+	if m.Op == CorePush || c.values == Raw {
+		values = c.values // (raw is lossless: everything may travel raw)
 	}
 	raw := append(c.raw[:0], byte(m.Op))
 	for _, v := range []uint64{uint64(m.Flags), m.Member, m.Config, m.Round, m.Through, m.Req, m.Examples} {
@@ -104,7 +106,7 @@ func (c *Codec) CoreBody(m *Core) ([]byte, byte, error) {
 	saved := c.values
 	c.values = values
 	fb := c.fb
-	if m.Op != CorePush || values == F32 {
+	if m.Op != CorePush || !values.Lossy() {
 		fb = nil
 	}
 	raw, err = c.section(raw, func(dst []byte) ([]byte, error) {
@@ -127,6 +129,9 @@ func (c *Codec) CoreBody(m *Core) ([]byte, byte, error) {
 		if len(m.Want) == 0 {
 			return dst, nil
 		}
+		if values == Raw {
+			return c.appendRawIndices(dst, m.Want, 0)
+		}
 		w := &c.w
 		w.reset(dst)
 		if err := c.writeIndices(w, m.Want, 0); err != nil {
@@ -146,6 +151,9 @@ func (c *Codec) CoreBody(m *Core) ([]byte, byte, error) {
 		dst = binary.AppendUvarint(dst, uint64(len(m.Values)))
 		if len(m.Values) == 0 {
 			return dst, nil
+		}
+		if values == Raw {
+			return c.appendRawValues(dst, m.Values, 1, 0)
 		}
 		w := &c.w
 		w.reset(dst)
@@ -257,7 +265,7 @@ func (c *Codec) readCore(body []byte, values Values, out *Core) error {
 	if out.Op < CorePush || out.Op > coreOpLast {
 		return fmt.Errorf("%w: core op %d", ErrMalformed, body[0])
 	}
-	if values != F32 && out.Op != CorePush {
+	if values.Lossy() && out.Op != CorePush {
 		return fmt.Errorf("%w: core %s in %s: only pushes may be lossy", ErrMalformed, out.Op, values)
 	}
 	r := cursor{c: c, b: body, pos: 1}
@@ -348,14 +356,14 @@ func (c *Codec) readCore(body []byte, values Values, out *Core) error {
 	if err != nil {
 		return err
 	}
-	if err := c.readIndexSection(want, &out.Want); err != nil {
+	if err := c.readIndexSection(want, values == Raw, &out.Want); err != nil {
 		return fmt.Errorf("core want: %w", err)
 	}
 	vals, err := r.section("values")
 	if err != nil {
 		return err
 	}
-	if err := c.readValueSection(vals, &out.Values); err != nil {
+	if err := c.readValueSection(vals, values == Raw, &out.Values); err != nil {
 		return fmt.Errorf("core values: %w", err)
 	}
 	return r.end()
@@ -375,7 +383,7 @@ func (r *cursor) section(what string) ([]byte, error) {
 	return b, nil
 }
 
-func (c *Codec) readIndexSection(b []byte, out *[]uint32) error {
+func (c *Codec) readIndexSection(b []byte, raw bool, out *[]uint32) error {
 	n, k := binary.Uvarint(b)
 	if k <= 0 {
 		return fmt.Errorf("%w: bad count", ErrMalformed)
@@ -393,6 +401,13 @@ func (c *Codec) readIndexSection(b []byte, out *[]uint32) error {
 		}
 		return nil
 	}
+	if raw {
+		used, err := c.readRawIndices(b[k:], *out)
+		if err == nil && k+used != len(b) {
+			err = fmt.Errorf("%w: %d bytes after the list", ErrMalformed, len(b)-k-used)
+		}
+		return err
+	}
 	r := &c.r
 	r.reset(b[k:])
 	if err := c.readIndices(r, *out); err != nil {
@@ -404,7 +419,7 @@ func (c *Codec) readIndexSection(b []byte, out *[]uint32) error {
 	return nil
 }
 
-func (c *Codec) readValueSection(b []byte, out *[]float32) error {
+func (c *Codec) readValueSection(b []byte, raw bool, out *[]float32) error {
 	n, k := binary.Uvarint(b)
 	if k <= 0 {
 		return fmt.Errorf("%w: bad count", ErrMalformed)
@@ -421,6 +436,9 @@ func (c *Codec) readValueSection(b []byte, out *[]float32) error {
 			return fmt.Errorf("%w: bytes after an empty list", ErrMalformed)
 		}
 		return nil
+	}
+	if raw {
+		return readRawValues(b[k:], *out, 1)
 	}
 	r := &c.r
 	r.reset(b[k:])

@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"testing"
 
 	"github.com/gossiptrain/gossiptrain/model"
@@ -142,6 +143,9 @@ func oneSymbolTable(w *bitWriter, s uint64) {
 	w.write(1, 4)
 }
 
+// le32 is v as Raw sends it.
+func le32(v float32) []byte { return binary.LittleEndian.AppendUint32(nil, math.Float32bits(v)) }
+
 func TestHostileMessages(t *testing.T) {
 	lim := DefaultLimits()
 	lim.Features = 1000
@@ -165,7 +169,7 @@ func TestHostileMessages(t *testing.T) {
 		{"reserved kind", header(KindReservedFirst, 0), ErrKind},
 		{"kind 200", header(200, 0), ErrKind},
 		{"reserved flag bits", header(KindGrad, 0x10), ErrMalformed},
-		{"values 3", header(KindGrad, 3), ErrMalformed},
+		{"raw values on a beat", header(KindBeat, byte(Raw)), ErrMalformed},
 		{"compress 3", header(KindGrad, 3<<2), ErrMalformed},
 		{"values on a beat", header(KindBeat, byte(F16)), ErrMalformed},
 		{"message over MaxMessage", big(lim.MaxMessage + 1), ErrTooLarge},
@@ -210,6 +214,15 @@ func TestHostileMessages(t *testing.T) {
 		}), ErrMalformed},
 		{"unused code pattern", sparseMsg(F32, 1, []uint64{3}, 0, func(w *bitWriter) { oneSymbolTable(w, 127); w.write(1, 1); w.write(0, 24) }), ErrMalformed},
 		{"nonzero padding", append(sparseMsg(F32, 1, []uint64{3}, 0, f32val(127, 0))[:0:0], sparseMsg(F32, 1, []uint64{3}, 0, func(w *bitWriter) { f32val(127, 0)(w); w.write(1, 1) })...), ErrMalformed},
+		{"raw index past Features", append(uv(header(KindGrad, byte(Raw)), 1, 1, 1, 1000), le32(1)...), ErrRange},
+		{"raw index past 2^32", append(uv(header(KindGrad, byte(Raw)), 1, 1, 2, 1<<32-1, 5), append(le32(1), le32(1)...)...), ErrRange},
+		{"raw gap overflowing", append(uv(header(KindGrad, byte(Raw)), 1, 1, 2, 5, math.MaxUint64), append(le32(1), le32(1)...)...), ErrRange},
+		{"raw NaN", append(uv(header(KindGrad, byte(Raw)), 1, 1, 1, 3), le32(float32(math.NaN()))...), ErrNonFinite},
+		{"raw Inf", append(uv(header(KindParams, byte(Raw)), 1, 1, 3), le32(float32(math.Inf(-1)))...), ErrNonFinite},
+		{"raw rows beyond the input", append(uv(header(KindGrad, byte(Raw)), 1, 1, 2, 3, 0), le32(1)...), ErrMalformed},
+		{"raw value truncated", append(uv(header(KindGrad, byte(Raw)), 1, 1, 1, 3), 0, 0, 0x80), ErrMalformed},
+		{"raw trailing byte", append(uv(header(KindGrad, byte(Raw)), 1, 1, 1, 3), append(le32(1), 0)...), ErrMalformed},
+		{"raw gap truncated", append(uv(header(KindGrad, byte(Raw)), 1, 1, 1), 0x80, 0x80, 0x80, 0x80, 0x80), ErrMalformed},
 		{"members 2^30", append(uv(header(KindBeat, 0), 1, 1, 1), append(big(9), uv(nil, 1<<30)...)...), ErrTooLarge},
 		{"members beyond the input", append(uv(header(KindBeat, 0), 1, 1, 1), append(big(9), uv(nil, 4000, 1)...)...), ErrMalformed},
 		{"beat state 3", append(uv(header(KindBeat, 0), 1, 1, 1), append(big(8), 3, 0, 0)...), ErrMalformed},
@@ -235,6 +248,10 @@ func TestHostileMessages(t *testing.T) {
 	var m Message
 	if err := NewCodec(F32, None, lim).Decode(base, &m); err != nil || m.Sparse.Idx[0] != 3 || m.Sparse.Val[0] != 1 {
 		t.Fatalf("hand-built message: %v %+v", err, m.Sparse)
+	}
+	rawBase := append(uv(header(KindGrad, byte(Raw)), 1, 1, 2, 3, 995), append(le32(1), le32(-2)...)...)
+	if err := NewCodec(F32, None, lim).Decode(rawBase, &m); err != nil || !slices.Equal(m.Sparse.Idx, []uint32{3, 999}) || !slices.Equal(m.Sparse.Val, []float32{1, -2}) {
+		t.Fatalf("hand-built raw message: %v %+v", err, m.Sparse)
 	}
 	for _, tc := range cases {
 		var m Message

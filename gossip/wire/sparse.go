@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"slices"
 
 	"github.com/gossiptrain/gossiptrain/model"
 )
@@ -60,11 +61,6 @@ func (c *Codec) appendSparse(dst []byte, width int, s *model.Sparse, lo, hi int,
 	if n == 0 {
 		return dst, nil
 	}
-	w := &c.w
-	w.reset(dst)
-	if err := c.writeIndices(w, idx, lo); err != nil {
-		return dst, err
-	}
 	src := vals
 	if fb != nil {
 		if err := fb.check(width, idx); err != nil {
@@ -74,6 +70,25 @@ func (c *Codec) appendSparse(dst []byte, width int, s *model.Sparse, lo, hi int,
 		fb.add(c.vals, vals, idx, width)
 		src = c.vals
 		c.newRes = grow(c.newRes, len(vals))
+	}
+	if c.values == Raw {
+		start := len(dst)
+		dst, err := c.appendRawIndices(dst, idx, lo)
+		if err == nil {
+			dst, err = c.appendRawValues(dst, src, width, lo)
+		}
+		if err != nil {
+			return dst[:start], err
+		}
+		if fb != nil {
+			clear(c.newRes[:len(src)]) // lossless: nothing left over
+		}
+		return dst, nil
+	}
+	w := &c.w
+	w.reset(dst)
+	if err := c.writeIndices(w, idx, lo); err != nil {
+		return dst, err
 	}
 	var err error
 	switch c.values {
@@ -88,6 +103,88 @@ func (c *Codec) appendSparse(dst []byte, width int, s *model.Sparse, lo, hi int,
 		return dst, err
 	}
 	return w.finish(), nil
+}
+
+// Raw rows (Values Raw), byte-aligned, after the row count:
+//
+//	rows uvarint gaps g_i = k_i - k_{i-1} - 1 (g_0 = k_0)
+//	rows x width float32 values, 4 bytes little-endian each
+//
+// Nothing to choose or count per message: a row costs a few nanoseconds to
+// write and to read, where the entropy-coded formats cost tens.
+
+// appendRawIndices appends idx as uvarint gaps, checking that they
+// ascend strictly and lie below Limits.Features.
+func (c *Codec) appendRawIndices(dst []byte, idx []uint32, lo int) ([]byte, error) {
+	dst = slices.Grow(dst, binary.MaxVarintLen32*len(idx))
+	prev := int64(-1)
+	for i, k := range idx {
+		if int64(k) <= prev {
+			return dst, fmt.Errorf("%w: row %d: index %d after %d: indices not strictly ascending", ErrMalformed, lo+i, k, prev)
+		}
+		if c.lim.Features > 0 && uint64(k) >= c.lim.Features {
+			return dst, fmt.Errorf("%w: row %d: index %d, want < %d features", ErrRange, lo+i, k, c.lim.Features)
+		}
+		dst = binary.AppendUvarint(dst, uint64(int64(k)-prev-1))
+		prev = int64(k)
+	}
+	return dst, nil
+}
+
+// appendRawValues appends src as little-endian float32s, refusing NaN and
+// Inf as every format does.
+func (c *Codec) appendRawValues(dst []byte, src []float32, width, lo int) ([]byte, error) {
+	at := len(dst)
+	dst = slices.Grow(dst, 4*len(src))[:at+4*len(src)]
+	out := dst[at:]
+	for i, v := range src {
+		u := math.Float32bits(v)
+		if u&0x7f800000 == 0x7f800000 {
+			return dst[:at], c.nonFinite(lo, i, width, v)
+		}
+		binary.LittleEndian.PutUint32(out[4*i:], u)
+	}
+	return dst, nil
+}
+
+// readRawIndices reads len(idx) uvarint gaps from b and returns how many
+// bytes they took.
+func (c *Codec) readRawIndices(b []byte, idx []uint32) (int, error) {
+	pos := 0
+	next := uint64(0) // the smallest index the next row may have
+	limit := uint64(math.MaxUint32) + 1
+	if c.lim.Features > 0 {
+		limit = min(limit, c.lim.Features)
+	}
+	for i := range idx {
+		g, k := binary.Uvarint(b[pos:])
+		if k <= 0 {
+			return 0, fmt.Errorf("%w: row %d: bad or truncated index gap", ErrMalformed, i)
+		}
+		pos += k
+		if g >= limit || next+g >= limit {
+			return 0, fmt.Errorf("%w: row %d: index past %d features", ErrRange, i, limit)
+		}
+		idx[i] = uint32(next + g)
+		next += g + 1
+	}
+	return pos, nil
+}
+
+// readRawValues reads len(val) little-endian float32s, exactly the rest of
+// b, refusing NaN and Inf.
+func readRawValues(b []byte, val []float32, width int) error {
+	if len(b) != 4*len(val) {
+		return fmt.Errorf("%w: %d bytes for %d raw values", ErrMalformed, len(b), len(val))
+	}
+	for i := range val {
+		u := binary.LittleEndian.Uint32(b[4*i:])
+		if u&0x7f800000 == 0x7f800000 {
+			return fmt.Errorf("%w: row %d value %d: exponent 255 (NaN or Inf)", ErrNonFinite, i/width, i%width)
+		}
+		val[i] = math.Float32frombits(u)
+	}
+	return nil
 }
 
 func (c *Codec) writeIndices(w *bitWriter, idx []uint32, lo int) error {
@@ -332,6 +429,19 @@ func (c *Codec) readSparse(body []byte, pos, width int, out *model.Sparse) error
 			return fmt.Errorf("%w: %d bytes after an empty sparse body", ErrMalformed, len(body)-pos)
 		}
 		return nil
+	}
+	if c.decValues == Raw {
+		// A row's index takes at least a byte, a value four.
+		if rows+4*nv > uint64(len(body)-pos) {
+			return fmt.Errorf("%w: %d raw rows of width %d cannot fit in %d bytes", ErrMalformed, rows, width, len(body)-pos)
+		}
+		out.Idx = grow(out.Idx, int(rows))
+		out.Val = grow(out.Val, int(nv))
+		k, err := c.readRawIndices(body[pos:], out.Idx)
+		if err != nil {
+			return err
+		}
+		return readRawValues(body[pos+k:], out.Val, width)
 	}
 	// Every row takes at least one index bit and every value at least one
 	// code bit: check before allocating.
