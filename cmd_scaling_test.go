@@ -159,9 +159,10 @@ func TestClusterBaseline(t *testing.T) {
 		t.Fatal(err)
 	}
 	run := filepath.Join(t.TempDir(), "run")
+	capped := cpusArgs(t)
 	args := append([]string{"cluster", "--peers", "2", "--dir", run, "--baseline",
 		"--train", filepath.Join(dataDir, "train-*.svm"), "--test", meta.TestFile, "--dim", "65536",
-		"--batch", "500", "--epochs", "2"}, cpusArgs(t)...)
+		"--batch", "500", "--epochs", "2"}, capped...)
 	code, out, errOut := runBinary(t, ".", 3*time.Minute, args...)
 	if code != 0 {
 		t.Fatalf("cluster: exit %d\n%s\n%s", code, out, tail(errOut, 3000))
@@ -179,6 +180,21 @@ func TestClusterBaseline(t *testing.T) {
 	if r.Summary.Topology != "single" || r.Summary.Examples != 2*gen.Rows || r.Summary.Epochs != 2 {
 		t.Errorf("baseline: topology %s, %d examples, %d epochs; want plain train on 2 epochs x %d rows",
 			r.Summary.Topology, r.Summary.Examples, r.Summary.Epochs, gen.Rows)
+	}
+	if capped != nil {
+		// Capped at half a core, every process trains on one thread (Go
+		// alone would run two, which cost a lone peer about a quarter of
+		// its speed at 0.4 core).
+		for _, f := range []string{filepath.Join(run, "baseline", "peer-0.jsonl"), filepath.Join(run, "peer-0.jsonl"), filepath.Join(run, "peer-1.jsonl")} {
+			if r, err := report.ReadFile(f); err != nil || r.Summary == nil || r.Summary.Threads != 1 {
+				t.Errorf("%s: threads %v (%v), want 1 under --cpus 0.5", f, func() any {
+					if r == nil || r.Summary == nil {
+						return nil
+					}
+					return r.Summary.Threads
+				}(), err)
+			}
+		}
 	}
 	md, err := os.ReadFile(filepath.Join(run, report.ReportMDFile))
 	if err != nil || !strings.Contains(string(md), "## Scaling") {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/gossiptrain/gossiptrain/cluster"
 	"github.com/gossiptrain/gossiptrain/data"
 	"github.com/gossiptrain/gossiptrain/metrics"
 	"github.com/gossiptrain/gossiptrain/model"
@@ -164,7 +165,7 @@ func (r *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&r.report, "report", "", "write a JSON-lines run report to `FILE` (one line per evaluation and a final summary)")
 	fs.StringVar(&r.save, "save", "", "save the trained model to `FILE` (read it back with 'gossiptrain eval')")
 	fs.DurationVar(&r.progressEvery, "progress-every", 5*time.Second, "log a progress line this often (0 turns it off)")
-	fs.IntVar(&r.threads, "threads", runtime.GOMAXPROCS(0), "`cores` to train on: each batch's gradient and update are split over this many goroutines while\nthe next batches are read and prepared on others, and the process runs on at most this many CPUs at\na time (GOMAXPROCS). The default is the CPUs this process may use (a cgroup CPU limit\nincluded). Any value trains the same model, bit for bit, alone or as a peer of a cluster")
+	fs.IntVar(&r.threads, "threads", cluster.DefaultThreads(runtime.GOMAXPROCS(0)), "`cores` to train on: each batch's gradient and update are split over this many goroutines while\nthe next batches are read and prepared on others, and the process runs on at most this many CPUs at\na time (GOMAXPROCS). The default is the CPUs this process may use: a cgroup CPU limit rounded\nup (1 under a limit of 0.4 cores, where Go's own default would be 2). Any value trains the same\nmodel, bit for bit, alone or as a peer of a cluster")
 }
 
 // Epoch defaults: standalone train with --epochs auto runs until the
@@ -750,7 +751,7 @@ func (j *trainJob) runLocal(ctx context.Context, mf *metricsFlags) (sgd.Summary,
 		Metrics:       reportMetrics(sum.Final),
 		ModelNonzeros: nonzeros, ModelHash: fmt.Sprintf("%016x", hash),
 		BadLines: bad, Resources: res,
-		Peers: 1, Topology: "single", Mode: "local", Batch: j.r.batch, Shards: j.model.Layout.Shards, Owned: j.model.Layout.Shards,
+		Peers: 1, Topology: "single", Mode: "local", Batch: j.r.batch, Threads: j.r.threads, Shards: j.model.Layout.Shards, Owned: j.model.Layout.Shards,
 	}
 	if err := rep.Write(s); err != nil {
 		return sum, err

@@ -68,33 +68,7 @@ func findCPUHierarchy() (cpuHierarchy, error) {
 // findCPUHierarchyIn is findCPUHierarchy on the contents of
 // /proc/self/mountinfo and /proc/self/cgroup.
 func findCPUHierarchyIn(mountinfo, selfCgroup string) (cpuHierarchy, error) {
-	var v1, v2 []string // [mount point, mount root]
-	sc := bufio.NewScanner(strings.NewReader(mountinfo))
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		// "31 30 0:28 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu"
-		pre, post, ok := strings.Cut(sc.Text(), " - ")
-		if !ok {
-			continue
-		}
-		f, g := strings.Fields(pre), strings.Fields(post)
-		if len(f) < 5 || len(g) < 3 {
-			continue
-		}
-		root, point := unescapeMount(f[3]), unescapeMount(f[4])
-		switch g[0] {
-		case "cgroup2":
-			if v2 == nil {
-				v2 = []string{point, root}
-			}
-		case "cgroup":
-			for _, o := range strings.Split(g[2], ",") {
-				if o == "cpu" && v1 == nil {
-					v1 = []string{point, root}
-				}
-			}
-		}
-	}
+	v1, v2 := cgroupMounts(mountinfo)
 	// Our own group in each hierarchy ("0::/user.slice/…", "1:cpu:/docker/…").
 	var own1 string
 	for _, line := range strings.Split(selfCgroup, "\n") {
@@ -132,6 +106,39 @@ func findCPUHierarchyIn(mountinfo, selfCgroup string) (cpuHierarchy, error) {
 		why = append(why, "no cgroup file system is mounted (neither cgroup2 nor a cgroup v1 cpu controller in /proc/self/mountinfo)")
 	}
 	return cpuHierarchy{}, fmt.Errorf("cluster: %w: --cpus needs a CPU controller to cap the peers with: %s", ErrCgroup, strings.Join(why, "; "))
+}
+
+// cgroupMounts finds, in the contents of /proc/self/mountinfo, the cgroup
+// v1 cpu controller's mount and the cgroup v2 mount, each as [mount point,
+// mount root] (nil when absent).
+func cgroupMounts(mountinfo string) (v1, v2 []string) {
+	sc := bufio.NewScanner(strings.NewReader(mountinfo))
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		// "31 30 0:28 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu"
+		pre, post, ok := strings.Cut(sc.Text(), " - ")
+		if !ok {
+			continue
+		}
+		f, g := strings.Fields(pre), strings.Fields(post)
+		if len(f) < 5 || len(g) < 3 {
+			continue
+		}
+		root, point := unescapeMount(f[3]), unescapeMount(f[4])
+		switch g[0] {
+		case "cgroup2":
+			if v2 == nil {
+				v2 = []string{point, root}
+			}
+		case "cgroup":
+			for _, o := range strings.Split(g[2], ",") {
+				if o == "cpu" && v1 == nil {
+					v1 = []string{point, root}
+				}
+			}
+		}
+	}
+	return v1, v2
 }
 
 // unescapeMount undoes mountinfo's octal escapes (\040 for a space).

@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -32,6 +33,11 @@ func TestMain(m *testing.M) {
 	}
 	if d := os.Getenv("GOSSIPTRAIN_SPIN"); d != "" {
 		os.Exit(spin(d))
+	}
+	if os.Getenv("GOSSIPTRAIN_CPU_LIMIT") != "" {
+		limit, ok := CPULimit()
+		fmt.Printf("limit %g %v threads %d\n", limit, ok, DefaultThreads(runtime.GOMAXPROCS(0)))
+		os.Exit(0)
 	}
 	if h := os.Getenv("GOSSIPTRAIN_NET_HELPER"); h != "" {
 		os.Exit(netHelper(h, os.Args[1:]))
