@@ -69,19 +69,7 @@ func findCPUHierarchy() (cpuHierarchy, error) {
 // /proc/self/mountinfo and /proc/self/cgroup.
 func findCPUHierarchyIn(mountinfo, selfCgroup string) (cpuHierarchy, error) {
 	v1, v2 := cgroupMounts(mountinfo)
-	// Our own group in each hierarchy ("0::/user.slice/…", "1:cpu:/docker/…").
-	var own1 string
-	for _, line := range strings.Split(selfCgroup, "\n") {
-		parts := strings.SplitN(line, ":", 3)
-		if len(parts) != 3 {
-			continue
-		}
-		for _, c := range strings.Split(parts[1], ",") {
-			if c == "cpu" {
-				own1 = parts[2]
-			}
-		}
-	}
+	own1, _, _, _ := ownCgroups(selfCgroup) // our own group ("1:cpu:/docker/…")
 	var why []string
 	if v2 != nil {
 		ctrl, err := os.ReadFile(filepath.Join(v2[0], "cgroup.controllers"))

@@ -34,23 +34,7 @@ func CPULimit() (float64, bool) {
 // /proc/self/cgroup, reading the groups' files with read.
 func cpuLimitIn(mountinfo, selfCgroup string, read func(string) ([]byte, error)) (float64, bool) {
 	v1, v2 := cgroupMounts(mountinfo)
-	var own1, own2 string
-	have1, have2 := false, false
-	for _, line := range strings.Split(selfCgroup, "\n") {
-		parts := strings.SplitN(line, ":", 3)
-		if len(parts) != 3 {
-			continue
-		}
-		if parts[0] == "0" && parts[1] == "" {
-			own2, have2 = parts[2], true
-			continue
-		}
-		for _, c := range strings.Split(parts[1], ",") {
-			if c == "cpu" {
-				own1, have1 = parts[2], true
-			}
-		}
-	}
+	own1, have1, own2, have2 := ownCgroups(selfCgroup)
 	best, found := math.Inf(1), false
 	consider := func(cores float64) {
 		if cores > 0 && cores < best {
@@ -118,4 +102,26 @@ func DefaultThreads(procs int) int {
 		return max(1, min(procs, int(math.Ceil(limit-1e-9))))
 	}
 	return procs
+}
+
+// ownCgroups finds, in the contents of /proc/self/cgroup, this process's
+// group in the v1 cpu controller's hierarchy ("4:cpu,cpuacct:/docker/…")
+// and in the v2 hierarchy ("0::/user.slice/…"), and whether each is there.
+func ownCgroups(selfCgroup string) (v1 string, has1 bool, v2 string, has2 bool) {
+	for _, line := range strings.Split(selfCgroup, "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		if parts[0] == "0" && parts[1] == "" {
+			v2, has2 = parts[2], true
+			continue
+		}
+		for _, c := range strings.Split(parts[1], ",") {
+			if c == "cpu" {
+				v1, has1 = parts[2], true
+			}
+		}
+	}
+	return v1, has1, v2, has2
 }

@@ -220,6 +220,19 @@ func (o *owner) takeovers(oldRoute map[uint64][][]string, t *tconf) {
 	}
 }
 
+// prevNow reports whether takeover a of shard s can count on the peer
+// that applies round takenAt-1 (prevAlive), and marks it so: also when it
+// could not as the wait began, since a crash may have moved that round to
+// a live replica, which hands the shard over as of takenAt (sync/encoded
+// seed 67 restarted a shard from nothing while that replica had it).
+func (o *owner) prevNow(s int, a *await) bool {
+	if o.prevAlive(s, a.takenAt) {
+		a.prev = true
+		return true
+	}
+	return false
+}
+
 // prevAlive reports whether the peer that applies shard s's round r-1 is
 // another live member, which hands the shard over as of round r.
 func (o *owner) prevAlive(s int, r uint64) bool {
@@ -435,8 +448,7 @@ func (o *owner) askState() {
 					c.send(m.Peer, &wire.Core{Op: wire.CoreState, Flags: wire.FlagAsk | wire.FlagMoved, Shards: []uint32{uint32(s)}, Round: a.takenAt})
 				}
 			}
-			if o.prevAlive(s, a.takenAt) {
-				a.prev = true // (see mayStillCome)
+			if o.prevNow(s, a) {
 				p, _ := c.cs.routeConf(s, a.takenAt-1)
 				c.send(p, &wire.Core{Op: wire.CoreState, Flags: wire.FlagAsk, Shards: []uint32{uint32(s)}, Round: a.takenAt})
 			}
@@ -913,12 +925,7 @@ func (o *owner) lastRoundFor(s int) (uint64, bool) {
 func (o *owner) mayStillCome(s int) bool {
 	c := o.c
 	a := o.awaiting[s]
-	if c.cfg.Mode == Sync && a.takeover && o.prevAlive(s, a.takenAt) {
-		// (Also when it was not, as the wait began: a crash since may have
-		// moved round takenAt-1 to a live replica, which hands the shard
-		// over as of takenAt. sync/encoded seed 67 restarted a shard from
-		// nothing while that replica had it.)
-		a.prev = true
+	if c.cfg.Mode == Sync && a.takeover && o.prevNow(s, a) {
 		return true
 	}
 	if c.cfg.Mode == Sync && !a.takeover {
