@@ -303,12 +303,12 @@ VMs (root; C x N should fit in the machine's cores).`
 			if r.alone {
 				args := append(append(append([]string(nil), local...), "--train="+strings.Join(trainPats, ",")), runFlags(1)...)
 				args = append(append(args, "--batch", strconv.Itoa(r.bc.batch)), tp.baselineCache()...)
-				res, err = runBaseline(ctx, dir, args, cf.cpus, progressEvery(tp), log)
+				res, err = runBaseline(ctx, dir, args, cf, progressEvery(tp), log)
 			} else {
 				split := splits[r.peers]
 				cfg := cluster.DefaultConfig()
 				cfg.Peers, cfg.Dir, cfg.Identities, cfg.NetNS, cfg.Log = r.peers, dir, ids, netns, log
-				cfg.CPUs = cf.cpus
+				cf.apply(&cfg)
 				cfg.Job = "bench-" + name
 				cfg.TrainArgs = append(append(append(withoutFlag(pass, "train"), split.common...), runFlags(r.peers)...),
 					"--topology", r.bc.topology, "--mode", r.bc.mode, "--batch", strconv.Itoa(r.bc.batch))

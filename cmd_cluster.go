@@ -406,13 +406,13 @@ the signal gets SIGKILL.`
 				args = append(withoutFlag(args, "epochs"), "--epochs", strconv.Itoa(distEpochs)) // as every peer runs it
 			}
 			args = append(append(args, tp.baselineCache()...), "--log-level", lf.level)
-			if base, err = runBaseline(ctx, filepath.Join(dir, "baseline"), args, cf.cpus, progressEvery(tp), log); err != nil {
+			if base, err = runBaseline(ctx, filepath.Join(dir, "baseline"), args, cf, progressEvery(tp), log); err != nil {
 				return fmt.Errorf("--baseline: %w", err)
 			}
 		}
 		cfg := cluster.DefaultConfig()
 		cfg.Peers, cfg.Dir, cfg.Job, cfg.NetNS, cfg.Log = peers, dir, job, netns, log
-		cfg.CPUs = cf.cpus
+		cf.apply(&cfg)
 		cfg.TrainArgs = append(common, "--log-level", lf.level)
 		cfg.PeerArgs = func(i int) []string {
 			a := split.own(i)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sync"
 	"syscall"
@@ -98,6 +99,10 @@ func (j *trainJob) runDistributed(tf *trainFlags) error {
 	if err != nil {
 		return err
 	}
+	// At most --threads CPUs at a time, as a lone train: under a cap of
+	// 0.4 core Go's own default is 2, and a peer's goroutines then hop
+	// between two threads that share 0.4 core.
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(j.r.threads))
 	ncfg, err := tf.p.config()
 	if err != nil {
 		return err

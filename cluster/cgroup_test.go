@@ -138,6 +138,11 @@ func TestRunCapsEveryPeer(t *testing.T) {
 			}
 			cfg := fakeConfig(t, 3, func(int) string { return behaviour })
 			cfg.CPUs = 0.5
+			allowed, err := allowedCPUs()
+			if err != nil {
+				t.Fatal(err)
+			}
+			plan, _ := pinPlan(allowed, 3, cfg.CPUs)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			var during []string
@@ -165,6 +170,15 @@ func TestRunCapsEveryPeer(t *testing.T) {
 				want := fmt.Sprintf("%s%d-", cgroupNamePrefix, os.Getpid())
 				if !strings.Contains(string(b), want) || !strings.Contains(string(b), "-peer"+strconv.Itoa(i)) {
 					t.Errorf("peer %d did not run in its group %s…peer%d; its log:\n%s", i, want, i, b)
+				}
+				// Bound to its share of the CPUs from its first code, or
+				// free where three half cores do not pack (one CPU).
+				wantCPUs := fmt.Sprint(allowed)
+				if plan != nil {
+					wantCPUs = fmt.Sprint(plan[i])
+				}
+				if !strings.Contains(string(b), `"allowed_cpus":"`+wantCPUs+`"`) {
+					t.Errorf("peer %d ran on CPUs other than %s; its log:\n%s", i, wantCPUs, b)
 				}
 			}
 			if interrupt && len(during) != 3 {

@@ -53,6 +53,11 @@ type Config struct {
 	// cpu controller; see CPUGroups). The groups are removed when Run
 	// returns. 0 leaves the peers uncapped.
 	CPUs float64
+	// Unpinned, with CPUs, lets every peer run on any CPU of the machine.
+	// By default each is bound to its own ceil(CPUs) CPUs, packed so that
+	// no CPU is asked for more than one core (see pinPlan), as a VM's
+	// vCPUs are its own; peers whose caps cannot be packed so run free.
+	Unpinned bool
 	// Standalone runs one process of plain "train" (no --job: the single
 	// process path, training alone on all its data) instead of a job's
 	// peer: the one-peer baseline a cluster's throughput is compared with.

@@ -107,6 +107,9 @@ func fakePeer(args []string) int {
 	if b, err := os.ReadFile("/proc/self/cgroup"); err == nil {
 		logf("debug", "fake peer cgroups", "cgroups", strings.Fields(string(b)))
 	}
+	if cpus, err := allowedCPUs(); err == nil {
+		logf("debug", "fake peer CPUs", "allowed_cpus", fmt.Sprint(cpus))
+	}
 	if get("listen") == "" {
 		// Config.Standalone: plain train, alone, no --job.
 		return fakeAlone(get, fl, logf)

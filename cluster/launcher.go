@@ -64,6 +64,9 @@ type Launch struct {
 	// gracefully; syscall.SIGKILL: at once) instead of signalling Cmd's
 	// process. It must not block.
 	Stop func(sig syscall.Signal)
+	// CPUs, when not empty, are the CPUs of this machine the process is
+	// bound to from its start (see pinPlan).
+	CPUs []int
 }
 
 // local is the Launcher of processes on this machine: the one Run uses
@@ -76,6 +79,7 @@ type local struct {
 	nw     *network
 	prefix string     // the namespaces' name prefix, with NetNS
 	cpu    *CPUGroups // with CPUs
+	pin    [][]int    // with CPUs and not Unpinned: peer i's CPUs (see pinPlan)
 }
 
 // newLocal resolves the binary and the directories of cfg.
@@ -114,7 +118,21 @@ func (l *local) Prepare(ctx context.Context, n int) error {
 			return err
 		}
 		l.cpu = g
-		l.cfg.Log.Info().Float64("cpus", l.cfg.CPUs).Str("groups", g.String()).Msg("every peer capped by a cgroup")
+		ev := l.cfg.Log.Info().Float64("cpus", l.cfg.CPUs).Str("groups", g.String())
+		if !l.cfg.Unpinned {
+			allowed, err := allowedCPUs()
+			if err != nil {
+				return err
+			}
+			plan, why := pinPlan(allowed, n, l.cfg.CPUs)
+			if plan != nil {
+				ev = ev.Str("pinned", describePlan(plan))
+			} else {
+				ev = ev.Str("not_pinned", why)
+			}
+			l.pin = plan
+		}
+		ev.Msg("every peer capped by a cgroup")
 	}
 	if l.cfg.NetNS == nil {
 		return nil
@@ -155,7 +173,11 @@ func (l *local) Launch(i int, args []string) (*Launch, error) {
 	}
 	cmd := exec.Command(name, args...)
 	cmd.Env = append(os.Environ(), l.cfg.Env...)
-	return &Launch{Cmd: cmd, AddrPrefix: "/ip4/" + ip + "/tcp/", Report: report}, nil
+	var cpus []int
+	if i < len(l.pin) {
+		cpus = l.pin[i]
+	}
+	return &Launch{Cmd: cmd, AddrPrefix: "/ip4/" + ip + "/tcp/", Report: report, CPUs: cpus}, nil
 }
 
 func (l *local) Collect(context.Context, int) error { return nil }

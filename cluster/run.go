@@ -343,7 +343,7 @@ func (r *runner) start(i int, addr0 string) (*proc, error) {
 	}
 	p.cmd = cmd
 	p.started = time.Now()
-	if err := cmd.Start(); err != nil {
+	if err := startOn(cmd, l.CPUs); err != nil {
 		pr.Close()
 		pw.Close()
 		logFile.Close()
