@@ -72,6 +72,35 @@ func BenchmarkPrepare(b *testing.B) {
 	}
 }
 
+// BenchmarkPrepareReuse: Prepare of batch-1000 logreg batches into the same
+// Prepared every time (what a lone train does, and a peer's last-in-first-out
+// pool gives it) against into eight in turn (a peer's first-in-first-out
+// pool before: each Prepared was written again eight batches later, its
+// 1.4 MB long gone from the caches).
+func BenchmarkPrepareReuse(b *testing.B) {
+	bc := benchCases()[1]
+	for _, n := range []int{1, 8} {
+		b.Run(fmt.Sprintf("prepared=%d", n), func(b *testing.B) {
+			pr := NewPreparer(bc.model(b))
+			ps := make([]Prepared, n)
+			for i := range ps {
+				for _, bt := range bc.batches {
+					pr.Prepare(bt, &ps[i])
+				}
+			}
+			nnz := 0
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				bt := bc.batches[i%len(bc.batches)]
+				pr.Prepare(bt, &ps[i%n])
+				nnz += bt.NNZ()
+			}
+			reportNNZ(b, nnz)
+		})
+	}
+}
+
 // BenchmarkCompute: Gather and Compute of one prepared batch per
 // iteration, with 1 and 2 threads.
 func BenchmarkCompute(b *testing.B) {

@@ -281,7 +281,7 @@ type run struct {
 	start time.Time
 
 	batches  chan prepared
-	free     chan *sgd.Prepared
+	free     preparedPool
 	jobs     chan computeJob
 	results  chan computeDone
 	dataDone bool
@@ -352,8 +352,8 @@ type evalResult struct {
 func (t *Trainer) Run(ctx context.Context, open func(epoch int) (data.Source, error), test *TestSet) (Summary, error) {
 	r := &run{
 		t: t, start: t.now(),
-		batches: make(chan prepared, 4), free: make(chan *sgd.Prepared, 8),
-		jobs: make(chan computeJob, 1), results: make(chan computeDone, 1),
+		batches: make(chan prepared, 4),
+		jobs:    make(chan computeJob, 1), results: make(chan computeDone, 1),
 		queue: map[uint64]*sgd.Prepared{}, evalDone: make(chan evalResult, 1),
 		pending: map[uint64]bool{}, nextEvalAt: t.cfg.EvalEvery, waiting: true,
 		pos: map[uint64]Position{}, ckpts: make(chan ckptJob, 1), ckptRes: make(chan ckptResult, 4),
@@ -495,10 +495,7 @@ func (r *run) computed(res computeDone) {
 	r.progSteps++
 	r.waiting = true
 	r.askedAt = r.t.now()
-	select {
-	case r.free <- res.p:
-	default:
-	}
+	r.free.put(res.p)
 }
 
 // handle acts on what the core decided, until it decides nothing more.
@@ -805,12 +802,7 @@ func (r *run) read(ctx context.Context, open func(epoch int) (data.Source, error
 			n, err := src.Next(&b, t.cfg.Batch)
 			if n > 0 {
 				rows += n
-				var p *sgd.Prepared
-				select {
-				case p = <-r.free:
-				default:
-					p = new(sgd.Prepared)
-				}
+				p := r.free.get()
 				pr.Prepare(&b, p)
 				if !send(prepared{p: p, epoch: e, row: before}) {
 					src.Close()
@@ -853,5 +845,37 @@ func (r *run) compute(ctx context.Context) {
 				return
 			}
 		}
+	}
+}
+
+// preparedPool keeps the batches compute is done with for the reader to
+// prepare into again, and hands out the one returned last: its buffers
+// were read a moment ago and are still in the caches, where the first
+// returned has been evicted by every batch since (a peer keeps several in
+// flight). Safe for concurrent use.
+type preparedPool struct {
+	mu sync.Mutex
+	s  []*sgd.Prepared
+}
+
+// get returns the batch put last, or a new one.
+func (pp *preparedPool) get() *sgd.Prepared {
+	pp.mu.Lock()
+	defer pp.mu.Unlock()
+	if n := len(pp.s); n > 0 {
+		p := pp.s[n-1]
+		pp.s[n-1] = nil
+		pp.s = pp.s[:n-1]
+		return p
+	}
+	return new(sgd.Prepared)
+}
+
+// put keeps p for get, up to 8 batches (more are left to the collector).
+func (pp *preparedPool) put(p *sgd.Prepared) {
+	pp.mu.Lock()
+	defer pp.mu.Unlock()
+	if len(pp.s) < 8 {
+		pp.s = append(pp.s, p)
 	}
 }
