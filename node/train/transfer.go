@@ -486,7 +486,7 @@ func (o *owner) askState() {
 // applied the round before (if it applies it), unless sent already.
 func (o *owner) onAsk(from string, msg *wire.Core) {
 	c := o.c
-	if c.cfg.Mode != Sync || len(msg.Shards) != 1 || int(msg.Shards[0]) >= c.shards || msg.Round == 0 {
+	if len(msg.Shards) != 1 || int(msg.Shards[0]) >= c.shards || msg.Round == 0 {
 		c.stats.Rejected++
 		return
 	}
@@ -494,6 +494,23 @@ func (o *owner) onAsk(from string, msg *wire.Core) {
 	cur := c.cs.cur()
 	if cur == nil || !c.joined {
 		return // it asks again
+	}
+	if c.cfg.Mode != Sync {
+		// A replica's copy misses a contribution this primary applied
+		// (askRefresh): it gets the shard as it is here. Round is the
+		// asker's own number for the request.
+		m, member := cur.member(from)
+		if !member || m.ID != msg.Member || !cur.holds(from, s) || cur.primary(s) != c.cfg.Self || !o.usable(s, 0) {
+			c.stats.Rejected++
+			return
+		}
+		w := owe{to: from, member: msg.Member, shard: s, conf: cur.ID, round: msg.Round}
+		if o.paid[w] {
+			o.resendXfer(from, s)
+			return
+		}
+		o.addOwe(w)
+		return
 	}
 	if msg.Flags&wire.FlagMoved != 0 {
 		// A takeover: the asker now applies round Round of the shard (its
@@ -851,6 +868,12 @@ func (o *owner) promoteLost() bool {
 		// two holders restarting it on their own would disagree.
 		timeout := c.tick-a.since > uint64(16*c.cfg.RetryTicks) && (a.takeover && !(a.prev && o.prevAlive(s, a.takenAt)) || c.cfg.Mode != Sync)
 		if !timeout && o.mayStillCome(s) {
+			continue
+		}
+		if a.own && o.held.has(s) {
+			// The primary's copy did not come: go on with this one.
+			delete(o.awaiting, s)
+			progress = true
 			continue
 		}
 		round := a.round

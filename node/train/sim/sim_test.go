@@ -257,6 +257,9 @@ func TestFixedSeeds(t *testing.T) {
 		{"sync/chaos", 270, "a takeover waited for the peer of the round before, a leaver whose own takeover waited for peers that had all crashed"},
 		{"sync/chaos", 438, "a handoff paid to a crashed incarnation of the new holder was never sent to its restarted successor, which waited forever"},
 		{"async/chaos", 27, "a holder given a shard back kept the copy it had handed over, not yet freed, and handed it on without the rounds applied meanwhile"},
+		{"async/chaos", 384, "a replica whose forward was lost became the primary after the primary that sent it handed the shard on and crashed: a worker's round was gone"},
+		{"async/chaos", 627, "a replica missed a forward its primary never sent again, and was the only copy left"},
+		{"async/chaos", 969, "a replica missed a forward its primary never sent again, and was the only copy left"},
 	}
 	all := mixesByName()
 	for _, tc := range cases {
@@ -296,7 +299,7 @@ func TestQuorumLossIsReported(t *testing.T) {
 	}{
 		{"async/chaos", 92, "four voters, two crashed"},
 		{"ssp/chaos", 145, "two voters, one crashed"},
-		{"async/chaos", 134, "every voter but one gone: no leader"},
+		{"async/chaos", 273, "every voter but one gone: no leader"},
 	}
 	all := mixesByName()
 	for _, tc := range cases {
