@@ -344,6 +344,14 @@ func restartFromCheckpoint(t *testing.T, mode string) {
 	r.waitRound(ps[0], 150)
 	deadline := time.Now().Add(time.Minute)
 	for {
+		// Frozen while the files are counted, so the round found common
+		// is still on every peer's disk when they die: between a check and
+		// a kill a peer could write a newer checkpoint and prune the
+		// common one before the others wrote theirs (a CI run failed so:
+		// "has no checkpoint of round 440").
+		for _, p := range ps {
+			p.cmd.Process.Signal(syscall.SIGSTOP)
+		}
 		common := map[string]int{}
 		for i := 0; i < 3; i++ {
 			l, _ := filepath.Glob(filepath.Join(ckpt, r.ids.ids[i], "round-*.ckpt"))
@@ -352,7 +360,10 @@ func restartFromCheckpoint(t *testing.T, mode string) {
 			}
 		}
 		if slices.Contains(slices.Collect(maps.Values(common)), 3) {
-			break
+			break // killed while stopped, below
+		}
+		for _, p := range ps {
+			p.cmd.Process.Signal(syscall.SIGCONT)
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("no checkpoint round written by all 3 peers within a minute: %v\n%s", common, ps[0].logTail())

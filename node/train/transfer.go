@@ -741,6 +741,12 @@ func (o *owner) state(from string, msg *wire.Core) {
 			c.send(from, &wire.Core{Op: wire.CoreAck, Req: msg.Req}) // a copy sent again
 		} else {
 			c.stats.Stale++
+			if c.cfg.Mode != Sync && !cur.holds(c.cfg.Self, s) {
+				// Not this peer's shard any more, nor awaited: its holders
+				// now got it from the holders after this one. Say so, or a
+				// leaver waits for this answer forever (async/chaos 495).
+				c.send(from, &wire.Core{Op: wire.CoreAck, Req: msg.Req})
+			}
 		}
 		return
 	}

@@ -260,6 +260,7 @@ func TestFixedSeeds(t *testing.T) {
 		{"async/chaos", 384, "a replica whose forward was lost became the primary after the primary that sent it handed the shard on and crashed: a worker's round was gone"},
 		{"async/chaos", 627, "a replica missed a forward its primary never sent again, and was the only copy left"},
 		{"async/chaos", 969, "a replica missed a forward its primary never sent again, and was the only copy left"},
+		{"async/chaos", 495, "a leaver's handoff to a peer that no longer held the shard was never acknowledged: the leaver never exited"},
 	}
 	all := mixesByName()
 	for _, tc := range cases {
