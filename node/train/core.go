@@ -123,7 +123,7 @@ type Stats struct {
 	Received      uint64 // shards received from a previous holder
 	Promoted      uint64 // shards restarted from initial values (every holder lost)
 	Lost          uint64 // contributions lost with a crashed worker (async: buffered behind a gap)
-	Refreshes     uint64 // ssp/async: a replica's copy that missed a contribution, asked of the primary again
+	Refreshes     uint64 // async: a replica's copy that missed a contribution, asked of the primary again
 	MaxStaleness  uint64 // rounds of others' contributions missing from values a round was computed with (ssp/async bound)
 	ConfigChanges uint64
 }

@@ -1385,7 +1385,7 @@ func (o *owner) forward(from string, msg *wire.Core) {
 // retry interval: p sends a worker's contributions in order, so the
 // missing one is not coming again (its forward was lost and the primary
 // that sent it crashed or handed the shard on since; the copy handed on had
-// it: async/chaos seeds 384 and 392). Until the copy comes the shard is
+// it: async/chaos seeds 384, 627 and 969). Until the copy comes the shard is
 // awaited, and the forwards after it wait.
 func (o *owner) askRefresh(p string, member, r uint64, shards []uint32) {
 	c := o.c
@@ -1404,10 +1404,18 @@ func (o *owner) askRefresh(p string, member, r uint64, shards []uint32) {
 		if !ok {
 			continue
 		}
-		o.awaiting[s] = &await{conf: cur.ID, since: c.tick, from: []Member{m}, own: true}
+		a := &await{conf: cur.ID, since: c.tick, from: []Member{m}, own: true}
+		o.awaiting[s] = a
 		c.stats.Refreshes++
-		c.send(p, &wire.Core{Op: wire.CoreState, Flags: wire.FlagAsk, Shards: []uint32{sh}, Round: c.tick + 1})
+		o.sendRefreshAsk(s, a)
 	}
+}
+
+// sendRefreshAsk asks a's primary for its copy of shard s; the request's
+// round is this peer's own number for it (the tick it first asked, plus
+// one), the same every time it asks again.
+func (o *owner) sendRefreshAsk(s int, a *await) {
+	o.c.send(a.from[0].Peer, &wire.Core{Op: wire.CoreState, Flags: wire.FlagAsk, Shards: []uint32{uint32(s)}, Round: a.since + 1})
 }
 
 // askRefreshAgain asks again for the copies askRefresh waits for (a request
@@ -1426,7 +1434,7 @@ func (o *owner) askRefreshAgain() {
 			continue
 		}
 		c.stats.Resent++
-		c.send(a.from[0].Peer, &wire.Core{Op: wire.CoreState, Flags: wire.FlagAsk, Shards: []uint32{uint32(s)}, Round: a.since + 1})
+		o.sendRefreshAsk(s, a)
 	}
 }
 

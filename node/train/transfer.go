@@ -504,12 +504,7 @@ func (o *owner) onAsk(from string, msg *wire.Core) {
 			c.stats.Rejected++
 			return
 		}
-		w := owe{to: from, member: msg.Member, shard: s, conf: cur.ID, round: msg.Round}
-		if o.paid[w] {
-			o.resendXfer(from, s)
-			return
-		}
-		o.addOwe(w)
+		o.oweOrResend(owe{to: from, member: msg.Member, shard: s, conf: cur.ID, round: msg.Round})
 		return
 	}
 	if msg.Flags&wire.FlagMoved != 0 {
@@ -519,11 +514,7 @@ func (o *owner) onAsk(from string, msg *wire.Core) {
 			c.stats.Rejected++
 			return
 		}
-		if w := (owe{to: from, member: msg.Member, shard: s, takeover: true, round: msg.Round}); !o.paid[w] {
-			o.addOwe(w)
-		} else {
-			o.resendXfer(from, s)
-		}
+		o.oweOrResend(owe{to: from, member: msg.Member, shard: s, takeover: true, round: msg.Round})
 		return
 	}
 	if _, ok := o.memberOf(from, msg.Member); !ok || !o.heldBy(from, s) || !c.routeMe(s, msg.Round-1) {
@@ -539,11 +530,15 @@ func (o *owner) onAsk(from string, msg *wire.Core) {
 		c.send(from, &wire.Core{Op: wire.CoreState, Flags: wire.FlagRefused, Shards: msg.Shards, Round: msg.Round})
 		return
 	}
-	w := owe{to: from, member: msg.Member, shard: s, round: msg.Round}
+	o.oweOrResend(owe{to: from, member: msg.Member, shard: s, round: msg.Round})
+}
+
+// oweOrResend owes w (a peer asked for the shard), or, if it was sent
+// already (and is sent again until acknowledged), sends it again now: that
+// the peer asks means the copy was lost.
+func (o *owner) oweOrResend(w owe) {
 	if o.paid[w] {
-		// Sent, and sent again until acknowledged; that it asks means the
-		// copy was lost: send it again now.
-		o.resendXfer(from, s)
+		o.resendXfer(w.to, w.shard)
 		return
 	}
 	o.addOwe(w)
