@@ -120,9 +120,13 @@ const (
 	// FlagRows: a reply carrying Rows (indices and values) instead of
 	// Values aligned with a want list.
 	FlagRows CoreFlags = 1 << 4
-	// FlagRefused: a join reply that says no (Text: why).
+	// FlagRefused: a join reply that says no (Text: why); on a state
+	// message, "I have no copy of the shard" (with FlagMoved: to a
+	// takeover's ask).
 	FlagRefused CoreFlags = 1 << 5
-	// FlagReply: the answer of an op that has no reply op of its own (hash).
+	// FlagReply: the answer of an op that has no reply op of its own
+	// (hash); on a takeover's ask (FlagAsk|FlagMoved), "answer even if
+	// you have no copy".
 	FlagReply CoreFlags = 1 << 6
 	// FlagAll: a pull of every row of Shards (a full copy).
 	FlagAll CoreFlags = 1 << 7

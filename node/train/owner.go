@@ -93,6 +93,19 @@ type await struct {
 	// primary applied asked the primary for its copy (askRefresh); if it
 	// never comes, the replica's own copy stands.
 	own bool
+	// keep (sync takeover): this peer's copy holds every round before
+	// takenAt, but the crashed route may have applied round takenAt and
+	// handed the shard on to the holder of a later round before its
+	// forward reached this peer (sync/chaos seed 635): that holder's copy
+	// is further on, and applying the round again here, without the
+	// crashed route's contribution, would fork the shard. The holders of
+	// later rounds (from) are asked first; each sends its copy or says it
+	// has none, and when none is further on, this copy stands.
+	keep bool
+	// refused (sync, a new holder): this peer told a takeover that it has
+	// no copy of the round before its handoff, so only that round's route
+	// may send it now, not the crashed route whose copy is late.
+	refused bool
 }
 
 type owner struct {
@@ -222,6 +235,7 @@ func (o *owner) init(c *Core) {
 	o.paid = map[owe]bool{}
 	o.ff = map[int]bool{}
 	o.gapSince = map[gapKey]uint64{}
+	o.nextReq = reqBase(c.cfg.ID)
 	o.gotIn = make([]uint64, c.shards)
 	o.changed = map[uint64]changedRound{}
 	o.ckpt = map[uint64]*ckptPending{}
@@ -243,6 +257,15 @@ func (o *owner) String() string {
 func (o *owner) drained() bool {
 	return len(o.fwd) == 0 && len(o.xfer) == 0 && len(o.owes) == 0 && o.held.empty()
 }
+
+// reqBase is where this incarnation's request numbers start: a peer that
+// restarts with the same name must not take an answer meant for its
+// predecessor as its own (ssp/chaos seed 209: a worker took the reply to
+// its predecessor's push of round 0, request 10, for its own request 10 of
+// round 6, and computed a round three rounds stale; an acknowledgement
+// can likewise mark a forward as delivered that never was). Member IDs
+// are hashes: 24 of their bits put incarnations 2^32 requests apart.
+func reqBase(id uint64) uint64 { return (id & (1<<24 - 1)) << 32 }
 
 func (o *owner) newReq() uint64 {
 	o.nextReq++
@@ -1389,18 +1412,19 @@ func (o *owner) forward(from string, msg *wire.Core) {
 // awaited, and the forwards after it wait.
 func (o *owner) askRefresh(p string, member, r uint64, shards []uint32) {
 	c := o.c
-	if c.cfg.Mode != Async {
-		return // (ssp: not yet; in the soak it broke the staleness bound on ssp/chaos seed 209)
-	}
 	cur := c.cs.cur()
 	for _, sh := range shards {
 		s := int(sh)
 		since, ok := o.gapSince[gapKey{member, sh}]
 		if !ok || c.tick-since < uint64(c.cfg.RetryTicks) || o.appliedOf(s, member) >= r ||
-			o.awaiting[s] != nil || !o.held.has(s) || cur.primary(s) != p || !cur.holds(c.cfg.Self, s) {
+			o.awaiting[s] != nil || !o.held.has(s) || !cur.holds(c.cfg.Self, s) {
 			continue
 		}
-		m, ok := cur.member(p)
+		q := cur.primary(s)
+		if q == c.cfg.Self || o.handsOver(s) {
+			continue // (a peer that hands the shard on has the copy the primary waits for)
+		}
+		m, ok := cur.member(q)
 		if !ok {
 			continue
 		}
@@ -1409,6 +1433,22 @@ func (o *owner) askRefresh(p string, member, r uint64, shards []uint32) {
 		c.stats.Refreshes++
 		o.sendRefreshAsk(s, a)
 	}
+}
+
+// handsOver reports whether this peer owes shard s to another or waits for
+// a handoff of it to be acknowledged.
+func (o *owner) handsOver(s int) bool {
+	for _, w := range o.owes {
+		if w.shard == s {
+			return true
+		}
+	}
+	for _, x := range o.xfer {
+		if x.shard == s {
+			return true
+		}
+	}
+	return false
 }
 
 // sendRefreshAsk asks a's primary for its copy of shard s; the request's

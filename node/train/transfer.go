@@ -210,6 +210,29 @@ func (o *owner) takeovers(oldRoute map[uint64][][]string, t *tconf) {
 				o.awaiting[s] = a
 				break
 			}
+			if c.routeMe(s, r) && o.held.has(s) && o.through[s] == r {
+				// Current as of round r, which is this peer's now: the
+				// holders of later rounds may have it further on (the
+				// crashed route applied it and handed it on). Ask them
+				// first (await.keep).
+				a := &await{since: c.tick, takeover: true, takenAt: r, keep: true}
+				for _, r2 := range rounds {
+					if r2 <= r {
+						continue
+					}
+					at := c.cs.at(r2)
+					for _, h := range oldRoute[r2][s] {
+						m, ok := at.member(h)
+						if ok && h != self && !crashed[h] && !slices.ContainsFunc(a.from, func(x Member) bool { return x.Peer == h }) {
+							a.from = append(a.from, m)
+						}
+					}
+				}
+				if len(a.from) > 0 {
+					o.awaiting[s] = a
+				}
+				break
+			}
 			if len(survivors) > 0 && c.isMeIn(survivors[0], c.cs.at(r)) && !c.routeMe(s, r) && o.held.has(s) {
 				to, rt := c.cs.routeConf(s, r)
 				m, _ := rt.member(to)
@@ -325,6 +348,14 @@ func (o *owner) configChanged(prev, t *tconf) {
 		}
 		o.owesOf(t)
 	} else {
+		for _, s := range sortedInts(o.awaiting) {
+			if a := o.awaiting[s]; a.own && t.primary(s) != a.from[0].Peer {
+				// The copy asked for (askRefresh) is not the primary's
+				// any more; this copy may be owed to the new one, and
+				// the wait would hold the handoff (ssp/chaos seed 255).
+				delete(o.awaiting, s)
+			}
+		}
 		for s := range c.shards {
 			newHolders := []string{}
 			for _, h := range t.owners[s] {
@@ -443,12 +474,16 @@ func (o *owner) askState() {
 		a := o.awaiting[s]
 		if a.takeover {
 			// Ask the survivors for the shard as they have it.
+			flags := wire.FlagAsk | wire.FlagMoved
+			if a.keep {
+				flags |= wire.FlagReply // ("no copy" is an answer too)
+			}
 			for _, m := range a.from {
 				if m.Peer != c.cfg.Self && !c.cs.crashed[m.ID] {
-					c.send(m.Peer, &wire.Core{Op: wire.CoreState, Flags: wire.FlagAsk | wire.FlagMoved, Shards: []uint32{uint32(s)}, Round: a.takenAt})
+					c.send(m.Peer, &wire.Core{Op: wire.CoreState, Flags: flags, Shards: []uint32{uint32(s)}, Round: a.takenAt})
 				}
 			}
-			if o.prevNow(s, a) {
+			if !a.keep && o.prevNow(s, a) {
 				p, _ := c.cs.routeConf(s, a.takenAt-1)
 				c.send(p, &wire.Core{Op: wire.CoreState, Flags: wire.FlagAsk, Shards: []uint32{uint32(s)}, Round: a.takenAt})
 			}
@@ -510,8 +545,24 @@ func (o *owner) onAsk(from string, msg *wire.Core) {
 	if msg.Flags&wire.FlagMoved != 0 {
 		// A takeover: the asker now applies round Round of the shard (its
 		// route crashed); this peer, a survivor, has it as it is.
-		if p, t := c.cs.routeConf(s, msg.Round); p != from || !t.isMember(from, msg.Member) || !o.held.has(s) {
+		if p, t := c.cs.routeConf(s, msg.Round); p != from || !t.isMember(from, msg.Member) {
 			c.stats.Rejected++
+			return
+		}
+		if !o.held.has(s) {
+			if msg.Flags&wire.FlagReply == 0 {
+				c.stats.Rejected++
+				return
+			}
+			// No copy here, and the taker's own copy is current: say
+			// so (it waits for the answer), and from now on take the
+			// shard only from the route of the round before its
+			// handoff, not from the crashed route, whose copy would
+			// fork it from the taker's.
+			if a := o.awaiting[s]; a != nil && !a.takeover {
+				a.refused = true
+			}
+			c.send(from, &wire.Core{Op: wire.CoreState, Flags: wire.FlagRefused | wire.FlagMoved, Shards: msg.Shards, Round: msg.Round})
 			return
 		}
 		o.oweOrResend(owe{to: from, member: msg.Member, shard: s, takeover: true, round: msg.Round})
@@ -585,6 +636,14 @@ func (o *owner) onNoCopy(from string, msg *wire.Core) {
 	}
 	s := int(msg.Shards[0])
 	a := o.awaiting[s]
+	if msg.Flags&wire.FlagMoved != 0 {
+		// A survivor's "no copy" to a takeover's ask: only a takeover
+		// that keeps its own copy counts on it (await.keep).
+		if a != nil && a.keep && msg.Round == a.takenAt {
+			o.keepWithout(s, a, from, msg.Member)
+		}
+		return
+	}
 	if a == nil || !a.takeover || !a.prev || msg.Round != a.takenAt {
 		return
 	}
@@ -593,6 +652,21 @@ func (o *owner) onNoCopy(from string, msg *wire.Core) {
 		return
 	}
 	a.prev = false
+}
+
+// keepWithout takes peer p's answer to takeover a (await.keep) that its
+// copy of shard s is not further on than this one: once no holder asked
+// may still have it further on, this peer's copy stands.
+func (o *owner) keepWithout(s int, a *await, p string, member uint64) {
+	i := slices.IndexFunc(a.from, func(m Member) bool { return m.Peer == p && m.ID == member })
+	if i < 0 {
+		o.c.stats.Rejected++
+		return
+	}
+	a.from = slices.Delete(a.from, i, i+1)
+	if len(a.from) == 0 {
+		delete(o.awaiting, s)
+	}
 }
 
 // payOwes sends the shards that are due.
@@ -745,6 +819,18 @@ func (o *owner) state(from string, msg *wire.Core) {
 		}
 		return
 	}
+	if a.keep && msg.Round <= o.through[s] {
+		// Not further on than the copy held here: the same as "no copy".
+		c.send(from, &wire.Core{Op: wire.CoreAck, Req: msg.Req})
+		o.keepWithout(s, a, from, msg.Member)
+		return
+	}
+	if a.refused && !a.takeover && a.round > 0 && from != c.cs.route(s, a.round-1) {
+		// The crashed route's late copy: the round before the handoff
+		// is another peer's now, whose copy this is not.
+		c.stats.Stale++
+		return
+	}
 	if c.cfg.Mode != Sync && msg.Round < a.conf && msg.Flags&wire.FlagFinal == 0 {
 		// A copy handed over for an earlier configuration, sent again: a
 		// holder between then and now may have applied more.
@@ -867,12 +953,14 @@ func (o *owner) promoteLost() bool {
 		// Only the peer that applies the round before restarts a lost
 		// shard (a takeover): a new holder waits for whoever does, since
 		// two holders restarting it on their own would disagree.
-		timeout := c.tick-a.since > uint64(16*c.cfg.RetryTicks) && (a.takeover && !(a.prev && o.prevAlive(s, a.takenAt)) || c.cfg.Mode != Sync)
+		timeout := c.tick-a.since > uint64(16*c.cfg.RetryTicks) && (a.takeover && !(a.prev && o.prevAlive(s, a.takenAt)) || c.cfg.Mode != Sync) ||
+			a.keep && c.tick-a.since > uint64(2*c.cfg.RetryTicks) // (every holder asked answers at once)
 		if !timeout && o.mayStillCome(s) {
 			continue
 		}
-		if a.own && o.held.has(s) {
-			// The primary's copy did not come: go on with this one.
+		if (a.own || a.keep) && o.held.has(s) {
+			// The primary's copy did not come (own), or no holder of a
+			// later round answered (keep): go on with this one.
 			delete(o.awaiting, s)
 			progress = true
 			continue
@@ -929,7 +1017,8 @@ func (o *owner) promoteLost() bool {
 }
 
 // lastRoundFor returns the highest round a contribution to shard s waits
-// to be applied at (sync).
+// to be applied at (sync), or with none, the latest round a pull of it
+// waits for.
 func (o *owner) lastRoundFor(s int) (uint64, bool) {
 	best, ok := uint64(0), false
 	for r, ra := range o.rounds {
@@ -937,6 +1026,17 @@ func (o *owner) lastRoundFor(s int) (uint64, bool) {
 			if k.set.has(s) && (!ok || r > best) {
 				best, ok = r, true
 			}
+		}
+	}
+	if ok {
+		return best, ok
+	}
+	// No push: workers past the lost rounds only pull, each the values as
+	// of the round it computes next (sync/chaos seed 746 waited for a push
+	// of a round every live worker had been answered for).
+	for _, k := range o.pending {
+		if k.op == wire.CorePull && k.set.has(s) && k.through != Final && (!ok || k.through > best) {
+			best, ok = k.through, true
 		}
 	}
 	return best, ok
@@ -949,7 +1049,7 @@ func (o *owner) lastRoundFor(s int) (uint64, bool) {
 func (o *owner) mayStillCome(s int) bool {
 	c := o.c
 	a := o.awaiting[s]
-	if c.cfg.Mode == Sync && a.takeover && o.prevNow(s, a) {
+	if c.cfg.Mode == Sync && a.takeover && !a.keep && o.prevNow(s, a) {
 		return true
 	}
 	if c.cfg.Mode == Sync && !a.takeover {

@@ -115,6 +115,7 @@ func (w *worker) init(c *Core) {
 	w.c = c
 	w.ws = map[uint64]*workset{}
 	w.reqs = map[uint64]*request{}
+	w.nextReq = reqBase(c.cfg.ID)
 }
 
 func (w *worker) String() string {
@@ -571,7 +572,7 @@ func (w *worker) reply(from string, msg *wire.Core) {
 	c := w.c
 	r := w.reqs[msg.Req]
 	if r == nil || r.to != from {
-		if r == nil && msg.Req <= w.nextReq {
+		if r == nil && msg.Req <= w.nextReq && msg.Req > reqBase(c.cfg.ID) {
 			c.stats.Stale++ // answered twice (a request sent again)
 			return
 		}

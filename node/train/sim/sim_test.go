@@ -261,6 +261,12 @@ func TestFixedSeeds(t *testing.T) {
 		{"async/chaos", 627, "a replica missed a forward its primary never sent again, and was the only copy left"},
 		{"async/chaos", 969, "a replica missed a forward its primary never sent again, and was the only copy left"},
 		{"async/chaos", 495, "a leaver's handoff to a peer that no longer held the shard was never acknowledged: the leaver never exited"},
+		{"ssp/chaos", 209, "a restarted worker took the answer to its predecessor's request of the same number for its own, and computed a round too stale"},
+		{"ssp/chaos", 834, "a restarted worker took the answer to its predecessor's request of the same number for its own, and computed a round too stale"},
+		{"ssp/chaos", 343, "a replica missed a forward of a primary that then handed the shard on and crashed; its ask went only to that primary, and the round was skipped"},
+		{"ssp/chaos", 255, "a primary handing a shard to a new primary asked that one for its copy, which held its own handoff"},
+		{"sync/chaos", 746, "a shard whose every holder crashed waited for a push to restart at, while every live worker was past its round and only pulled"},
+		{"sync/chaos", 635, "the crashed route of a round had handed the shard on; the replica that took the round over applied it again without the crashed route's contribution, and the two copies differed"},
 	}
 	all := mixesByName()
 	for _, tc := range cases {
