@@ -129,6 +129,7 @@ type owner struct {
 	ff       map[int]bool            // sync takeovers: shards a copy further on may still replace
 	gapSince map[gapKey]uint64       // ssp/async: tick a worker's contribution to a shard was first seen behind a gap
 	gotIn    []uint64                // sync: per shard, the newest configuration when its copy was installed or restarted here
+	handedAs []uint64                // sync: per shard, the round of the handoff copy installed last (0: none, or a takeover's)
 	changed  map[uint64]changedRound // sync full gather: rows changed by round
 	ckpt     map[uint64]*ckptPending // checkpoints being exported, by round
 	ckptDone uint64                  // the newest checkpoint round handed to the driver
@@ -237,6 +238,7 @@ func (o *owner) init(c *Core) {
 	o.gapSince = map[gapKey]uint64{}
 	o.nextReq = reqBase(c.cfg.ID)
 	o.gotIn = make([]uint64, c.shards)
+	o.handedAs = make([]uint64, c.shards)
 	o.changed = map[uint64]changedRound{}
 	o.ckpt = map[uint64]*ckptPending{}
 }

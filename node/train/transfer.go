@@ -285,6 +285,12 @@ func (o *owner) currentFor(s int, r uint64) bool {
 	if at := c.cs.at(o.through[s]); at.holds(c.cfg.Self, s) && c.isMeIn(c.cfg.Self, at) {
 		return true // a holder of the round it is at: it gets that round applied
 	}
+	if o.through[s] == r && o.handedAs[s] == r {
+		// Handed over as of round r by the peer that applied round r-1:
+		// the copy that peer would send again (sync/chaos seed 1225 asked
+		// it again, and it never answered the handoff it had paid).
+		return true
+	}
 	// Or it got the copy once this peer was the round's route.
 	_, t := c.cs.routeConf(s, r)
 	return o.gotIn[s] >= t.ID
@@ -851,6 +857,10 @@ func (o *owner) state(from string, msg *wire.Core) {
 	if c.cfg.Mode == Sync {
 		o.through[s] = msg.Round
 		o.gotIn[s] = cur.ID
+		o.handedAs[s] = 0
+		if !a.takeover {
+			o.handedAs[s] = msg.Round
+		}
 		o.fresh.del(s) // (a real copy replaces one restarted from nothing)
 	} else {
 		clear(o.applied[s])
@@ -998,6 +1008,7 @@ func (o *owner) promoteLost() bool {
 		if c.cfg.Mode == Sync {
 			o.through[s] = round
 			o.gotIn[s] = c.cs.cur().ID
+			o.handedAs[s] = 0
 		} else {
 			clear(o.applied[s])
 			o.fresh.add(s) // each worker's next contribution is the first

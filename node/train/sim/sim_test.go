@@ -265,6 +265,9 @@ func TestFixedSeeds(t *testing.T) {
 		{"ssp/chaos", 834, "a restarted worker took the answer to its predecessor's request of the same number for its own, and computed a round too stale"},
 		{"ssp/chaos", 343, "a replica missed a forward of a primary that then handed the shard on and crashed; its ask went only to that primary, and the round was skipped"},
 		{"ssp/chaos", 255, "a primary handing a shard to a new primary asked that one for its copy, which held its own handoff"},
+		{"sync/chaos", 1225, "a takeover of a round whose copy had been handed over as of that round asked its sender again, which never answered a handoff it had paid"},
+		{"sync/chaos", 1388, "a takeover of a round whose copy had been handed over as of that round asked its sender again, which never answered a handoff it had paid"},
+		{"sync/chaos", 1660, "a takeover of a round whose copy had been handed over as of that round asked its sender again, which never answered a handoff it had paid"},
 		{"sync/chaos", 746, "a shard whose every holder crashed waited for a push to restart at, while every live worker was past its round and only pulled"},
 		{"sync/chaos", 635, "the crashed route of a round had handed the shard on; the replica that took the round over applied it again without the crashed route's contribution, and the two copies differed"},
 	}
