@@ -354,14 +354,6 @@ func (o *owner) configChanged(prev, t *tconf) {
 		}
 		o.owesOf(t)
 	} else {
-		for _, s := range sortedInts(o.awaiting) {
-			if a := o.awaiting[s]; a.own && t.primary(s) != a.from[0].Peer {
-				// The copy asked for (askRefresh) is not the primary's
-				// any more; this copy may be owed to the new one, and
-				// the wait would hold the handoff (ssp/chaos seed 255).
-				delete(o.awaiting, s)
-			}
-		}
 		for s := range c.shards {
 			newHolders := []string{}
 			for _, h := range t.owners[s] {

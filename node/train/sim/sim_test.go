@@ -265,6 +265,7 @@ func TestFixedSeeds(t *testing.T) {
 		{"ssp/chaos", 834, "a restarted worker took the answer to its predecessor's request of the same number for its own, and computed a round too stale"},
 		{"ssp/chaos", 343, "a replica missed a forward of a primary that then handed the shard on and crashed; its ask went only to that primary, and the round was skipped"},
 		{"ssp/chaos", 255, "a primary handing a shard to a new primary asked that one for its copy, which held its own handoff"},
+		{"async/chaos", 1280, "a replica that became the one to hand a shard on stopped waiting for its primary's copy and handed on its own, with a worker's round missing"},
 		{"sync/chaos", 1225, "a takeover of a round whose copy had been handed over as of that round asked its sender again, which never answered a handoff it had paid"},
 		{"sync/chaos", 1388, "a takeover of a round whose copy had been handed over as of that round asked its sender again, which never answered a handoff it had paid"},
 		{"sync/chaos", 1660, "a takeover of a round whose copy had been handed over as of that round asked its sender again, which never answered a handoff it had paid"},
