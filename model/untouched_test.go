@@ -13,7 +13,7 @@ import (
 // reads; and on Linux without swap the pages never written are runs it
 // skips.
 func TestUntouchedRunsCoverWhatWasWritten(t *testing.T) {
-	v := make([]float32, 4<<20) // 16 MiB, fresh from the OS
+	v := freshFloats(t, 4<<20) // 16 MiB, never written
 	written := []int{0, 5, 1 << 20, 1<<20 + 1, 3<<20 + 17, len(v) - 1}
 	for _, i := range written {
 		v[i] = float32(i + 1)
