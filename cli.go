@@ -184,14 +184,14 @@ type logFlags struct {
 
 func (l *logFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&l.format, "log-format", "auto", "log output: `console` (human, coloured on a terminal), json (one JSON object per line), or auto (console)")
-	fs.StringVar(&l.level, "log-level", "info", "least severe log `level` shown: debug, info, warn, error")
+	fs.StringVar(&l.level, "log-level", "info", "least severe log `level` shown: trace (debug, and every shard's applies and handoffs: for bug reports), debug, info, warn, error")
 }
 
 // logger builds the zerolog logger the flags ask for, writing to stderr.
 func (l *logFlags) logger() (zerolog.Logger, error) {
 	lvl, err := zerolog.ParseLevel(l.level)
 	if err != nil || l.level == "" {
-		return zerolog.Nop(), usageErr("log-level", "%q is not a level (debug, info, warn, error)", l.level)
+		return zerolog.Nop(), usageErr("log-level", "%q is not a level (trace, debug, info, warn, error)", l.level)
 	}
 	var w io.Writer
 	switch l.format {

@@ -62,6 +62,7 @@ func (r *churnRun) start(i int, extra ...string) *churnProc {
 		a = append(a, "--listen", "/ip4/127.0.0.1/tcp/0", "--peer", fmt.Sprintf("/ip4/127.0.0.1/tcp/%d/p2p/%s", r.port, r.ids.ids[0]))
 	}
 	a = append(append(a, r.common...), extra...)
+	a = append(a, strings.Fields(os.Getenv("GOSSIPTRAIN_EXTRA_FLAGS"))...)
 	p.cmd = exec.Command(r.bin, a...)
 	p.cmd.Stdout, p.cmd.Stderr = &lockedWriter{w: &p.log, mu: &p.mu}, &lockedWriter{w: &p.log, mu: &p.mu}
 	if err := p.cmd.Start(); err != nil {
@@ -72,8 +73,26 @@ func (r *churnRun) start(i int, extra ...string) *churnProc {
 	r.t.Cleanup(func() {
 		p.cmd.Process.Kill()
 		<-p.done
+		r.keepLog(i, p)
 	})
 	return p
+}
+
+// keepLog writes p's whole log to $GOSSIPTRAIN_KEEP_LOGS/<test>-peer<i>-<n>.log
+// when that variable names a directory (a failure shows only each log's
+// tail; replaying a rare one needs all of it, e.g. with
+// GOSSIPTRAIN_EXTRA_FLAGS=--log-level=debug).
+func (r *churnRun) keepLog(i int, p *churnProc) {
+	dir := os.Getenv("GOSSIPTRAIN_KEEP_LOGS")
+	if dir == "" {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	name := filepath.Join(dir, fmt.Sprintf("%s-peer%d-%d.log", strings.ReplaceAll(r.t.Name(), "/", "_"), i, time.Now().UnixNano()))
+	if err := os.WriteFile(name, p.log.Bytes(), 0o644); err != nil {
+		r.t.Logf("keeping peer %d's log: %v", i, err)
+	}
 }
 
 type lockedWriter struct {

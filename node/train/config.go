@@ -331,7 +331,40 @@ const (
 	TracePromote                      // a shard restarted from nothing (or going on without rounds lost with its holders)
 	TraceFree                         // a shard's state dropped here
 	TraceRows                         // full gather: rows an owner sent written into the read copy
+	// The fate of a worker's push or pull at an owner (Members: the
+	// worker, Peer: its peer, Round: its round): answered "moved" for
+	// Shards, kept for later (a gap, a shard awaited, a configuration not
+	// applied yet), or answered. For logs of real runs (--log-level
+	// trace); the simulator's checks do not need them.
+	TraceMoved
+	TraceDefer
+	TraceAnswer
 )
+
+// String names the kind for logs.
+func (k TraceKind) String() string {
+	switch k {
+	case TraceApply:
+		return "apply"
+	case TraceSend:
+		return "send"
+	case TraceInstall:
+		return "install"
+	case TracePromote:
+		return "promote"
+	case TraceFree:
+		return "free"
+	case TraceRows:
+		return "rows"
+	case TraceMoved:
+		return "moved"
+	case TraceDefer:
+		return "defer"
+	case TraceAnswer:
+		return "answer"
+	}
+	return fmt.Sprintf("trace(%d)", uint8(k))
+}
 
 // MemberID is the member (and raft node) ID of a process of peer that
 // started with incarnation: a hash of both, never 0, top bit clear. Every

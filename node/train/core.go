@@ -501,6 +501,14 @@ func (c *Core) trace(e TraceEvent) {
 	}
 }
 
+// traceMsg traces what an owner did with a worker's message (no
+// allocation unless tracing).
+func (c *Core) traceMsg(kind TraceKind, shards []uint32, round, member uint64, from string, req uint64) {
+	if c.cfg.Trace != nil {
+		c.cfg.Trace(TraceEvent{Kind: kind, Shards: shards, Round: round, Members: []uint64{member}, Peer: from, Req: req})
+	}
+}
+
 // fail records a fatal error.
 func (c *Core) fail(err error) {
 	if c.err == nil {

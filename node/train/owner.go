@@ -36,6 +36,10 @@ type contribution struct {
 	applied  bool   // its rows are in the model (async), or the round is (sync)
 	acks     int    // forwards of it not acknowledged yet (async)
 	since    uint64 // tick it arrived (async long poll of done workers)
+	// narrowed: some of the message's shards were answered "moved", so
+	// the answer names the shards it answers (the worker keeps asking
+	// for the others).
+	narrowed bool
 }
 
 // roundAcc collects the contributions of one sync round.
@@ -139,6 +143,7 @@ type owner struct {
 	// readyFor and readyAt (ssp/async): the configuration this owner last
 	// told the leader it is ready under (CoreReady), and when.
 	readyFor, readyAt uint64
+	retrying          bool // work is handling the deferred messages again
 }
 
 // maxDeferred bounds the messages kept for a configuration not applied
@@ -155,6 +160,17 @@ const maxDeferred = 1 << 12
 // step). A joiner, which knows no configuration yet, keeps what comes, up
 // to the bound.
 func (o *owner) deferMsg(from string, msg *wire.Core) {
+	o.deferNarrowed(from, msg, false)
+}
+
+// deferContrib keeps contribution k to handle again later, remembering
+// whether some of its shards were answered "moved" already (its answer
+// must then name the shards it answers: see contribution.narrowed).
+func (o *owner) deferContrib(k *contribution) {
+	o.deferNarrowed(k.from, o.asMsg(k), k.narrowed)
+}
+
+func (o *owner) deferNarrowed(from string, msg *wire.Core, narrowed bool) {
 	p, inGroup := o.c.ag.group[msg.Member]
 	_, member := o.memberOf(from, msg.Member)
 	if o.c.cs.cur() != nil && !member && (!inGroup || p != from) || len(o.deferred) >= maxDeferred {
@@ -166,7 +182,10 @@ func (o *owner) deferMsg(from string, msg *wire.Core) {
 			return
 		}
 	}
-	o.deferred = append(o.deferred, deferredMsg{from, msg.Clone(), o.c.tick})
+	o.deferred = append(o.deferred, deferredMsg{from, msg.Clone(), o.c.tick, narrowed})
+	if !o.retrying && (msg.Op == wire.CorePush || msg.Op == wire.CorePull) {
+		o.c.traceMsg(TraceDefer, msg.Shards, msg.Round, msg.Member, from, msg.Req)
+	}
 }
 
 // asyncOrder sorts shards for a worker's contribution of round r (ssp and
@@ -214,9 +233,10 @@ type gapKey struct {
 }
 
 type deferredMsg struct {
-	from string
-	msg  *wire.Core
-	at   uint64
+	from     string
+	msg      *wire.Core
+	at       uint64
+	narrowed bool // a contribution some of whose shards were answered "moved"
 }
 
 func (o *owner) init(c *Core) {
@@ -342,11 +362,15 @@ func (o *owner) memberOf(from string, id uint64) (Member, bool) {
 }
 
 // receive takes a push or a pull.
-func (o *owner) receive(from string, msg *wire.Core) {
+func (o *owner) receive(from string, msg *wire.Core) { o.receiveNarrowed(from, msg, false) }
+
+// receiveNarrowed takes a push or a pull, one handled before whose answer
+// must name its shards when narrowed.
+func (o *owner) receiveNarrowed(from string, msg *wire.Core, narrowed bool) {
 	c := o.c
 	cur := c.cs.cur()
 	if cur == nil || msg.Config > cur.ID {
-		o.deferMsg(from, msg)
+		o.deferNarrowed(from, msg, narrowed)
 		return
 	}
 	m, ok := o.memberOf(from, msg.Member)
@@ -410,6 +434,7 @@ func (o *owner) receive(from string, msg *wire.Core) {
 	}
 	if len(moved) > 0 {
 		c.stats.Moved++
+		c.traceMsg(TraceMoved, moved, msg.Round, msg.Member, from, msg.Req)
 		c.send(from, &wire.Core{Op: wire.CoreReply, Flags: wire.FlagMoved, Req: msg.Req, Round: msg.Round, Shards: moved})
 		if len(moved) == len(msg.Shards) {
 			return
@@ -419,11 +444,17 @@ func (o *owner) receive(from string, msg *wire.Core) {
 		}
 	}
 	k := &contribution{from: from, member: msg.Member, req: msg.Req, op: msg.Op, flags: msg.Flags, round: msg.Round,
-		through: msg.Through, examples: msg.Examples, set: set, since: c.tick}
+		through: msg.Through, examples: msg.Examples, set: set, since: c.tick, narrowed: narrowed}
 	k.shards = set.list(nil)
 	k.want = msg.Want // kept, not copied: Receive's caller hands msg over
 	if len(moved) > 0 {
 		k.rows = filterRows(&msg.Rows, k.shards, c.width, c.mask)
+		k.want, k.narrowed = nil, true // (the moved shards' rows are not this owner's to give)
+		for _, key := range msg.Want {
+			if set.has(c.shardOf(key)) {
+				k.want = append(k.want, key)
+			}
+		}
 	} else {
 		k.rows = msg.Rows
 	}
@@ -579,11 +610,13 @@ func (o *owner) recheckPulls() {
 			continue
 		}
 		c.stats.Moved++
+		c.traceMsg(TraceMoved, moved, k.round, k.member, k.from, k.req)
 		c.send(k.from, &wire.Core{Op: wire.CoreReply, Flags: wire.FlagMoved, Req: k.req, Round: k.round, Shards: moved})
 		for _, s := range moved {
 			k.set.del(int(s))
 		}
 		k.shards = k.set.list(nil)
+		k.narrowed = true
 		var want []uint32
 		for _, key := range k.want {
 			if k.set.has(c.shardOf(key)) {
@@ -607,7 +640,7 @@ func (o *owner) pushAsync(k *contribution) {
 	c := o.c
 	for _, s := range k.shards {
 		if o.awaiting[int(s)] != nil || !o.held.has(int(s)) {
-			o.deferMsg(k.from, o.asMsg(k))
+			o.deferContrib(k)
 			return
 		}
 	}
@@ -622,7 +655,7 @@ func (o *owner) pushAsync(k *contribution) {
 	}
 	apply, gap, skipped := o.asyncOrder(k.member, k.round, k.shards)
 	if gap {
-		o.deferMsg(k.from, o.asMsg(k))
+		o.deferContrib(k)
 		return
 	}
 	if len(apply) == 0 {
@@ -736,6 +769,8 @@ func (o *owner) work() bool {
 	if len(o.deferred) > 0 {
 		ds := o.deferred
 		o.deferred = nil
+		o.retrying = true // (traced when first deferred, not at every retry)
+		defer func() { o.retrying = false }()
 		for _, d := range ds {
 			switch d.msg.Op {
 			case wire.CoreForward:
@@ -743,7 +778,7 @@ func (o *owner) work() bool {
 			case wire.CoreState:
 				o.state(d.from, d.msg)
 			default:
-				o.receive(d.from, d.msg)
+				o.receiveNarrowed(d.from, d.msg, d.narrowed)
 			}
 		}
 		if len(o.deferred) < len(ds) {
@@ -1147,6 +1182,9 @@ func (o *owner) answer() bool {
 func (o *owner) reply(k *contribution) {
 	c := o.c
 	msg := &wire.Core{Op: wire.CoreReply, Req: k.req, Round: k.round}
+	if k.narrowed && k.op != wire.CoreHash {
+		msg.Shards = k.shards // (a hash answer names its shards in Clocks)
+	}
 	if o.final {
 		msg.Flags |= wire.FlagFinal
 	}
@@ -1185,6 +1223,7 @@ func (o *owner) reply(k *contribution) {
 		}
 		msg.Through = th
 	}
+	c.traceMsg(TraceAnswer, k.shards, k.round, k.member, k.from, k.req)
 	c.send(k.from, msg)
 }
 

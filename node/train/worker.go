@@ -593,11 +593,33 @@ func (w *worker) reply(from string, msg *wire.Core) {
 		w.reroute(r, msg.Shards)
 		return
 	}
+	// An answer names the shards it answers when they are fewer than the
+	// request's (the owner said "moved" for the others, in a message that
+	// may come after this one, or before this worker knew why): those
+	// stay asked, under this request's number, for the "moved" to move
+	// or the retry to ask again. Taking the answer for the whole request
+	// lost the others' contribution (an async leave across processes: a
+	// shard's new primary waited forever for a worker's round).
+	shards, want, pos := r.shards, r.want, r.pos
+	partial := len(msg.Shards) > 0 && !slices.Equal(msg.Shards, r.shards)
+	if partial {
+		if !subset(msg.Shards, r.shards) {
+			c.stats.Stale++ // (answered already, or not asked of this owner)
+			return
+		}
+		shards, want, pos = msg.Shards, nil, nil
+		for i, k := range r.want {
+			if _, ok := slices.BinarySearch(shards, uint32(c.shardOf(k))); ok {
+				want = append(want, k)
+				pos = append(pos, r.pos[i])
+			}
+		}
+	}
 	width := c.width
 	switch {
 	case r.fetch != nil && r.fetch.all:
 		// (No rows, no width: the wire codec keeps one form of "no rows".)
-		if msg.Flags&wire.FlagRows == 0 || msg.Rows.Len() > 0 && msg.RowWidth != width || !w.rowsIn(&msg.Rows, r.shards) {
+		if msg.Flags&wire.FlagRows == 0 || msg.Rows.Len() > 0 && msg.RowWidth != width || !w.rowsIn(&msg.Rows, shards) {
 			c.stats.Rejected++
 			return
 		}
@@ -611,16 +633,16 @@ func (w *worker) reply(from string, msg *wire.Core) {
 	case msg.Flags&wire.FlagRows != 0:
 		// Full gather: rows of the answering owner's shards, into the read
 		// copy (never over rows this peer holds: its own are newer).
-		if msg.Rows.Len() > 0 && msg.RowWidth != width || !w.rowsIn(&msg.Rows, r.shards) {
+		if msg.Rows.Len() > 0 && msg.RowWidth != width || !w.rowsIn(&msg.Rows, shards) {
 			c.stats.Rejected++
 			return
 		}
 		c.o.setRows(&msg.Rows)
 		if c.cfg.Trace != nil {
-			c.trace(TraceEvent{Kind: TraceRows, Shards: r.shards, Round: r.round, Peer: from, Keys: msg.Rows.Idx})
+			c.trace(TraceEvent{Kind: TraceRows, Shards: shards, Round: r.round, Peer: from, Keys: msg.Rows.Idx})
 		}
 	default:
-		if len(msg.Values) != len(r.want)*width {
+		if len(msg.Values) != len(want)*width {
 			c.stats.Rejected++
 			return
 		}
@@ -631,26 +653,69 @@ func (w *worker) reply(from string, msg *wire.Core) {
 			dst = r.fetch.vals
 		}
 		if dst != nil {
-			for i, p := range r.pos {
+			for i, p := range pos {
 				copy(dst[int(p)*width:int(p+1)*width], msg.Values[i*width:(i+1)*width])
 			}
 		}
 	}
-	delete(w.reqs, r.id)
 	final := msg.Flags&wire.FlagFinal != 0
 	if ws := r.ws; ws != nil {
-		ws.pending--
 		ws.through = min(ws.through, msg.Through)
 		ws.final = ws.final || final
 	}
 	if f := r.fetch; f != nil {
-		f.pending--
 		f.final = f.final || final
 	}
 	if final && (r.op == wire.CorePush || r.ws != nil) && !w.final {
 		w.final = true
 		c.event(Event{Kind: EvFinal})
 	}
+	if partial {
+		w.narrow(r, msg.Shards)
+		return
+	}
+	delete(w.reqs, r.id)
+	if r.ws != nil {
+		r.ws.pending--
+	}
+	if r.fetch != nil {
+		r.fetch.pending--
+	}
+}
+
+// narrow takes the answered shards out of request r: the rest stay asked.
+func (w *worker) narrow(r *request, answered []uint32) {
+	c := w.c
+	var rest []uint32
+	for _, s := range r.shards {
+		if _, ok := slices.BinarySearch(answered, s); !ok {
+			rest = append(rest, s)
+		}
+	}
+	r.shards = rest
+	if r.rows.Len() > 0 {
+		r.rows = filterRows(&r.rows, rest, c.width, c.mask)
+	}
+	var want []uint32
+	var pos []int32
+	for i, k := range r.want {
+		if _, ok := slices.BinarySearch(rest, uint32(c.shardOf(k))); ok {
+			want = append(want, k)
+			pos = append(pos, r.pos[i])
+		}
+	}
+	r.want, r.pos = want, pos
+}
+
+// subset reports whether every element of a (ascending) is in b
+// (ascending).
+func subset(a, b []uint32) bool {
+	for _, x := range a {
+		if _, ok := slices.BinarySearch(b, x); !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // rowsIn reports whether every row of rows lies in one of shards.
@@ -679,10 +744,12 @@ func (w *worker) reroute(r *request, moved []uint32) {
 			continue
 		}
 		o := w.routeOf(int(s), r.round)
-		if r.op == wire.CorePull && r.round > 0 {
-			o = w.routeOf(int(s), r.round)
-		}
 		if o == r.to {
+			// Its owner says moved, and this worker's newest configuration
+			// says not: the owner applied one this peer has not yet. Kept;
+			// the owner's answer for the other shards narrows the request
+			// to these (reply), which the configuration reroutes
+			// (rerouteAll) or the retry asks again.
 			keep = append(keep, s)
 			continue
 		}
@@ -870,6 +937,17 @@ func (w *worker) hashReply(from string, msg *wire.Core) {
 	}
 	for _, h := range msg.Clocks {
 		r.fetch.hashOut[h.Member] = h.Clock
+	}
+	answered := make([]uint32, len(msg.Clocks))
+	for i, h := range msg.Clocks {
+		answered[i] = uint32(h.Member)
+	}
+	slices.Sort(answered)
+	if answered = slices.Compact(answered); len(answered) < len(r.shards) {
+		// The owner said "moved" for the others (see reply): they stay
+		// asked.
+		w.narrow(r, answered)
+		return
 	}
 	delete(w.reqs, r.id)
 	r.fetch.pending--

@@ -72,6 +72,12 @@ type Config struct {
 	Resume *CheckpointInfo
 	// Log receives the trainer's own lines.
 	Log zerolog.Logger
+	// StallAfter is how long a run may show no progress (no example
+	// trained, no round, no configuration) before the trainer logs what
+	// its core waits for, and again every StallAfter while it does not
+	// move: a run that waits that long waits for a crash to be noticed
+	// (--dead-after) or is stuck, and the line says which.
+	StallAfter time.Duration
 }
 
 // DefaultConfig returns the defaults.
@@ -86,6 +92,7 @@ func DefaultConfig() Config {
 		// The core's timings are tuned for a 10ms tick (train.DefaultConfig).
 		Tick:          10 * time.Millisecond,
 		ProgressEvery: time.Second,
+		StallAfter:    30 * time.Second,
 		Log:           zerolog.Nop(),
 	}
 }
@@ -203,6 +210,16 @@ func New(cfg Config, hooks Hooks, link Link) (*Trainer, error) {
 	if err := cfg.Core.Validate(); err != nil {
 		return nil, err
 	}
+	if cfg.Core.Trace == nil && cfg.Log.GetLevel() <= zerolog.TraceLevel {
+		// --log-level trace: every shard's history (applies, handoffs,
+		// installs, frees), what the simulator records, for replaying a
+		// rare failure of real processes.
+		log := cfg.Log
+		cfg.Core.Trace = func(e train.TraceEvent) {
+			log.Trace().Str("kind", e.Kind.String()).Uints32("shards", e.Shards).Uint64("round", e.Round).
+				Uints64("members", e.Members).Str("peer", e.Peer).Uint64("req", e.Req).Bool("replica", e.Replica).Msg("core")
+		}
+	}
 	return &Trainer{
 		cfg: cfg, hooks: hooks, link: link, m: cfg.Core.Model, log: cfg.Log,
 		inbox: make(chan delivery, 4096), alive: make(chan []uint64, 1), leave: make(chan struct{}, 1),
@@ -297,18 +314,23 @@ type run struct {
 	ckptFail int
 	ckptLast uint64
 
-	examples   int64
-	rounds     int64
-	lossSum    float64
-	lastRound  uint64
-	askedAt    time.Time // the core's latest compute request came (or the previous result went) then
-	waiting    bool      // no gradient is being computed
-	waitSec    float64
-	waitAt     float64 // waitSec at the previous round reported
-	joinSec    float64 // a joiner: seconds until a configuration had it as a worker
-	covered    int     // shards whose final hash arrived
-	progAt     time.Time
-	progEx     int64
+	examples  int64
+	rounds    int64
+	lossSum   float64
+	lastRound uint64
+	askedAt   time.Time // the core's latest compute request came (or the previous result went) then
+	waiting   bool      // no gradient is being computed
+	waitSec   float64
+	waitAt    float64 // waitSec at the previous round reported
+	joinSec   float64 // a joiner: seconds until a configuration had it as a worker
+	covered   int     // shards whose final hash arrived
+	progAt    time.Time
+	progEx    int64
+	// stuckAt and stuckSig: when the run's progress (examples, rounds,
+	// configuration, final) was last seen to change, and what it was
+	// (stalled).
+	stuckAt    time.Time
+	stuckSig   [4]int64
 	progLoss   float64
 	progSteps  int64
 	nextEvalAt int64
@@ -414,6 +436,7 @@ func (t *Trainer) Run(ctx context.Context, open func(epoch int) (data.Source, er
 		case <-tick.C:
 			core.Tick()
 			r.progress(false)
+			r.stalled()
 		case res := <-r.results:
 			r.computed(res)
 		case b := <-r.batchesWanted():
@@ -705,6 +728,32 @@ func (r *run) maybeFinish() {
 	r.finishing = true
 	r.progress(true)
 	r.core.Finish()
+}
+
+// stalled logs the core's state, once per Config.StallAfter, while
+// nothing moves: no example trained, no round, no configuration, not
+// final.
+func (r *run) stalled() {
+	at := r.t.now()
+	sig := [4]int64{r.examples, r.rounds, int64(r.cfgID), 0}
+	if r.final {
+		sig[3] = 1
+	}
+	if sig != r.stuckSig || r.stuckAt.IsZero() {
+		r.stuckSig, r.stuckAt = sig, at
+		return
+	}
+	every := r.t.cfg.StallAfter
+	if every <= 0 || at.Sub(r.stuckAt) < every {
+		return
+	}
+	r.stuckAt = at
+	log := r.t.log
+	log.Warn().Dur("for", every).Str("state", r.core.String()).
+		Msg("no progress: this peer waits for other peers (the state says for what; with --log-level debug every shard's follows)")
+	if e := log.Debug(); e.Enabled() {
+		e.Str("shards", r.core.Debug()).Msg("core state")
+	}
 }
 
 // progress calls Hooks.Progress every ProgressEvery (or now).

@@ -67,6 +67,15 @@ type Options struct {
 	Faults                           Faults
 	// MaxTicks bounds a run (a liveness failure past it).
 	MaxTicks int
+	// Steps is how many network steps a tick has (0 or 1: one). A message
+	// takes at least a step, a gradient 0-2 steps: with Steps > 1 many
+	// rounds go by between two ticks of the cores, as they do between
+	// processes whose network answers in far less than a tick (10 ms;
+	// loopback in a fraction of a millisecond), while retries, elections
+	// and the membership still count ticks. A leave in async across real
+	// processes lost a worker's round in that regime, which one step per
+	// tick never reached.
+	Steps int
 	// Record keeps a readable trace of the run's events (Result.Trace).
 	Record bool
 	// Encode sends every message through the wire codec (slower).
@@ -213,6 +222,7 @@ type sim struct {
 	o           Options
 	r           rng
 	tick        int
+	now         int // network steps: tick*steps at the end of a tick (Options.Steps)
 	procs       []*proc
 	byPeer      map[string]*proc // the running process of each peer
 	net         []msgInFlight
@@ -396,15 +406,32 @@ func (s *sim) run() {
 	for _, p := range s.procs {
 		s.handle(p)
 	}
+	steps := max(1, o.Steps)
 	for s.tick = 1; s.tick <= o.MaxTicks; s.tick++ {
+		s.now = (s.tick-1)*steps + 1
 		s.faults()
 		s.membership()
+		for sub := 1; sub < steps; sub++ {
+			// The steps between two ticks: messages and gradients only.
+			s.now = (s.tick-1)*steps + sub
+			s.deliver()
+			for _, p := range slices.Clone(s.procs) {
+				if p.running && p.compute != nil && s.now >= p.computeAt {
+					req := p.compute
+					p.compute = nil
+					g, loss := s.gradient(p, req)
+					p.core.Computed(req.Round, g, loss)
+					s.handle(p)
+				}
+			}
+		}
+		s.now = s.tick * steps
 		s.deliver()
 		for _, p := range slices.Clone(s.procs) {
 			if !p.running {
 				continue
 			}
-			if p.compute != nil && s.tick >= p.computeAt {
+			if p.compute != nil && s.now >= p.computeAt {
 				req := p.compute
 				p.compute = nil
 				g, loss := s.gradient(p, req)
@@ -649,7 +676,7 @@ func (s *sim) send(from *proc, e train.Envelope) {
 	}
 	if e.To == from.peer {
 		s.seq++
-		s.net = append(s.net, msgInFlight{from: from.peer, to: e.To, to2: to, msg: msg, at: s.tick, seq: s.seq})
+		s.net = append(s.net, msgInFlight{from: from.peer, to: e.To, to2: to, msg: msg, at: s.now, seq: s.seq})
 		return
 	}
 	if chaos && f.Drop > 0 && s.r.float() < f.Drop {
@@ -667,7 +694,7 @@ func (s *sim) send(from *proc, e train.Envelope) {
 			delay += s.r.intn(f.Delay + 1)
 		}
 		s.seq++
-		s.net = append(s.net, msgInFlight{from: from.peer, to: e.To, to2: to, msg: msg, at: s.tick + delay, seq: s.seq})
+		s.net = append(s.net, msgInFlight{from: from.peer, to: e.To, to2: to, msg: msg, at: s.now + delay, seq: s.seq})
 	}
 }
 
@@ -765,7 +792,7 @@ func (s *sim) deliver() {
 	var due []msgInFlight
 	keep := s.net[:0]
 	for _, m := range s.net {
-		if m.at <= s.tick {
+		if m.at <= s.now {
 			due = append(due, m)
 		} else {
 			keep = append(keep, m)
@@ -804,7 +831,7 @@ func (s *sim) handle(p *proc) {
 		}
 		if rd.Compute != nil {
 			p.compute = rd.Compute
-			p.computeAt = s.tick + s.r.intn(3)
+			p.computeAt = s.now + s.r.intn(3)
 		}
 		for range rd.WantBatches {
 			if !s.giveBatch(p) {
@@ -1028,7 +1055,7 @@ func (s *sim) onEvent(p *proc, e train.Event) {
 func (s *sim) onTrace(p *proc, e train.TraceEvent) {
 	if s.o.WatchShard > 0 && slices.Contains(e.Shards, uint32(s.o.WatchShard-1)) {
 		s.logf("%s/%x trace %s round %d members %x peer %s req %d replica %v", p.peer, p.member&0xffff,
-			[]string{"?", "apply", "send", "install", "promote", "free", "rows"}[e.Kind], e.Round, e.Members, e.Peer, e.Req, e.Replica)
+			e.Kind, e.Round, e.Members, e.Peer, e.Req, e.Replica)
 	}
 	switch e.Kind {
 	case train.TraceApply:
