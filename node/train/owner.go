@@ -80,6 +80,17 @@ type owe struct {
 	takeover bool // sync: the state as it is, to the peer taking over a crashed primary's rounds
 }
 
+// settleWait holds back a sync takeover's installed copy while holders it
+// asked, which may have the shard further on, have not answered: applying
+// a round on the first copy that came would fork the shard from a further
+// one that came a moment later (sync/fast-chaos seed 100: a replica's copy
+// came first, the next round's holder's a step later, and the taker had
+// applied the round again without its crashed route's contribution).
+type settleWait struct {
+	pending []Member // asked, not answered (a copy, or "no copy")
+	until   uint64   // tick it stops waiting for them
+}
+
 // await is a shard whose state this owner waits for.
 type await struct {
 	round    uint64   // sync: the round the state must be as of
@@ -128,9 +139,11 @@ type owner struct {
 	xfer     map[uint64]*stateOut
 	owes     []owe
 	paid     map[owe]bool
+	paidAs   map[owe]uint64 // sync: the round the copy that paid it was as of
 	nextReq  uint64
 	final    bool
 	ff       map[int]bool            // sync takeovers: shards a copy further on may still replace
+	settle   map[int]*settleWait     // sync takeovers: installed copies other holders may still better
 	gapSince map[gapKey]uint64       // ssp/async: tick a worker's contribution to a shard was first seen behind a gap
 	gotIn    []uint64                // sync: per shard, the newest configuration when its copy was installed or restarted here
 	handedAs []uint64                // sync: per shard, the round of the handoff copy installed last (0: none, or a takeover's)
@@ -254,7 +267,9 @@ func (o *owner) init(c *Core) {
 	o.fwd = map[uint64]*fwdOut{}
 	o.xfer = map[uint64]*stateOut{}
 	o.paid = map[owe]bool{}
+	o.paidAs = map[owe]uint64{}
 	o.ff = map[int]bool{}
+	o.settle = map[int]*settleWait{}
 	o.gapSince = map[gapKey]uint64{}
 	o.nextReq = reqBase(c.cfg.ID)
 	o.gotIn = make([]uint64, c.shards)
@@ -296,6 +311,11 @@ func (o *owner) newReq() uint64 {
 
 func (o *owner) tick() {
 	c := o.c
+	for _, s := range sortedInts(o.settle) {
+		if w := o.settle[s]; c.tick >= w.until || !o.held.has(s) {
+			delete(o.settle, s) // (an asked holder that never answers crashed, or the copy left)
+		}
+	}
 	if c.tick%uint64(c.cfg.RetryTicks) == 0 {
 		o.askState()
 		o.askRefreshAgain()
@@ -429,6 +449,18 @@ func (o *owner) receiveNarrowed(from string, msg *wire.Core, narrowed bool) {
 		}
 		if c.cfg.Mode == Sync && msg.Op == wire.CorePush && o.usable(int(s), msg.Round) && o.through[s] > msg.Round {
 			continue // applied here since (handed over): answered as a copy sent again
+		}
+		if c.cfg.Mode == Sync && msg.Op == wire.CorePush && msg.Flags&wire.FlagResend != 0 && c.routeMe(int(s), msg.Round+1) {
+			if a := o.awaiting[int(s)]; a != nil && a.takeover && a.takenAt == msg.Round+1 {
+				// The round's route left and went unanswered (the worker
+				// sends it to the next round's, worker.successor), and the
+				// shard, lost with its holders, restarts here at the next
+				// round: this push says a worker waits for it, and is
+				// answered with the restarted values (sync/chaos seed 1805
+				// answered "moved" and the worker sent it back and forth
+				// forever).
+				continue
+			}
 		}
 		moved = append(moved, s)
 	}
@@ -837,7 +869,7 @@ func (o *owner) applyRound(r uint64) bool {
 	// Shards this peer applies in round r now.
 	ready := newShardSet(c.shards)
 	for s := range c.shards {
-		if o.through[s] == r && o.usable(s, r) && c.routeMe(s, r) {
+		if o.through[s] == r && o.usable(s, r) && c.routeMe(s, r) && o.settle[s] == nil {
 			ready.add(s)
 		}
 	}
@@ -1080,8 +1112,24 @@ func (o *owner) usable(s int, r uint64) bool {
 	if !o.held.has(s) {
 		return false
 	}
+	if o.settle[s] != nil {
+		return false // (its copy may still be replaced)
+	}
 	a := o.awaiting[s]
 	return a == nil || o.c.cfg.Mode == Sync && !a.takeover && a.round > r && r != Final
+}
+
+// settled takes peer p's answer to a takeover's ask for shard s (its
+// copy, or "no copy"): the copy installed here waits for one peer fewer.
+func (o *owner) settled(s int, p string) {
+	w := o.settle[s]
+	if w == nil {
+		return
+	}
+	w.pending = slices.DeleteFunc(w.pending, func(m Member) bool { return m.Peer == p })
+	if len(w.pending) == 0 {
+		delete(o.settle, s)
+	}
 }
 
 // waitingForward reports whether a forward of shard s's round r (sync)

@@ -548,16 +548,13 @@ func (o *owner) onAsk(from string, msg *wire.Core) {
 			return
 		}
 		if !o.held.has(s) {
-			if msg.Flags&wire.FlagReply == 0 {
-				c.stats.Rejected++
-				return
-			}
-			// No copy here, and the taker's own copy is current: say
-			// so (it waits for the answer), and from now on take the
-			// shard only from the route of the round before its
-			// handoff, not from the crashed route, whose copy would
-			// fork it from the taker's.
-			if a := o.awaiting[s]; a != nil && !a.takeover {
+			// No copy here: say so (the taker waits for the answers of
+			// those it asked before it applies a round on a copy:
+			// settleWait). When the taker's own copy is current
+			// (FlagReply), from now on take the shard only from the
+			// route of the round before its handoff, not from the
+			// crashed route, whose copy would fork it from the taker's.
+			if a := o.awaiting[s]; a != nil && !a.takeover && msg.Flags&wire.FlagReply != 0 {
 				a.refused = true
 			}
 			c.send(from, &wire.Core{Op: wire.CoreState, Flags: wire.FlagRefused | wire.FlagMoved, Shards: msg.Shards, Round: msg.Round})
@@ -587,10 +584,33 @@ func (o *owner) onAsk(from string, msg *wire.Core) {
 // the peer asks means the copy was lost.
 func (o *owner) oweOrResend(w owe) {
 	if o.paid[w] {
+		if as, ok := o.paidAs[w]; ok && o.c.cfg.Mode == Sync && o.held.has(w.shard) && o.through[w.shard] > as && !o.xferTo(w.to, w.shard) {
+			// Paid with a copy older than this one, which the asker
+			// took (acknowledged) and still asks past: a takeover's owe
+			// of round r paid, as the shard was then, before this peer
+			// had applied round r-1 (sync/chaos seed 1440 asked again
+			// for an hour, then restarted the shard from nothing while
+			// this peer held it).
+			delete(o.paid, w)
+			delete(o.paidAs, w)
+			o.addOwe(w)
+			return
+		}
 		o.resendXfer(w.to, w.shard)
 		return
 	}
 	o.addOwe(w)
+}
+
+// xferTo reports whether a copy of shard s sent to peer to waits for its
+// acknowledgement.
+func (o *owner) xferTo(to string, s int) bool {
+	for _, x := range o.xfer {
+		if x.to == to && x.shard == s {
+			return true
+		}
+	}
+	return false
 }
 
 // neverComes reports whether shard s, awaited here by a takeover, can
@@ -635,11 +655,14 @@ func (o *owner) onNoCopy(from string, msg *wire.Core) {
 	s := int(msg.Shards[0])
 	a := o.awaiting[s]
 	if msg.Flags&wire.FlagMoved != 0 {
-		// A survivor's "no copy" to a takeover's ask: only a takeover
-		// that keeps its own copy counts on it (await.keep).
+		// A survivor's "no copy" to a takeover's ask: a takeover that
+		// keeps its own copy counts on it (await.keep), one that
+		// installed another's holds its rounds until it comes
+		// (settleWait).
 		if a != nil && a.keep && msg.Round == a.takenAt {
 			o.keepWithout(s, a, from, msg.Member)
 		}
+		o.settled(s, from)
 		return
 	}
 	if a == nil || !a.takeover || !a.prev || msg.Round != a.takenAt {
@@ -699,6 +722,7 @@ func (o *owner) payOwes() bool {
 		// forwards of the rounds after.)
 		o.sendState(w)
 		o.paid[w] = true
+		o.paidAs[w] = o.through[w.shard]
 		progress = true
 	}
 	clear(o.owes[len(keep):])
@@ -786,6 +810,9 @@ func (o *owner) state(from string, msg *wire.Core) {
 		return
 	}
 	a := o.awaiting[s]
+	if c.cfg.Mode == Sync {
+		o.settled(s, from) // (whether installed or not, its copy came)
+	}
 	if a == nil && c.cfg.Mode == Sync && (o.ff[s] || o.fresh.has(s)) && o.held.has(s) && (msg.Round > o.through[s] || msg.Round == o.through[s] && o.fresh.has(s)) {
 		// A takeover installed a copy, or restarted the shard from nothing;
 		// this one is further on (a survivor had rounds the crashed
@@ -872,6 +899,19 @@ func (o *owner) state(from string, msg *wire.Core) {
 	delete(o.awaiting, s)
 	if a.takeover && c.cfg.Mode == Sync {
 		o.ff[s] = true
+		if !a.keep {
+			// The other holders asked may have it further on: hold the
+			// rounds until they answer (settleWait).
+			var pending []Member
+			for _, m := range a.from {
+				if m.Peer != from && m.Peer != c.cfg.Self && !c.cs.crashed[m.ID] {
+					pending = append(pending, m)
+				}
+			}
+			if len(pending) > 0 {
+				o.settle[s] = &settleWait{pending: pending, until: c.tick + uint64(2*c.cfg.RetryTicks)}
+			}
+		}
 	}
 	if msg.Flags&wire.FlagFinal != 0 {
 		o.final = true // handed over after the last round: the run's values are final
@@ -925,6 +965,14 @@ func (o *owner) maybeFree(s int) {
 			return
 		}
 	}
+	if c.cfg.Mode == Sync && o.answersWait(s) {
+		// Its last rounds' answers wait for their forwards: they are read
+		// from this copy. Freed, a leaver answered them with the zeros of
+		// a reset shard, and a push of the round sent again made it take
+		// the round over and apply it a second time without a worker
+		// that had crashed meanwhile (sync/fast-chaos seed 32).
+		return
+	}
 	if c.cfg.Mode == Sync && !c.w.leaving && c.w.clock < o.through[s]+2 {
 		// Keep it until this worker has seen every owner apply the round
 		// after (so the new holders have it): should the peer handing it
@@ -943,6 +991,23 @@ func (o *owner) maybeFree(s int) {
 	} else {
 		c.m.ResetShard(s)
 	}
+}
+
+// answersWait reports whether a sync answer of a round applied to shard s
+// here has yet to go: a forward of it not acknowledged, or a push of it
+// not answered.
+func (o *owner) answersWait(s int) bool {
+	for _, f := range o.fwd {
+		if slices.Contains(f.shards, uint32(s)) {
+			return true
+		}
+	}
+	for _, k := range o.pending {
+		if k.op == wire.CorePush && k.set.has(s) && k.round < o.through[s] {
+			return true
+		}
+	}
+	return false
 }
 
 // promoteLost restarts shards whose every possible holder crashed (or
@@ -975,7 +1040,7 @@ func (o *owner) promoteLost() bool {
 			r, ok := o.lastRoundFor(s)
 			switch {
 			case ok:
-				round = r
+				round = max(r, a.takenAt) // (the rounds before are not this peer's to apply)
 			case o.final && c.cfg.Mode == Sync:
 				// Lost after the last round: no contribution will come
 				// to restart it at; its final values are its initial ones.

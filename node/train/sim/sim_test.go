@@ -300,6 +300,15 @@ func TestFixedSeeds(t *testing.T) {
 		{"sync/chaos", 1660, "a takeover of a round whose copy had been handed over as of that round asked its sender again, which never answered a handoff it had paid"},
 		{"sync/chaos", 746, "a shard whose every holder crashed waited for a push to restart at, while every live worker was past its round and only pulled"},
 		{"sync/chaos", 635, "the crashed route of a round had handed the shard on; the replica that took the round over applied it again without the crashed route's contribution, and the two copies differed"},
+		{"async/fast-leave", 6, "an owner that had applied a new configuration answered a push's other shards before its 'moved' for some: the worker took the answer for its whole push, and the moved shards never got the round"},
+		{"async/fast-leave", 43, "a push narrowed by 'moved' and kept for a gap was answered later without naming its shards: the worker took the answer for its whole push"},
+		{"sync/chaos", 1372, "a shard was freed while its last round's answers still waited for their forwards (answered with a reset shard's values)"},
+		{"sync/chaos", 1418, "a shard was freed while its last round's answers still waited for their forwards"},
+		{"sync/chaos", 1801, "a shard was freed while its last round's answers still waited for their forwards; replicas ended unlike their primary"},
+		{"sync/fast-chaos", 32, "a leaver freed a shard whose last forward was lost, then took a resent push of that round over and applied it a second time without a crashed worker"},
+		{"sync/fast-chaos", 100, "a takeover applied a round on the first copy that came (a replica's) while the next round's holder's further copy was a step behind"},
+		{"sync/chaos", 1440, "a takeover's owe paid with a copy from before the round was acknowledged, and the holder ignored the asks for the round since: the shard restarted from nothing while it held it"},
+		{"sync/chaos", 1805, "a worker's push of a round whose route left went to the next round's route, which said 'moved', back and forth forever, while the shard waited there to restart"},
 	}
 	all := mixesByName()
 	for _, tc := range cases {
