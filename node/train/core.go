@@ -654,6 +654,9 @@ func (c *Core) Debug() string {
 		if a := o.awaiting[s]; a != nil {
 			fmt.Fprintf(&b, " awaiting round %d takeover %v (at %d, prev %v) from %v", a.round, a.takeover, a.takenAt, a.prev, a.from)
 		}
+		if w := o.settle[s]; w != nil {
+			fmt.Fprintf(&b, " settling until %d for %v", w.until, w.pending)
+		}
 		if t := c.cs.cur(); t != nil && c.cfg.Mode == Sync {
 			p, rt := c.cs.routeConf(s, o.through[s])
 			m, _ := rt.member(p)

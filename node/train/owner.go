@@ -127,6 +127,7 @@ type owner struct {
 	c        *Core
 	held     shardSet
 	fresh    shardSet // sync: restarted from nothing, no round applied since
+	freshAt  []uint64 // sync: per shard, the tick it was restarted
 	through  []uint64 // sync: rounds applied, per shard
 	awaiting map[int]*await
 	rounds   map[uint64]*roundAcc
@@ -256,6 +257,7 @@ func (o *owner) init(c *Core) {
 	o.c = c
 	o.held = newShardSet(c.shards)
 	o.fresh = newShardSet(c.shards)
+	o.freshAt = make([]uint64, c.shards)
 	o.through = make([]uint64, c.shards)
 	o.awaiting = map[int]*await{}
 	o.rounds = map[uint64]*roundAcc{}
@@ -538,6 +540,7 @@ func (o *owner) pushSync(k *contribution) {
 			lost := k.round - o.through[s]
 			o.through[s] = k.round
 			o.fresh.add(int(s))
+			o.freshAt[s] = c.tick
 			c.stats.Lost += lost
 			c.trace(TraceEvent{Kind: TracePromote, Shards: []uint32{s}, Round: k.round})
 			c.event(Event{Kind: EvLost, Shards: 1, Text: fmt.Sprintf("shard %d: %d rounds before round %d lost with the holders that crashed", s, lost, k.round)})
@@ -887,8 +890,30 @@ func (o *owner) applyRound(r uint64) bool {
 		cs.or(k.set)
 	}
 	cur := c.cs.cur()
+	// Shards restarted from nothing that have waited two retry intervals
+	// for their first round: a worker whose contribution has not come
+	// may have been answered that round by the holder that crashed, and
+	// will never send it again (sync/chaos seed 165: two restarted shards
+	// each waited for a worker the other one held up). Applied without
+	// it; the contribution went with that holder, counted lost.
+	waited := newShardSet(c.shards)
+	for _, s := range ready.list(nil) {
+		if o.fresh.has(int(s)) && c.tick-o.freshAt[s] > uint64(2*c.cfg.RetryTicks) {
+			waited.add(int(s))
+		}
+	}
 	for _, m := range required {
 		cs := cover[m.ID]
+		if !waited.empty() && (cs == nil || !waited.subset(cs)) {
+			x := newShardSet(c.shards)
+			x.copyFrom(waited)
+			if cs != nil {
+				x.or(cs)
+			}
+			cs = x
+			c.stats.Lost++
+			c.event(Event{Kind: EvLost, Shards: waited.count(), Text: fmt.Sprintf("round %d of shards restarted from nothing applied without %s's contribution (answered by a holder that crashed)", r, short(m.Peer))})
+		}
 		if !cur.isMember(m.Peer, m.ID) && !o.fresh.empty() {
 			// A member gone since (it left, its rounds answered) will not
 			// send again: a shard restarted from nothing does not wait

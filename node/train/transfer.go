@@ -1049,6 +1049,7 @@ func (o *owner) promoteLost() bool {
 				continue
 			}
 			o.fresh.add(s)
+			o.freshAt[s] = c.tick
 		}
 		delete(o.awaiting, s)
 		if c.cfg.Gather == Full {

@@ -309,6 +309,8 @@ func TestFixedSeeds(t *testing.T) {
 		{"sync/fast-chaos", 100, "a takeover applied a round on the first copy that came (a replica's) while the next round's holder's further copy was a step behind"},
 		{"sync/chaos", 1440, "a takeover's owe paid with a copy from before the round was acknowledged, and the holder ignored the asks for the round since: the shard restarted from nothing while it held it"},
 		{"sync/chaos", 1805, "a worker's push of a round whose route left went to the next round's route, which said 'moved', back and forth forever, while the shard waited there to restart"},
+		{"sync/chaos", 165, "two shards restarted from nothing each waited for a worker's contribution that the crashed holder had answered, while the other shard held that worker up"},
+		{"sync/chaos", 1885, "a shard restarted from nothing waited forever for a leaver's contribution that the crashed holder had answered"},
 	}
 	all := mixesByName()
 	for _, tc := range cases {
