@@ -133,8 +133,13 @@ const (
 	// FlagAsk: a state message that asks for the shard (Shards, as of
 	// Round) instead of carrying it: a new holder whose handoff has not
 	// come asks the peer that now applies the round before.
-	FlagAsk   CoreFlags = 1 << 8
-	coreFlags           = 1<<9 - 1
+	FlagAsk CoreFlags = 1 << 8
+	// FlagFresh: a state message (ssp, async) of a shard restarted from
+	// nothing since some workers last contributed: a worker its clocks do
+	// not list starts with its next contribution (it has no rounds to
+	// catch up).
+	FlagFresh CoreFlags = 1 << 9
+	coreFlags           = 1<<10 - 1
 )
 
 // MemberClock is one entry of a per-worker list: a member (its raft ID) and

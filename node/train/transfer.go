@@ -1,6 +1,7 @@
 package train
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 
@@ -567,12 +568,17 @@ func (o *owner) onAsk(from string, msg *wire.Core) {
 		c.stats.Rejected++
 		return
 	}
-	if !o.held.has(s) && (o.awaiting[s] == nil || o.neverComes(s)) {
+	if a := o.awaiting[s]; !o.held.has(s) && (a == nil || o.neverComes(s) || !a.takeover && a.round > msg.Round) {
 		// Handed over and dropped here already (a leaver's copy went to
 		// the holder that crashed since), or never to come here (its own
 		// takeover waits for peers that all crashed, and no round is this
-		// peer's to restart it at): say so, so the asker stops counting on
-		// this peer (sync/chaos seed 270 waited on such a leaver forever).
+		// peer's to restart it at), or to come only as of a later round,
+		// from the asker's side of the chain (sync/fast-chaos seed 88: a
+		// leaver that had handed the shard to peers that crashed since
+		// waited for it as of round 7 from the peer asking it as of round
+		// 6, and each waited for the other): say so, so the asker stops
+		// counting on this peer (sync/chaos seed 270 waited on such a
+		// leaver forever).
 		c.send(from, &wire.Core{Op: wire.CoreState, Flags: wire.FlagRefused, Shards: msg.Shards, Round: msg.Round})
 		return
 	}
@@ -600,6 +606,30 @@ func (o *owner) oweOrResend(w owe) {
 		return
 	}
 	o.addOwe(w)
+}
+
+// repayOlder owes again, now, the takeovers this peer paid with an older
+// copy of shard s than the one it just installed: it paid a survivor's
+// copy while the handoff of a later round was still on its way here (a
+// partition held it), and the taker, whose copy stopped at a round a
+// leaver applied, asks no more (sync/chaos seed 1991 waited for that
+// round forever). The taker takes a further copy (await.ff). Not to the
+// peer the copy came from, which has it (sync/fast-chaos seed 428).
+func (o *owner) repayOlder(s int, from string) {
+	var due []owe
+	for w, as := range o.paidAs {
+		if w.shard == s && w.takeover && w.to != from && o.through[s] > as && !o.xferTo(w.to, s) {
+			due = append(due, w)
+		}
+	}
+	slices.SortFunc(due, func(a, b owe) int { // (map order is random)
+		return cmp.Or(cmp.Compare(a.to, b.to), cmp.Compare(a.round, b.round), cmp.Compare(a.member, b.member))
+	})
+	for _, w := range due {
+		delete(o.paid, w)
+		delete(o.paidAs, w)
+		o.addOwe(w)
+	}
 }
 
 // xferTo reports whether a copy of shard s sent to peer to waits for its
@@ -670,6 +700,16 @@ func (o *owner) onNoCopy(from string, msg *wire.Core) {
 	}
 	if p, t := c.cs.routeConf(s, a.takenAt-1); p != from || !t.isMember(from, msg.Member) {
 		c.stats.Rejected++
+		return
+	}
+	if o.held.has(s) && o.through[s] == a.takenAt && !slices.ContainsFunc(a.from, func(m Member) bool { return !c.cs.crashed[m.ID] }) {
+		// This peer's copy is as of the takeover's round, the peer that
+		// applied the round before has none to hand over (it handed it
+		// to holders that crashed since), and no survivor is asked: the
+		// copy here is what that peer would have sent. It stands
+		// (marking prev false would not end the wait: prevNow sets it
+		// again while that peer lives; sync/fast-chaos seed 88).
+		delete(o.awaiting, s)
 		return
 	}
 	a.prev = false
@@ -750,6 +790,9 @@ func (o *owner) sendState(w owe) {
 		// an older copy still sent again), and no older copy to the same
 		// peer is sent again from now on.
 		msg.Round = w.conf
+		if o.fresh.has(w.shard) {
+			msg.Flags |= wire.FlagFresh
+		}
 		for id, x := range o.xfer {
 			if x.to == w.to && x.shard == w.shard {
 				delete(o.xfer, id)
@@ -881,9 +924,19 @@ func (o *owner) state(from string, msg *wire.Core) {
 			o.handedAs[s] = msg.Round
 		}
 		o.fresh.del(s) // (a real copy replaces one restarted from nothing)
+		o.repayOlder(s, from)
 	} else {
 		clear(o.applied[s])
 		o.fresh.del(s)
+		if msg.Flags&wire.FlagFresh != 0 {
+			// Restarted from nothing at a holder before: a worker with no
+			// clock here has no earlier rounds to send (ssp/chaos seed
+			// 1332: a restarted shard handed on lost this, and its new
+			// primary held every ssp answer for a worker's rounds that
+			// went with the holders that crashed).
+			o.fresh.add(s)
+			o.freshAt[s] = c.tick
+		}
 		for _, mc := range msg.Clocks {
 			if mc.Member&doneBit != 0 {
 				id := mc.Member &^ doneBit

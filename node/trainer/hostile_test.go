@@ -38,7 +38,7 @@ func hostile(ctx context.Context, ml *memLink, self string, initial []train.Memb
 			claim := pick()
 			m := &wire.Core{
 				Op:       only,
-				Flags:    wire.CoreFlags(rng.IntN(1 << 9)),
+				Flags:    wire.CoreFlags(rng.IntN(int(wire.FlagFresh) << 1)), // any of the defined flags
 				Member:   claim.ID,
 				Config:   uint64(rng.IntN(4)),
 				Round:    uint64(rng.IntN(60)),

@@ -311,6 +311,11 @@ func TestFixedSeeds(t *testing.T) {
 		{"sync/chaos", 1805, "a worker's push of a round whose route left went to the next round's route, which said 'moved', back and forth forever, while the shard waited there to restart"},
 		{"sync/chaos", 165, "two shards restarted from nothing each waited for a worker's contribution that the crashed holder had answered, while the other shard held that worker up"},
 		{"sync/chaos", 1885, "a shard restarted from nothing waited forever for a leaver's contribution that the crashed holder had answered"},
+		{"sync/fast-chaos", 88, "a replica taking over waited for the leaver that applied the round before, which had handed the shard to peers that crashed and waited for it from the replica: a stall"},
+		{"ssp/chaos", 1427, "the run went final without a joiner's first round (lost in transit), whose later pushes waited behind the gap: a leaver the owner had no clock of counted as in"},
+		{"ssp/chaos", 1332, "a shard restarted from nothing and handed on lost its restart: its new primary held every ssp answer for rounds that went with the crashed holders"},
+		{"sync/fast-chaos", 428, "a survivor that got a further copy from the taker itself paid it back, twice, and ignored its asks since: the shard restarted from nothing while it held it (found with the fix for sync/chaos 1991)"},
+		{"sync/chaos", 1991, "a survivor paid a takeover with its copy while the handoff of a later round was held by a partition, and never sent the later copy: the taker waited for a leaver's round forever"},
 	}
 	all := mixesByName()
 	for _, tc := range cases {
