@@ -1054,8 +1054,16 @@ func (s *sim) onEvent(p *proc, e train.Event) {
 // round) per shard.
 func (s *sim) onTrace(p *proc, e train.TraceEvent) {
 	if s.o.WatchShard > 0 && slices.Contains(e.Shards, uint32(s.o.WatchShard-1)) {
-		s.logf("%s/%x trace %s round %d members %x peer %s req %d replica %v", p.peer, p.member&0xffff,
-			e.Kind, e.Round, e.Members, e.Peer, e.Req, e.Replica)
+		// With the watched shard's weights as they are after the event (a
+		// fingerprint): where two holders' copies part shows as the first
+		// round whose fingerprints differ.
+		lo, hi := p.m.Layout.ShardRange(s.o.WatchShard - 1)
+		fp := uint64(14695981039346656037)
+		for _, v := range p.m.W[lo:hi] {
+			fp = (fp ^ uint64(math.Float32bits(v))) * 1099511628211
+		}
+		s.logf("%s/%x trace %s round %d members %x peer %s req %d replica %v w %04x", p.peer, p.member&0xffff,
+			e.Kind, e.Round, e.Members, e.Peer, e.Req, e.Replica, fp&0xffff)
 	}
 	switch e.Kind {
 	case train.TraceApply:
