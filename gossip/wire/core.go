@@ -44,7 +44,8 @@ const (
 	// CoreJoin: a peer asks to join the run (Member: its raft ID).
 	CoreJoin CoreOp = 8
 	// CoreJoinReply: the answer (Text: the leader's peer ID or why not;
-	// Member: the leader's raft ID).
+	// Req: the leader's raft ID; Member, as on every message, the
+	// sender's).
 	CoreJoinReply CoreOp = 9
 	// CoreLeave: a member asks the leader to remove it gracefully.
 	CoreLeave CoreOp = 10
@@ -122,7 +123,8 @@ const (
 	FlagRows CoreFlags = 1 << 4
 	// FlagRefused: a join reply that says no (Text: why); on a state
 	// message, "I have no copy of the shard" (with FlagMoved: to a
-	// takeover's ask).
+	// takeover's ask; with FlagAsk: "and I wait for it from your side
+	// of the handoffs myself").
 	FlagRefused CoreFlags = 1 << 5
 	// FlagReply: the answer of an op that has no reply op of its own
 	// (hash); on a takeover's ask (FlagAsk|FlagMoved), "answer even if

@@ -240,10 +240,19 @@ func (a *agreement) receive(from string, msg *wire.Core) {
 			}
 			return // no leader yet: ask again later
 		}
-		if msg.Member != 0 && msg.Text != "" {
+		if msg.Req != 0 && msg.Text != "" {
 			// Trust the member we asked for who leads: accept that raft
-			// node's messages until the log tells us the group.
-			a.group[msg.Member] = msg.Text
+			// node's messages until the log tells us the group. Never
+			// over what the log said: a late answer of a contact that
+			// was not the leader once mapped the contact's raft ID to the
+			// leader's peer, back when the reply carried the leader's ID
+			// in Member, which every message sets to its sender's
+			// (sync/fast-chaos seed 238: the leader's messages to that
+			// member went to another peer, and the member never learned
+			// a configuration again).
+			if _, known := a.group[msg.Req]; !known {
+				a.group[msg.Req] = msg.Text
+			}
 			a.contact = msg.Text
 		}
 	case wire.CoreLeave:
@@ -269,7 +278,7 @@ func (a *agreement) onJoin(from string, msg *wire.Core) {
 		if a.lead == 0 {
 			reply.Flags = wire.FlagRefused // no leader known: ask again
 		} else {
-			reply.Text, reply.Member = a.leaderPeer(), a.lead
+			reply.Text, reply.Req = a.leaderPeer(), a.lead
 		}
 	case a.finishing():
 		reply.Flags, reply.Text = wire.FlagRefused, "the job is finishing"
@@ -281,7 +290,7 @@ func (a *agreement) onJoin(from string, msg *wire.Core) {
 		if t := c.cs.cur(); t == nil || !t.isMember(from, msg.Member) {
 			a.joins[msg.Member] = from
 		}
-		reply.Text, reply.Member = c.cfg.Self, c.cfg.ID
+		reply.Text, reply.Req = c.cfg.Self, c.cfg.ID
 	}
 	c.send(from, reply)
 }
@@ -837,10 +846,16 @@ func (a *agreement) String() string {
 	st := a.rn.Status()
 	var b strings.Builder
 	fmt.Fprintf(&b, "raft term %d lead %x state %v commit %d applied %d voters %x learners %x",
-		st.Term, a.lead&0xffff, st.RaftState, st.Commit, st.Applied, st.Config.Voters.IDs(), st.Config.Learners)
+		st.GetTerm(), a.lead&0xffff, st.RaftState, st.GetCommit(), st.Applied, st.Config.Voters.IDs(), st.Config.Learners)
 	for _, id := range sortedKeys(st.Progress) {
 		pr := st.Progress[id]
-		fmt.Fprintf(&b, " [%x match %d next %d %v active %v]", id&0xffff, pr.Match, pr.Next, pr.State, pr.RecentActive)
+		fmt.Fprintf(&b, " [%x match %d next %d %v active %v", id&0xffff, pr.Match, pr.Next, pr.State, pr.RecentActive)
+		if p, ok := a.group[id]; !ok {
+			b.WriteString(" not in the group")
+		} else {
+			b.WriteString(" " + short(p))
+		}
+		b.WriteString("]")
 	}
 	if a.prop != nil {
 		fmt.Fprintf(&b, " proposing %d (at %d)", a.prop.ID, a.propAt)

@@ -121,6 +121,13 @@ type await struct {
 	// no copy of the round before its handoff, so only that round's route
 	// may send it now, not the crashed route whose copy is late.
 	refused bool
+	// noCopy (sync, a new holder): the peer that now applies the round
+	// before the handoff said it has no copy (it waits for the shard
+	// itself, as of a later round, from this side). With every holder
+	// that could have it crashed, the shard is lost, and this peer, the
+	// route of the handoff's round, restarts it there (sync/fast-chaos
+	// seed 648: each of the two waited for the other).
+	noCopy bool
 }
 
 type owner struct {
@@ -530,7 +537,7 @@ func (o *owner) pushSync(k *contribution) {
 			o.through[s] = k.round
 			continue
 		}
-		if o.ff[int(s)] && c.routeMe(int(s), o.through[s]) {
+		if o.ff[int(s)] && (c.routeMe(int(s), o.through[s]) || o.routeGone(int(s), o.through[s])) {
 			// So with a takeover's copy, as its survivors had it: a
 			// worker sends round k.round only once it was answered the
 			// rounds before, so those the copy lacks were applied by the
@@ -571,6 +578,17 @@ func (o *owner) pushSync(k *contribution) {
 	}
 	ra.contrib = append(ra.contrib, k)
 	o.addPending(k)
+}
+
+// routeGone reports whether the peer that applies shard s's round r left
+// the run and went: it handed the round's result to holders that have all
+// crashed since, or the takeover would have had it from them (sync/fast-
+// chaos seed 869 waited for that round forever on a survivor's copy).
+func (o *owner) routeGone(s int, r uint64) bool {
+	c := o.c
+	p, t := c.cs.routeConf(s, r)
+	m, ok := t.member(p)
+	return ok && p != c.cfg.Self && !c.cs.cur().isMember(p, m.ID) && c.aliveOK && !c.alive[m.ID]
 }
 
 // lazyTakeover starts taking over shards this peer routes round r of but

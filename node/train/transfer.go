@@ -568,7 +568,9 @@ func (o *owner) onAsk(from string, msg *wire.Core) {
 		c.stats.Rejected++
 		return
 	}
-	if a := o.awaiting[s]; !o.held.has(s) && (a == nil || o.neverComes(s) || !a.takeover && a.round > msg.Round) {
+	a := o.awaiting[s]
+	waitsOnAsker := a != nil && (!a.takeover && a.round > msg.Round || a.takeover && a.takenAt > msg.Round)
+	if !o.held.has(s) && (a == nil || o.neverComes(s) || waitsOnAsker) {
 		// Handed over and dropped here already (a leaver's copy went to
 		// the holder that crashed since), or never to come here (its own
 		// takeover waits for peers that all crashed, and no round is this
@@ -579,7 +581,11 @@ func (o *owner) onAsk(from string, msg *wire.Core) {
 		// 6, and each waited for the other): say so, so the asker stops
 		// counting on this peer (sync/chaos seed 270 waited on such a
 		// leaver forever).
-		c.send(from, &wire.Core{Op: wire.CoreState, Flags: wire.FlagRefused, Shards: msg.Shards, Round: msg.Round})
+		flags := wire.FlagRefused
+		if waitsOnAsker {
+			flags |= wire.FlagAsk // (and waits for it from the asker's side: await.noCopy)
+		}
+		c.send(from, &wire.Core{Op: wire.CoreState, Flags: flags, Shards: msg.Shards, Round: msg.Round})
 		return
 	}
 	o.oweOrResend(owe{to: from, member: msg.Member, shard: s, round: msg.Round})
@@ -693,6 +699,15 @@ func (o *owner) onNoCopy(from string, msg *wire.Core) {
 			o.keepWithout(s, a, from, msg.Member)
 		}
 		o.settled(s, from)
+		return
+	}
+	if a != nil && !a.takeover && msg.Round == a.round && a.round > 0 && msg.Flags&wire.FlagAsk != 0 {
+		// The handoff's sender has no copy (see await.noCopy).
+		if p, t := c.cs.routeConf(s, a.round-1); p != from || !t.isMember(from, msg.Member) {
+			c.stats.Rejected++
+			return
+		}
+		a.noCopy = true
 		return
 	}
 	if a == nil || !a.takeover || !a.prev || msg.Round != a.takenAt {
@@ -1179,10 +1194,24 @@ func (o *owner) mayStillCome(s int) bool {
 			return false
 		}
 		hs := c.holdersAt(s, a.round-1)
+		at := c.cs.at(a.round - 1)
 		for i, h := range hs {
-			if i == 0 && !c.routeMe(s, a.round-1) || i > 0 && !c.isMeIn(h, c.cs.at(a.round-1)) {
+			if a.noCopy {
+				// The route said it has none: only a live replica of
+				// that round, or a live peer this wait counts on, may.
+				if m, ok := at.member(h); i > 0 && ok && h != c.cfg.Self && !c.cs.crashed[m.ID] && c.isAlive(m.ID) {
+					return true
+				}
+				continue
+			}
+			if i == 0 && !c.routeMe(s, a.round-1) || i > 0 && !c.isMeIn(h, at) {
 				return true
 			}
+		}
+		if a.noCopy {
+			return slices.ContainsFunc(a.from, func(m Member) bool {
+				return m.Peer != c.cfg.Self && !c.cs.crashed[m.ID] && c.isAlive(m.ID)
+			})
 		}
 		return false
 	}

@@ -315,6 +315,9 @@ func TestFixedSeeds(t *testing.T) {
 		{"ssp/chaos", 1427, "the run went final without a joiner's first round (lost in transit), whose later pushes waited behind the gap: a leaver the owner had no clock of counted as in"},
 		{"ssp/chaos", 1332, "a shard restarted from nothing and handed on lost its restart: its new primary held every ssp answer for rounds that went with the crashed holders"},
 		{"sync/fast-chaos", 428, "a survivor that got a further copy from the taker itself paid it back, twice, and ignored its asks since: the shard restarted from nothing while it held it (found with the fix for sync/chaos 1991)"},
+		{"sync/fast-chaos", 238, "a joiner's late join answer from a contact that did not lead mapped the contact's raft ID to the leader's peer: the leader's messages to that member went to another peer, and it never learned a configuration again"},
+		{"sync/fast-chaos", 869, "a survivor's copy stopped at a round a leaver had applied and handed to holders that crashed since: the takeover waited for that round forever"},
+		{"sync/fast-chaos", 648, "a new holder waited for the shard from the round before's route, which waited for it, as a takeover of a later round, from the new holder: every holder that had it crashed"},
 		{"sync/chaos", 1991, "a survivor paid a takeover with its copy while the handoff of a later round was held by a partition, and never sent the later copy: the taker waited for a leaver's round forever"},
 	}
 	all := mixesByName()
