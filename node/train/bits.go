@@ -44,6 +44,16 @@ func (b shardSet) andNot(o shardSet) {
 	}
 }
 
+// union returns a new set b ∪ o; b may be nil (no set).
+func union(b, o shardSet) shardSet {
+	x := make(shardSet, len(o))
+	copy(x, o)
+	if b != nil {
+		x.or(b)
+	}
+	return x
+}
+
 // or sets b to b ∪ o.
 func (b shardSet) or(o shardSet) {
 	for i := range b {

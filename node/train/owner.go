@@ -890,7 +890,7 @@ func (o *owner) applyRound(r uint64) bool {
 	// Shards this peer applies in round r now.
 	ready := newShardSet(c.shards)
 	for s := range c.shards {
-		if o.through[s] == r && o.usable(s, r) && c.routeMe(s, r) && o.settle[s] == nil {
+		if o.through[s] == r && o.usable(s, r) && c.routeMe(s, r) { // (usable: not settling)
 			ready.add(s)
 		}
 	}
@@ -914,21 +914,21 @@ func (o *owner) applyRound(r uint64) bool {
 	// will never send it again (sync/chaos seed 165: two restarted shards
 	// each waited for a worker the other one held up). Applied without
 	// it; the contribution went with that holder, counted lost.
-	waited := newShardSet(c.shards)
-	for _, s := range ready.list(nil) {
-		if o.fresh.has(int(s)) && c.tick-o.freshAt[s] > uint64(2*c.cfg.RetryTicks) {
-			waited.add(int(s))
+	var waited shardSet
+	if !o.fresh.empty() { // (rarely: no allocation on the way of every round)
+		for s := range c.shards {
+			if ready.has(s) && o.fresh.has(s) && c.tick-o.freshAt[s] > uint64(2*c.cfg.RetryTicks) {
+				if waited == nil {
+					waited = newShardSet(c.shards)
+				}
+				waited.add(s)
+			}
 		}
 	}
 	for _, m := range required {
 		cs := cover[m.ID]
-		if !waited.empty() && (cs == nil || !waited.subset(cs)) {
-			x := newShardSet(c.shards)
-			x.copyFrom(waited)
-			if cs != nil {
-				x.or(cs)
-			}
-			cs = x
+		if waited != nil && (cs == nil || !waited.subset(cs)) {
+			cs = union(cs, waited)
 			c.stats.Lost++
 			c.event(Event{Kind: EvLost, Shards: waited.count(), Text: fmt.Sprintf("round %d of shards restarted from nothing applied without %s's contribution (answered by a holder that crashed)", r, short(m.Peer))})
 		}
@@ -936,12 +936,7 @@ func (o *owner) applyRound(r uint64) bool {
 			// A member gone since (it left, its rounds answered) will not
 			// send again: a shard restarted from nothing does not wait
 			// for it.
-			x := newShardSet(c.shards)
-			x.copyFrom(o.fresh)
-			if cs != nil {
-				x.or(cs)
-			}
-			cs = x
+			cs = union(cs, o.fresh)
 		}
 		if cs != nil {
 			ready.and(cs)

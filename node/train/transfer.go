@@ -603,9 +603,7 @@ func (o *owner) oweOrResend(w owe) {
 			// had applied round r-1 (sync/chaos seed 1440 asked again
 			// for an hour, then restarted the shard from nothing while
 			// this peer held it).
-			delete(o.paid, w)
-			delete(o.paidAs, w)
-			o.addOwe(w)
+			o.repay(w)
 			return
 		}
 		o.resendXfer(w.to, w.shard)
@@ -632,10 +630,16 @@ func (o *owner) repayOlder(s int, from string) {
 		return cmp.Or(cmp.Compare(a.to, b.to), cmp.Compare(a.round, b.round), cmp.Compare(a.member, b.member))
 	})
 	for _, w := range due {
-		delete(o.paid, w)
-		delete(o.paidAs, w)
-		o.addOwe(w)
+		o.repay(w)
 	}
+}
+
+// repay owes w again, though it was paid: the copy that paid it is older
+// than the one this peer holds now.
+func (o *owner) repay(w owe) {
+	delete(o.paid, w)
+	delete(o.paidAs, w)
+	o.addOwe(w)
 }
 
 // xferTo reports whether a copy of shard s sent to peer to waits for its

@@ -607,13 +607,8 @@ func (w *worker) reply(from string, msg *wire.Core) {
 			c.stats.Stale++ // (answered already, or not asked of this owner)
 			return
 		}
-		shards, want, pos = msg.Shards, nil, nil
-		for i, k := range r.want {
-			if _, ok := slices.BinarySearch(shards, uint32(c.shardOf(k))); ok {
-				want = append(want, k)
-				pos = append(pos, r.pos[i])
-			}
-		}
+		shards = msg.Shards
+		want, pos = w.wantsIn(r, shards)
 	}
 	width := c.width
 	switch {
@@ -696,15 +691,19 @@ func (w *worker) narrow(r *request, answered []uint32) {
 	if r.rows.Len() > 0 {
 		r.rows = filterRows(&r.rows, rest, c.width, c.mask)
 	}
-	var want []uint32
-	var pos []int32
+	r.want, r.pos = w.wantsIn(r, rest)
+}
+
+// wantsIn returns the keys request r wants from shards (ascending), with
+// their positions in its batch.
+func (w *worker) wantsIn(r *request, shards []uint32) (want []uint32, pos []int32) {
 	for i, k := range r.want {
-		if _, ok := slices.BinarySearch(rest, uint32(c.shardOf(k))); ok {
+		if _, ok := slices.BinarySearch(shards, uint32(w.c.shardOf(k))); ok {
 			want = append(want, k)
 			pos = append(pos, r.pos[i])
 		}
 	}
-	r.want, r.pos = want, pos
+	return want, pos
 }
 
 // subset reports whether every element of a (ascending) is in b
@@ -771,12 +770,7 @@ func (w *worker) reroute(r *request, moved []uint32) {
 		nr := &request{id: w.newReq(), to: o, op: r.op, flags: r.flags | wire.FlagResend, round: r.round,
 			through: r.through, examples: r.examples, shards: ss, ws: r.ws, fetch: r.fetch}
 		nr.rows = filterRows(&r.rows, ss, width, c.mask)
-		for i, k := range r.want {
-			if _, ok := slices.BinarySearch(ss, uint32(c.shardOf(k))); ok {
-				nr.want = append(nr.want, k)
-				nr.pos = append(nr.pos, r.pos[i])
-			}
-		}
+		nr.want, nr.pos = w.wantsIn(r, ss)
 		if nr.ws != nil {
 			nr.ws.pending++
 		}
@@ -799,15 +793,7 @@ func (w *worker) reroute(r *request, moved []uint32) {
 	}
 	r.shards = keep
 	r.rows = filterRows(&r.rows, keep, width, c.mask)
-	var want []uint32
-	var pos []int32
-	for i, k := range r.want {
-		if _, ok := slices.BinarySearch(keep, uint32(c.shardOf(k))); ok {
-			want = append(want, k)
-			pos = append(pos, r.pos[i])
-		}
-	}
-	r.want, r.pos = want, pos
+	r.want, r.pos = w.wantsIn(r, keep)
 }
 
 // filterRows returns the rows of rs in shards (sorted).
