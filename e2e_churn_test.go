@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gossiptrain/gossiptrain/node/ring"
 	"github.com/gossiptrain/gossiptrain/report"
 )
 
@@ -262,8 +263,18 @@ func TestE2EJoin(t *testing.T) {
 	t.Logf("peer 0: %d rounds in %.2fs", runs[0].Summary.Rounds, runs[0].Summary.Seconds)
 	t.Logf("joiner: joined in %.2fs receiving %d shards, owns %d of %d shards, trained %d examples; configuration %d",
 		j.JoinSeconds, j.ShardsReceived, j.Owned, j.Shards, j.Examples, j.Configs)
-	if j.JoinSeconds <= 0 || j.ShardsReceived == 0 || j.Owned < j.Shards/8 || j.Owned > j.Shards/2 || j.Examples == 0 || j.Configs < 2 {
-		t.Errorf("joiner summary %+v: want a join time, shards received, about a quarter of the shards, examples, a second configuration", j)
+	// The joiner's share is whatever the ring gives these four identities
+	// (a fixed bound flaked: with 64 shards and the 125% load bound, a
+	// joiner owned 7 of 64 in one CI run and 20 in another).
+	rcfg := ring.DefaultConfig()
+	rcfg.Shards = 64
+	rg, err := ring.New(rcfg, r.ids.ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := len(rg.Owned(r.ids.ids[3]))
+	if j.JoinSeconds <= 0 || j.ShardsReceived == 0 || j.Owned != want || j.Examples == 0 || j.Configs < 2 {
+		t.Errorf("joiner summary %+v: want a join time, shards received, the %d shards the ring gives it, examples, a second configuration", j, want)
 	}
 	if len(runs[0].Changes) < 2 {
 		t.Errorf("peer 0 logged %d configuration changes, want the join", len(runs[0].Changes))

@@ -40,8 +40,8 @@ func (l *CoreLink) serve(from string, r io.ReadCloser) {
 	}()
 	rd := &coreReader{l: l, from: from, br: bufio.NewReaderSize(r, 64<<10), dec: l.newDecoder()}
 	if rd.loop() {
+		r.Close() // before counting: who sees the count sees the reset
 		l.c.streamResets.Add(1)
-		r.Close()
 	}
 }
 

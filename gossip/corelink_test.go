@@ -603,6 +603,11 @@ func TestCoreLinkHostilePeer(t *testing.T) {
 		_, werr := w.Write(tc.bytes)
 		want[tc.want]++
 		waitCond(t, tc.name+" to be refused", func() bool { return vl.Stats().Rejected == want })
+		if tc.reset {
+			// The reader counts the refusal, then resets the stream and
+			// counts that: wait for both before comparing.
+			waitCond(t, tc.name+" to reset the stream", func() bool { return vl.Stats().StreamResets > before.StreamResets })
+		}
 		var m1 runtime.MemStats
 		runtime.ReadMemStats(&m1)
 		if grew := m1.TotalAlloc - m0.TotalAlloc; grew > 64<<20 {

@@ -19,6 +19,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peerstore"
 	"github.com/libp2p/go-libp2p/p2p/discovery/mdns"
 	drouting "github.com/libp2p/go-libp2p/p2p/discovery/routing"
+	"github.com/libp2p/go-libp2p/p2p/net/swarm"
 	"github.com/rs/zerolog"
 )
 
@@ -268,11 +269,18 @@ func (d *dialer) dialDue(ctx context.Context) time.Duration {
 	return wait
 }
 
-// connectDirect dials ai's direct addresses. The swarm's own dial backoff
-// (5s and up, quadratic) would hide a peer that came back; this dialer
-// paces its attempts itself.
+// connectDirect dials ai's direct addresses (the peer announced no relay
+// address: connectOrRelay). The swarm's own dial backoff (5s and up,
+// quadratic) would hide a peer that came back; this dialer paces its
+// attempts itself, so it clears the swarm's backoff for the peer first.
+// (network.WithForceDirectDial also skips that backoff, but in go-libp2p
+// v0.51.0 a forced dial that races the host's Close panics on a nil
+// transport in swarm.nonProxyAddr: seen in CI at a test's end.)
 func (d *dialer) connectDirect(ctx context.Context, ai peer.AddrInfo) error {
-	return d.h.Connect(network.WithForceDirectDial(ctx, "gossiptrain redial"), ai)
+	if s, ok := d.h.Network().(*swarm.Swarm); ok {
+		s.Backoff().Clear(ai.ID)
+	}
+	return d.h.Connect(ctx, ai)
 }
 
 func (d *dialer) dial(ctx context.Context, ai peer.AddrInfo) {
