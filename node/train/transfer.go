@@ -534,7 +534,20 @@ func (o *owner) onAsk(from string, msg *wire.Core) {
 		// (askRefresh): it gets the shard as it is here. Round is the
 		// asker's own number for the request.
 		m, member := cur.member(from)
-		if !member || m.ID != msg.Member || !cur.holds(from, s) || cur.primary(s) != c.cfg.Self || !o.usable(s, 0) {
+		if !member || m.ID != msg.Member || !cur.holds(from, s) || cur.primary(s) != c.cfg.Self {
+			c.stats.Rejected++
+			return
+		}
+		if !o.held.has(s) && o.awaiting[s] != nil {
+			// This primary has no copy yet: it waits for a handoff,
+			// maybe from the asker itself. Say so, and the asker's own
+			// copy stands (ssp/fast-chaos seed 935: each waited for the
+			// other, and the replica's hole was skipped as lost while the
+			// forward that filled it came again and again, deferred).
+			c.send(from, &wire.Core{Op: wire.CoreState, Flags: wire.FlagRefused, Shards: msg.Shards, Round: msg.Round})
+			return
+		}
+		if !o.usable(s, 0) {
 			c.stats.Rejected++
 			return
 		}
@@ -688,12 +701,22 @@ func (o *owner) resendXfer(to string, s int) {
 // it (and may restart the shard if nobody else has it).
 func (o *owner) onNoCopy(from string, msg *wire.Core) {
 	c := o.c
-	if c.cfg.Mode != Sync || len(msg.Shards) != 1 || int(msg.Shards[0]) >= c.shards {
+	if len(msg.Shards) != 1 || int(msg.Shards[0]) >= c.shards {
 		c.stats.Rejected++
 		return
 	}
 	s := int(msg.Shards[0])
 	a := o.awaiting[s]
+	if c.cfg.Mode != Sync {
+		// The primary asked for a refresh has no copy (onAsk): this
+		// one stands, and the forwards held for it apply.
+		if a == nil || !a.own || len(a.from) != 1 || a.from[0].Peer != from || a.from[0].ID != msg.Member || msg.Round != a.since+1 {
+			c.stats.Rejected++
+			return
+		}
+		delete(o.awaiting, s)
+		return
+	}
 	if msg.Flags&wire.FlagMoved != 0 {
 		// A survivor's "no copy" to a takeover's ask: a takeover that
 		// keeps its own copy counts on it (await.keep), one that

@@ -318,6 +318,7 @@ func TestFixedSeeds(t *testing.T) {
 		{"sync/fast-chaos", 238, "a joiner's late join answer from a contact that did not lead mapped the contact's raft ID to the leader's peer: the leader's messages to that member went to another peer, and it never learned a configuration again"},
 		{"sync/fast-chaos", 869, "a survivor's copy stopped at a round a leaver had applied and handed to holders that crashed since: the takeover waited for that round forever"},
 		{"sync/fast-chaos", 648, "a new holder waited for the shard from the round before's route, which waited for it, as a takeover of a later round, from the new holder: every holder that had it crashed"},
+		{"ssp/fast-chaos", 935, "a replica asked its primary for a refresh of its copy; the primary had none and waited for that replica's handoff, and ignored the ask: the replica's hole was skipped as lost while the forward that filled it, deferred, came again and again"},
 		{"sync/chaos", 1991, "a survivor paid a takeover with its copy while the handoff of a later round was held by a partition, and never sent the later copy: the taker waited for a leaver's round forever"},
 	}
 	all := mixesByName()
