@@ -1582,8 +1582,12 @@ func (o *owner) handsOver(s int) bool {
 // round is this peer's own number for it (the tick it first asked, plus
 // one), the same every time it asks again.
 func (o *owner) sendRefreshAsk(s int, a *await) {
-	o.c.send(a.from[0].Peer, &wire.Core{Op: wire.CoreState, Flags: wire.FlagAsk, Shards: []uint32{uint32(s)}, Round: a.since + 1})
+	o.c.send(a.from[0].Peer, &wire.Core{Op: wire.CoreState, Flags: wire.FlagAsk, Shards: []uint32{uint32(s)}, Round: refreshNum(a)})
 }
+
+// refreshNum is the number a refresh ask carries in Round, and the
+// primary's "no copy" answer with it (onNoCopy).
+func refreshNum(a *await) uint64 { return a.since + 1 }
 
 // askRefreshAgain asks again for the copies askRefresh waits for (a request
 // or its answer may be lost), and stops waiting for one whose primary is

@@ -710,7 +710,7 @@ func (o *owner) onNoCopy(from string, msg *wire.Core) {
 	if c.cfg.Mode != Sync {
 		// The primary asked for a refresh has no copy (onAsk): this
 		// one stands, and the forwards held for it apply.
-		if a == nil || !a.own || len(a.from) != 1 || a.from[0].Peer != from || a.from[0].ID != msg.Member || msg.Round != a.since+1 {
+		if a == nil || !a.own || len(a.from) != 1 || a.from[0].Peer != from || a.from[0].ID != msg.Member || msg.Round != refreshNum(a) {
 			c.stats.Rejected++
 			return
 		}
