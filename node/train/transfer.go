@@ -737,6 +737,23 @@ func (o *owner) onNoCopy(from string, msg *wire.Core) {
 		a.noCopy = true
 		return
 	}
+	if a != nil && !a.takeover && msg.Round == a.round && a.round > 0 {
+		// The handoff's sender has no copy and does not wait for one: it
+		// handed the shard on as of this round already, under a
+		// configuration this one replaced at the same round (a leaver's
+		// handoff, then a join), and freed it. Those it handed it to have
+		// it as of this round: ask them, as a takeover asks survivors
+		// (sync/fast-chaos seed 116 asked the leaver for 1,400 ticks).
+		if p, t := c.cs.routeConf(s, a.round-1); p != from || !t.isMember(from, msg.Member) {
+			c.stats.Rejected++
+			return
+		}
+		if from := o.handedTo(s, a.round); len(from) > 0 {
+			a.takeover, a.takenAt, a.from, a.prev = true, a.round, from, false
+			o.askState()
+		}
+		return
+	}
 	if a == nil || !a.takeover || !a.prev || msg.Round != a.takenAt {
 		return
 	}
@@ -755,6 +772,29 @@ func (o *owner) onNoCopy(from string, msg *wire.Core) {
 		return
 	}
 	a.prev = false
+}
+
+// handedTo returns the live members other than this peer that held shard
+// s in a configuration starting at round r other than the newest: those a
+// handoff as of round r went to.
+func (o *owner) handedTo(s int, r uint64) []Member {
+	c := o.c
+	cur := c.cs.cur()
+	var out []Member
+	for _, t := range c.cs.list {
+		if t == cur || t.Start != r {
+			continue
+		}
+		for _, h := range t.owners[s] {
+			m, ok := t.member(h)
+			if !ok || h == c.cfg.Self || c.cs.crashed[m.ID] || !c.isAlive(m.ID) || !cur.isMember(h, m.ID) ||
+				slices.ContainsFunc(out, func(x Member) bool { return x.Peer == h }) {
+				continue
+			}
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // keepWithout takes peer p's answer to takeover a (await.keep) that its

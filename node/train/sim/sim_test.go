@@ -319,6 +319,8 @@ func TestFixedSeeds(t *testing.T) {
 		{"sync/fast-chaos", 869, "a survivor's copy stopped at a round a leaver had applied and handed to holders that crashed since: the takeover waited for that round forever"},
 		{"sync/fast-chaos", 648, "a new holder waited for the shard from the round before's route, which waited for it, as a takeover of a later round, from the new holder: every holder that had it crashed"},
 		{"ssp/fast-chaos", 935, "a replica asked its primary for a refresh of its copy; the primary had none and waited for that replica's handoff, and ignored the ask: the replica's hole was skipped as lost while the forward that filled it, deferred, came again and again"},
+		{"sync/fast-chaos", 116, "a leaver handed on a shard it had restarted from nothing, freed it, and then a join replaced the leave's configuration at the same round: the joiner asked the leaver for the shard for 1,400 ticks, and a late push of the round before made the leaver restart the shard a second time, so the joiner's copy forked from its replica's"},
+		{"sync/fast-chaos", 937, "a joiner asked a leaver for a shard the leaver had restarted from nothing, handed to others and freed; it asked until the leaver restarted the shard a second time for a late push of an earlier round and handed that copy over: the joiner's copy forked from its replica's"},
 		{"sync/chaos", 1991, "a survivor paid a takeover with its copy while the handoff of a later round was held by a partition, and never sent the later copy: the taker waited for a leaver's round forever"},
 	}
 	all := mixesByName()
