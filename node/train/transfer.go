@@ -748,8 +748,8 @@ func (o *owner) onNoCopy(from string, msg *wire.Core) {
 			c.stats.Rejected++
 			return
 		}
-		if from := o.handedTo(s, a.round); len(from) > 0 {
-			a.takeover, a.takenAt, a.from, a.prev = true, a.round, from, false
+		if holders := o.handedTo(s, a.round); len(holders) > 0 {
+			a.takeover, a.takenAt, a.from, a.prev = true, a.round, holders, false
 			o.askState()
 		}
 		return
