@@ -262,11 +262,19 @@ func TestDeadPeerLogsTheDialError(t *testing.T) {
 func TestDifferentDimRefusedAtConnect(t *testing.T) {
 	train, _, _ := clusterData(t, 2000)
 	ids := newIdentities(t, 1)
-	port := freePort(t)
 	common := []string{"train", "--job", "dims", "--train", train, "--model", "logreg", "--l2", "1e-6",
 		"--log-format", "json", "--progress-every", "500ms"}
 	a := startPeerProc(t, append(common, "--dim", "65536", "--min-peers", "2", "--wait-timeout", "8s",
-		"--identity", filepath.Join(ids.dir, "id0"), "--listen", fmt.Sprintf("/ip4/127.0.0.1/tcp/%d", port))...)
+		"--identity", filepath.Join(ids.dir, "id0"), "--listen", "/ip4/127.0.0.1/tcp/0")...)
+	port := 0
+	for _, addr := range a.line(t, peerlog.Started, time.Minute)["addrs"].([]any) {
+		if m := loopbackTCP.FindStringSubmatch(fmt.Sprint(addr)); m != nil {
+			fmt.Sscan(m[1], &port)
+		}
+	}
+	if port == 0 {
+		t.Fatalf("the first peer's %q line has no loopback TCP address", peerlog.Started)
+	}
 	a.line(t, peerlog.Waiting, time.Minute)
 	b := startPeerProc(t, append(common, "--dim", "131072", "--min-peers", "2", "--listen", "/ip4/127.0.0.1/tcp/0",
 		"--peer", fmt.Sprintf("/ip4/127.0.0.1/tcp/%d/p2p/%s", port, ids.ids[0]))...)

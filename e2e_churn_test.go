@@ -32,7 +32,7 @@ type churnRun struct {
 	bin    string
 	dir    string
 	ids    *identities
-	port   int
+	port   int // peer 0's: 0 until its first start logs the port it got
 	common []string
 	procs  map[int]*churnProc
 }
@@ -47,7 +47,7 @@ type churnProc struct {
 }
 
 func newChurnRun(t *testing.T, n int, common ...string) *churnRun {
-	return &churnRun{t: t, bin: binary(t), dir: t.TempDir(), ids: newIdentities(t, n), port: freePort(t), common: common, procs: map[int]*churnProc{}}
+	return &churnRun{t: t, bin: binary(t), dir: t.TempDir(), ids: newIdentities(t, n), common: common, procs: map[int]*churnProc{}}
 }
 
 // start starts peer i (peer 0 is the bootstrap peer of the others) with
@@ -58,14 +58,15 @@ func (r *churnRun) start(i int, extra ...string) *churnProc {
 	a := []string{"train", "--job", "churn", "--log-format", "json", "--identity", filepath.Join(r.ids.dir, fmt.Sprintf("id%d", i)),
 		"--report", p.report, "--heartbeat", "250ms", "--dead-after", "2s"}
 	if i == 0 {
-		a = append(a, "--listen", fmt.Sprintf("/ip4/127.0.0.1/tcp/%d", r.port))
+		a = append(a, "--listen", fmt.Sprintf("/ip4/127.0.0.1/tcp/%d", r.port)) // a restart takes its old port again
 	} else {
 		a = append(a, "--listen", "/ip4/127.0.0.1/tcp/0", "--peer", fmt.Sprintf("/ip4/127.0.0.1/tcp/%d/p2p/%s", r.port, r.ids.ids[0]))
 	}
 	a = append(append(a, r.common...), extra...)
 	a = append(a, strings.Fields(os.Getenv("GOSSIPTRAIN_EXTRA_FLAGS"))...)
 	p.cmd = exec.Command(r.bin, a...)
-	p.cmd.Stdout, p.cmd.Stderr = &lockedWriter{w: &p.log, mu: &p.mu}, &lockedWriter{w: &p.log, mu: &p.mu}
+	watch := newPortWatch(&p.log, &p.mu)
+	p.cmd.Stdout, p.cmd.Stderr = watch, watch
 	if err := p.cmd.Start(); err != nil {
 		r.t.Fatal(err)
 	}
@@ -76,6 +77,9 @@ func (r *churnRun) start(i int, extra ...string) *churnProc {
 		<-p.done
 		r.keepLog(i, p)
 	})
+	if i == 0 && r.port == 0 {
+		r.port = watch.await(r.t, p.done, p.logTail)
+	}
 	return p
 }
 
@@ -94,17 +98,6 @@ func (r *churnRun) keepLog(i int, p *churnProc) {
 	if err := os.WriteFile(name, p.log.Bytes(), 0o644); err != nil {
 		r.t.Logf("keeping peer %d's log: %v", i, err)
 	}
-}
-
-type lockedWriter struct {
-	w  *bytes.Buffer
-	mu *sync.Mutex
-}
-
-func (l *lockedWriter) Write(b []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(b)
 }
 
 func (p *churnProc) logTail() string {

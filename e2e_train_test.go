@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/gossiptrain/gossiptrain/data"
+	"github.com/gossiptrain/gossiptrain/peerlog"
 	"github.com/gossiptrain/gossiptrain/report"
 )
 
@@ -58,6 +59,9 @@ func binary(t *testing.T) string {
 }
 
 // freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+// Another process may take it before a peer binds it (CI saw a bootstrap
+// peer fail with "address already in use"), so a bootstrap peer listens
+// on port 0 instead and the test reads its port from its log (portWatch).
 func freePort(t *testing.T) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -66,6 +70,74 @@ func freePort(t *testing.T) int {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+// portWatch keeps a peer's log, like the buffer it writes to, and sends
+// the loopback TCP port of the peer's "peer started" line on port once.
+type portWatch struct {
+	mu   *sync.Mutex
+	w    *bytes.Buffer
+	part []byte
+	port chan int
+}
+
+func newPortWatch(w *bytes.Buffer, mu *sync.Mutex) *portWatch {
+	return &portWatch{mu: mu, w: w, port: make(chan int, 1)}
+}
+
+var loopbackTCP = regexp.MustCompile(`^/ip4/127\.0\.0\.1/tcp/([0-9]+)`)
+
+func (p *portWatch) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.w.Write(b)
+	if p.port == nil {
+		return len(b), nil
+	}
+	p.part = append(p.part, b...)
+	for {
+		i := bytes.IndexByte(p.part, '\n')
+		if i < 0 {
+			return len(b), nil
+		}
+		var l struct {
+			Message string   `json:"message"`
+			Addrs   []string `json:"addrs"`
+		}
+		if json.Unmarshal(p.part[:i], &l) == nil && l.Message == peerlog.Started {
+			for _, a := range l.Addrs {
+				if m := loopbackTCP.FindStringSubmatch(a); m != nil {
+					var port int
+					fmt.Sscan(m[1], &port)
+					p.port <- port
+					p.port, p.part = nil, nil
+					return len(b), nil
+				}
+			}
+		}
+		p.part = p.part[i+1:]
+	}
+}
+
+// await returns the port, failing the test if the peer exits (done is
+// closed) or a minute passes first; logTail gives the log to show then.
+func (p *portWatch) await(t *testing.T, done <-chan struct{}, logTail func() string) int {
+	t.Helper()
+	p.mu.Lock()
+	ch := p.port
+	p.mu.Unlock()
+	if ch == nil {
+		t.Fatal("portWatch: the port was taken already")
+	}
+	select {
+	case port := <-ch:
+		return port
+	case <-done:
+		t.Fatalf("the bootstrap peer exited before it logged %q:\n%s", peerlog.Started, logTail())
+	case <-time.After(time.Minute):
+		t.Fatalf("the bootstrap peer logged no %q within a minute:\n%s", peerlog.Started, logTail())
+	}
+	return 0
 }
 
 var peerIDRe = regexp.MustCompile(`12D3Koo[1-9A-HJ-NP-Za-km-z]+`)
@@ -100,33 +172,43 @@ func localCluster(t *testing.T, idents *identities, args func(i int) []string, c
 	dir := t.TempDir()
 	n := len(idents.ids)
 	ids := idents.ids
-	port := freePort(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	type result struct {
-		err error
-		log bytes.Buffer
+		err  error
+		mu   sync.Mutex
+		log  bytes.Buffer
+		done chan struct{}
 	}
 	res := make([]*result, n)
 	var wg sync.WaitGroup
+	port := 0
 	for i := 0; i < n; i++ {
 		a := []string{"train", "--job", "e2e", "--min-peers", fmt.Sprint(n), "--log-format", "json",
 			"--identity", filepath.Join(idents.dir, fmt.Sprintf("id%d", i)), "--report", filepath.Join(dir, fmt.Sprintf("peer%d.jsonl", i))}
 		if i == 0 {
-			a = append(a, "--listen", fmt.Sprintf("/ip4/127.0.0.1/tcp/%d", port))
+			a = append(a, "--listen", "/ip4/127.0.0.1/tcp/0")
 		} else {
 			a = append(a, "--listen", "/ip4/127.0.0.1/tcp/0", "--peer", fmt.Sprintf("/ip4/127.0.0.1/tcp/%d/p2p/%s", port, ids[0]))
 		}
 		a = append(append(a, common...), args(i)...)
 		cmd := exec.CommandContext(ctx, bin, a...)
-		r := &result{}
+		r := &result{done: make(chan struct{})}
 		res[i] = r
-		cmd.Stdout, cmd.Stderr = &r.log, &r.log
+		watch := newPortWatch(&r.log, &r.mu)
+		cmd.Stdout, cmd.Stderr = watch, watch
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
 		wg.Add(1)
-		go func() { defer wg.Done(); r.err = cmd.Wait() }()
+		go func() { defer wg.Done(); r.err = cmd.Wait(); close(r.done) }()
+		if i == 0 {
+			port = watch.await(t, r.done, func() string {
+				r.mu.Lock()
+				defer r.mu.Unlock()
+				return tail(r.log.String(), 3000)
+			})
+		}
 	}
 	began := time.Now()
 	wg.Wait()
