@@ -173,7 +173,7 @@ func (o *owner) takeovers(oldRoute map[uint64][][]string, t *tconf) {
 					survivors = append(survivors, h)
 				}
 			}
-			if c.routeMe(s, r) && !o.currentFor(s, r) {
+			if c.routeMe(s, r) && (!o.currentFor(s, r) || !o.keepsUp(s, r)) {
 				// Ask the survivors of this round and of the later ones:
 				// the holders of a later round have it further on (the
 				// crashed primary may have applied it, or a copy kept
@@ -295,6 +295,47 @@ func (o *owner) currentFor(s int, r uint64) bool {
 	// Or it got the copy once this peer was the round's route.
 	_, t := c.cs.routeConf(s, r)
 	return o.gotIn[s] >= t.ID
+}
+
+// keepsUp reports whether this peer's copy of shard s, which currentFor
+// counts as current for round r, gets every round before r applied here:
+// it is further on already, this peer holds the shard in every round from
+// the one it is at, a handoff on its way brings it further, or it got the
+// copy as the round's route. A copy kept from a configuration that held the
+// shard here long ago does not: those rounds were applied by holders that
+// have crashed now (sync/fast-chaos seed 1951: a copy handed on as of
+// round 1 and kept counted as current for round 7, so the shard was
+// neither taken over nor restarted, and the last peer waited for round 1
+// forever). Only a crash's takeover asks this (lazyTakeover keeps
+// currentFor's rule; sync/fast-chaos seed 1149 stalled with it there).
+func (o *owner) keepsUp(s int, r uint64) bool {
+	if o.through[s] >= r || o.holdsEvery(s, o.through[s], r) {
+		return true
+	}
+	if a := o.awaiting[s]; a != nil && !a.takeover && a.round <= r {
+		return true // a handoff brings it up to a round on its way here
+	}
+	_, t := o.c.cs.routeConf(s, r)
+	return o.gotIn[s] >= t.ID // (currentFor's last rule)
+}
+
+// holdsEvery reports whether this process holds shard s in the
+// configuration of every round from lo up to hi (lo alone when lo >= hi).
+func (o *owner) holdsEvery(s int, lo, hi uint64) bool {
+	c := o.c
+	holds := func(r uint64) bool {
+		at := c.cs.at(r)
+		return at.holds(c.cfg.Self, s) && c.isMeIn(c.cfg.Self, at)
+	}
+	if !holds(lo) {
+		return false
+	}
+	for _, t := range c.cs.list { // (the configurations of the rounds between start at their first round)
+		if t.Start > lo && t.Start < hi && !holds(t.Start) {
+			return false
+		}
+	}
+	return true
 }
 
 // holdsAt reports whether this process holds shard s while round r is

@@ -321,6 +321,7 @@ func TestFixedSeeds(t *testing.T) {
 		{"ssp/fast-chaos", 935, "a replica asked its primary for a refresh of its copy; the primary had none and waited for that replica's handoff, and ignored the ask: the replica's hole was skipped as lost while the forward that filled it, deferred, came again and again"},
 		{"sync/fast-chaos", 116, "a leaver handed on a shard it had restarted from nothing, freed it, and then a join replaced the leave's configuration at the same round: the joiner asked the leaver for the shard for 1,400 ticks, and a late push of the round before made the leaver restart the shard a second time, so the joiner's copy forked from its replica's"},
 		{"sync/fast-chaos", 937, "a joiner asked a leaver for a shard the leaver had restarted from nothing, handed to others and freed; it asked until the leaver restarted the shard a second time for a late push of an earlier round and handed that copy over: the joiner's copy forked from its replica's"},
+		{"sync/fast-chaos", 1951, "a peer kept a copy of a shard it had handed on as of round 1; when both later holders crashed and the round moved to it, that copy counted as current for round 7, so the shard was neither taken over nor restarted and the last peer waited for it forever"},
 		{"sync/chaos", 1991, "a survivor paid a takeover with its copy while the handoff of a later round was held by a partition, and never sent the later copy: the taker waited for a leaver's round forever"},
 	}
 	all := mixesByName()
