@@ -643,6 +643,53 @@ func (o *owner) onAsk(from string, msg *wire.Core) {
 		return
 	}
 	o.oweOrResend(owe{to: from, member: msg.Member, shard: s, round: msg.Round})
+	o.catchUp(s, msg.Round, from)
+}
+
+// catchUp starts taking over shard s from the holders of rounds r-1 and r
+// when this peer owes it as of round r but its copy is older and never
+// gets round r-1 applied here: a crash moved that round here after its
+// primary had applied it (the takeover of that crash looked only at the
+// rounds still open), and this peer's worker is past round r, so every
+// worker's contribution to r-1 was answered there. The round's replicas
+// have the shard further on; as a takeover that keeps its own copy, this
+// peer asks them for it (sync/fast-chaos seed 1863: the new holder of
+// round r asked this peer for 40,000 ticks while the replica had the
+// copy it owed).
+func (o *owner) catchUp(s int, r uint64, asker string) {
+	c := o.c
+	if !o.held.has(s) || o.through[s]+1 != r || !c.w.started || c.w.clock <= r || o.settle[s] != nil {
+		return
+	}
+	if a := o.awaiting[s]; a != nil && (a.takeover || a.round <= r) {
+		return
+	}
+	p, t := c.cs.routeConf(s, r-1)
+	orig := c.cs.at(r - 1)
+	if p != c.cfg.Self || t.ID == orig.ID {
+		return
+	}
+	if ra := o.rounds[r-1]; ra != nil {
+		for _, k := range ra.contrib {
+			if k.set.has(s) {
+				return // (the round is still open here)
+			}
+		}
+	}
+	a := &await{since: c.tick, takeover: true, takenAt: r - 1, keep: true}
+	for _, at := range []*tconf{orig, c.cs.at(r)} {
+		for _, h := range at.owners[s] {
+			m, ok := at.member(h)
+			if ok && h != c.cfg.Self && h != asker && !c.cs.crashed[m.ID] && !slices.ContainsFunc(a.from, func(x Member) bool { return x.Peer == h }) {
+				a.from = append(a.from, m)
+			}
+		}
+	}
+	if len(a.from) == 0 {
+		return
+	}
+	o.awaiting[s] = a
+	o.askState()
 }
 
 // oweOrResend owes w (a peer asked for the shard), or, if it was sent
