@@ -266,12 +266,8 @@ func TestDifferentDimRefusedAtConnect(t *testing.T) {
 		"--log-format", "json", "--progress-every", "500ms"}
 	a := startPeerProc(t, append(common, "--dim", "65536", "--min-peers", "2", "--wait-timeout", "8s",
 		"--identity", filepath.Join(ids.dir, "id0"), "--listen", "/ip4/127.0.0.1/tcp/0")...)
-	port := 0
-	for _, addr := range a.line(t, peerlog.Started, time.Minute)["addrs"].([]any) {
-		if m := loopbackTCP.FindStringSubmatch(fmt.Sprint(addr)); m != nil {
-			fmt.Sscan(m[1], &port)
-		}
-	}
+	addrs, _ := a.line(t, peerlog.Started, time.Minute)["addrs"].([]any)
+	port := loopbackPort(addrs)
 	if port == 0 {
 		t.Fatalf("the first peer's %q line has no loopback TCP address", peerlog.Started)
 	}

@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -87,6 +88,18 @@ func newPortWatch(w *bytes.Buffer, mu *sync.Mutex) *portWatch {
 
 var loopbackTCP = regexp.MustCompile(`^/ip4/127\.0\.0\.1/tcp/([0-9]+)`)
 
+// loopbackPort returns the TCP port of the first loopback address of a
+// "peer started" line's addrs (0: none).
+func loopbackPort[A any](addrs []A) int {
+	for _, a := range addrs {
+		if m := loopbackTCP.FindStringSubmatch(fmt.Sprint(a)); m != nil {
+			port, _ := strconv.Atoi(m[1])
+			return port
+		}
+	}
+	return 0
+}
+
 func (p *portWatch) Write(b []byte) (int, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -105,14 +118,10 @@ func (p *portWatch) Write(b []byte) (int, error) {
 			Addrs   []string `json:"addrs"`
 		}
 		if json.Unmarshal(p.part[:i], &l) == nil && l.Message == peerlog.Started {
-			for _, a := range l.Addrs {
-				if m := loopbackTCP.FindStringSubmatch(a); m != nil {
-					var port int
-					fmt.Sscan(m[1], &port)
-					p.port <- port
-					p.port, p.part = nil, nil
-					return len(b), nil
-				}
+			if port := loopbackPort(l.Addrs); port != 0 {
+				p.port <- port
+				p.port, p.part = nil, nil
+				return len(b), nil
 			}
 		}
 		p.part = p.part[i+1:]
