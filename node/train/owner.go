@@ -598,7 +598,7 @@ func (o *owner) lazyTakeover(shards []uint32, r uint64) {
 	c := o.c
 	for _, sh := range shards {
 		s := int(sh)
-		if o.currentFor(s, r) || !c.routeMe(s, r) {
+		if o.currentFor(s, r, false) || !c.routeMe(s, r) {
 			continue
 		}
 		if a := o.awaiting[s]; a != nil && (a.takeover && a.takenAt <= r || !a.takeover && a.round <= r) {

@@ -173,7 +173,7 @@ func (o *owner) takeovers(oldRoute map[uint64][][]string, t *tconf) {
 					survivors = append(survivors, h)
 				}
 			}
-			if c.routeMe(s, r) && (!o.currentFor(s, r) || !o.keepsUp(s, r)) {
+			if c.routeMe(s, r) && !o.currentFor(s, r, true) {
 				// Ask the survivors of this round and of the later ones:
 				// the holders of a later round have it further on (the
 				// crashed primary may have applied it, or a copy kept
@@ -275,7 +275,18 @@ func (o *owner) prevAlive(s int, r uint64) bool {
 // each round to its holders before answering), or it got the copy after
 // round r became this peer's. A copy kept from an older configuration may
 // miss rounds applied since by others.
-func (o *owner) currentFor(s int, r uint64) bool {
+//
+// strict (a crash's takeover) asks more of a holder of the round its copy
+// is at: that it holds the shard in every round from there to r, or that
+// a handoff on its way brings the copy further. A copy kept from a
+// configuration that held the shard here long ago does not get those
+// rounds applied: holders that have crashed now applied them
+// (sync/fast-chaos seed 1951: a copy handed on as of round 1 and kept
+// counted as current for round 7, so the shard was neither taken over nor
+// restarted, and the last peer waited for round 1 forever). A round a push
+// moves here (lazyTakeover) is not strict: sync/fast-chaos seed 1149
+// stalled when it was, its copy's handoff still on its way.
+func (o *owner) currentFor(s int, r uint64, strict bool) bool {
 	c := o.c
 	if !o.held.has(s) {
 		return false
@@ -284,7 +295,13 @@ func (o *owner) currentFor(s int, r uint64) bool {
 		return true
 	}
 	if at := c.cs.at(o.through[s]); at.holds(c.cfg.Self, s) && c.isMeIn(c.cfg.Self, at) {
-		return true // a holder of the round it is at: it gets that round applied
+		// A holder of the round it is at: it gets that round applied.
+		if !strict || o.holdsEvery(s, o.through[s], r) {
+			return true
+		}
+		if a := o.awaiting[s]; a != nil && !a.takeover && a.round <= r {
+			return true // a handoff brings it up to a round on its way here
+		}
 	}
 	if o.through[s] == r && o.handedAs[s] == r {
 		// Handed over as of round r by the peer that applied round r-1:
@@ -295,28 +312,6 @@ func (o *owner) currentFor(s int, r uint64) bool {
 	// Or it got the copy once this peer was the round's route.
 	_, t := c.cs.routeConf(s, r)
 	return o.gotIn[s] >= t.ID
-}
-
-// keepsUp reports whether this peer's copy of shard s, which currentFor
-// counts as current for round r, gets every round before r applied here:
-// it is further on already, this peer holds the shard in every round from
-// the one it is at, a handoff on its way brings it further, or it got the
-// copy as the round's route. A copy kept from a configuration that held the
-// shard here long ago does not: those rounds were applied by holders that
-// have crashed now (sync/fast-chaos seed 1951: a copy handed on as of
-// round 1 and kept counted as current for round 7, so the shard was
-// neither taken over nor restarted, and the last peer waited for round 1
-// forever). Only a crash's takeover asks this (lazyTakeover keeps
-// currentFor's rule; sync/fast-chaos seed 1149 stalled with it there).
-func (o *owner) keepsUp(s int, r uint64) bool {
-	if o.through[s] >= r || o.holdsEvery(s, o.through[s], r) {
-		return true
-	}
-	if a := o.awaiting[s]; a != nil && !a.takeover && a.round <= r {
-		return true // a handoff brings it up to a round on its way here
-	}
-	_, t := o.c.cs.routeConf(s, r)
-	return o.gotIn[s] >= t.ID // (currentFor's last rule)
 }
 
 // holdsEvery reports whether this process holds shard s in the
