@@ -150,6 +150,7 @@ type owner struct {
 	paidAs   map[owe]uint64 // sync: the round the copy that paid it was as of
 	nextReq  uint64
 	final    bool
+	finalAt  uint64                  // sync: the round after the last, as far as known (0: not known)
 	ff       map[int]bool            // sync takeovers: shards a copy further on may still replace
 	settle   map[int]*settleWait     // sync takeovers: installed copies other holders may still better
 	gapSince map[gapKey]uint64       // ssp/async: tick a worker's contribution to a shard was first seen behind a gap
@@ -1049,6 +1050,7 @@ func (o *owner) applyGroup(r uint64, t *tconf, ra *roundAcc, g shardSet) {
 	allDone := contributors > 0 && done == contributors && !o.joinsAfter(r)
 	if allDone {
 		o.final = true
+		o.finalAt = max(o.finalAt, r+1)
 	}
 	// Forward to the replicas of these shards.
 	byPeer := map[string][]uint32{}
@@ -1203,6 +1205,18 @@ func (o *owner) answerable(k *contribution) bool {
 		}
 	}
 	if k.through == Final || o.final {
+		if o.final && c.cfg.Mode == Sync {
+			// Final once the last round is applied to every shard asked
+			// for, not only to the ones whose contributions came first: a
+			// round applied in groups (a late push for some shards) made
+			// an owner answer final values without its last round
+			// (sync/full-churn seed 118).
+			for _, s := range k.shards {
+				if o.through[s] < o.finalAt {
+					return false
+				}
+			}
+		}
 		return o.final // (final values answer any request: no round runs again)
 	}
 	if c.cfg.Mode == Sync {
@@ -1463,6 +1477,7 @@ func (o *owner) forward(from string, msg *wire.Core) {
 		}
 		if msg.Flags&wire.FlagFinal != 0 && len(behind) == 0 {
 			o.final = true
+			o.finalAt = max(o.finalAt, msg.Round+1)
 		}
 		if len(behind) > 0 {
 			for _, sh := range behind {

@@ -1133,6 +1133,9 @@ func (o *owner) state(from string, msg *wire.Core) {
 	}
 	if msg.Flags&wire.FlagFinal != 0 {
 		o.final = true // handed over after the last round: the run's values are final
+		if c.cfg.Mode == Sync {
+			o.finalAt = max(o.finalAt, msg.Round)
+		}
 	}
 	c.stats.Received++
 	c.trace(TraceEvent{Kind: TraceInstall, Shards: msg.Shards, Peer: from, Req: msg.Req, Round: msg.Round})
