@@ -212,7 +212,7 @@ func (j *trainJob) runDistributed(tf *trainFlags) error {
 		core.Staleness = tf.dist.staleness
 	}
 	core.Place = place
-	core.Initial, core.Contact = entry.Initial, entry.Contact
+	core.Initial, core.Contact, core.Contacts = entry.Initial, entry.Contact, entry.Contacts
 	tcfg.Job, tcfg.CheckpointDir = ncfg.Job, ckptDir
 	if tf.dist.checkpointEvery > 0 {
 		core.CheckpointTicks = max(1, int(tf.dist.checkpointEvery/tcfg.Tick))

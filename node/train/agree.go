@@ -48,6 +48,8 @@ type agreement struct {
 	askedAt  uint64
 	asked    bool
 	answered uint64 // tick anything was last heard while joining
+	askingAt uint64 // tick the joiner turned to its contact
+	nextAsk  int    // the next of Config.Contacts to turn to
 
 	// Leader.
 	joins  map[uint64]string // admitted raft IDs not yet workers -> peer
@@ -275,7 +277,10 @@ func (a *agreement) onJoin(from string, msg *wire.Core) {
 	case msg.Member == 0:
 		return
 	case !a.isLeader():
-		if a.lead == 0 {
+		if a.lead == 0 || !c.joined {
+			// (A peer that is joining itself vouches for no leader: its
+			// own may be gone, and joiners that sent each other to it
+			// kept each other waiting forever, sync/fast-chaos seed 143.)
 			reply.Flags = wire.FlagRefused // no leader known: ask again
 		} else {
 			reply.Text, reply.Req = a.leaderPeer(), a.lead
@@ -332,10 +337,16 @@ func (a *agreement) work() bool {
 			c.fail(fmt.Errorf("%w: no member of the run answered for %d ticks (the run may have ended)", ErrRefused, c.tick-a.answered))
 			return false
 		}
-		if a.contact != c.cfg.Contact && c.tick-a.answered > uint64(2*c.cfg.RetryTicks) {
+		if c.tick-max(a.answered, a.askingAt) > uint64(2*c.cfg.RetryTicks) {
 			// The leader it was sent to has gone quiet (it left, or
-			// crashed): ask the member it started from who leads now.
-			a.contact = c.cfg.Contact
+			// crashed): ask the member it started from who leads now,
+			// and when that one is silent too, the others in turn.
+			next := c.cfg.Contact
+			if a.contact == c.cfg.Contact && len(c.cfg.Contacts) > 0 {
+				next = c.cfg.Contacts[a.nextAsk%len(c.cfg.Contacts)]
+				a.nextAsk++
+			}
+			a.contact, a.askingAt = next, c.tick
 		}
 		a.asked, a.askedAt = true, c.tick
 		c.send(a.contact, &wire.Core{Op: wire.CoreJoin})

@@ -175,6 +175,11 @@ type Config struct {
 	Start uint64
 	// Contact is a member of the run to ask for admission when joining.
 	Contact string
+	// Contacts are more members to ask, in turn, when the one asked has
+	// been silent for two retry intervals: a contact that admitted this
+	// peer and crashed before it said so would otherwise leave it asking
+	// a dead peer while the run waits for it (sync/full-churn seed 536).
+	Contacts []string
 	// Voters bounds the raft voters; the other members are learners, so
 	// agreement costs the same with hundreds of peers.
 	Voters int

@@ -62,7 +62,10 @@ type Requester interface {
 type Entry struct {
 	Initial []train.Member
 	Contact string
-	Resume  uint64
+	// Contacts are the other members found running, asked in turn should
+	// Contact go silent while this peer joins (train.Config.Contacts).
+	Contacts []string
+	Resume   uint64
 }
 
 // ResumePoint is a checkpoint a peer can resume from: the round, its
@@ -179,6 +182,7 @@ func (s *Starter) Enter(ctx context.Context, view func() View, minPeers int, ret
 		v := view()
 		answers := s.probe(ctx, v)
 		var contact, ended string
+		var others []string
 		running := false // contact is running (not only starting)
 		var given []startMember
 		var givenAt uint64
@@ -191,6 +195,7 @@ func (s *Starter) Enter(ctx context.Context, view func() View, minPeers int, ret
 				ended = a.from
 			case a.State == stateRunning || a.State == stateStarting:
 				if !slices.Contains(a.Members, startMember{s.self, s.id}) {
+					others = append(others, a.from)
 					if contact == "" || a.State == stateRunning && !running {
 						contact, running = a.from, a.State == stateRunning
 					}
@@ -204,7 +209,9 @@ func (s *Starter) Enter(ctx context.Context, view func() View, minPeers int, ret
 			return s.decide(given, givenAt), nil
 		case contact != "":
 			s.log.Info().Str("contact", contact).Msg("a run is under way: joining it")
-			return Entry{Contact: contact}, nil
+			others = slices.DeleteFunc(others, func(p string) bool { return p == contact })
+			slices.Sort(others)
+			return Entry{Contact: contact, Contacts: others}, nil
 		case ended != "":
 			return Entry{}, fmt.Errorf("%w (%s says so)", ErrRunEnded, ended)
 		}

@@ -589,6 +589,13 @@ func (s *sim) start(name, contact string) {
 	p.member = train.MemberID(name, inc)
 	cfg := s.coreConfig(p)
 	cfg.Contact = contact
+	// The others running, as the driver's start probes find them
+	// (node/trainer/start.go), to ask should the contact go silent.
+	for _, q := range s.procs {
+		if q.running && q.peer != contact && q.peer != name {
+			cfg.Contacts = append(cfg.Contacts, q.peer)
+		}
+	}
 	c, err := train.New(cfg)
 	if err != nil {
 		s.violate("new core %s: %v", name, err)
@@ -1045,6 +1052,8 @@ func (s *sim) onEvent(p *proc, e train.Event) {
 		s.logf("%s/%x promotes %s", p.peer, p.member&0xffff, e.Text)
 	case train.EvHandedOff:
 		s.logf("%s/%x hands %s to %s", p.peer, p.member&0xffff, e.Text, e.Peer)
+	case train.EvLost:
+		s.logf("%s/%x: %s", p.peer, p.member&0xffff, e.Text)
 	case train.EvReceived:
 		s.logf("%s/%x receives %s from %s", p.peer, p.member&0xffff, e.Text, e.Peer)
 	}

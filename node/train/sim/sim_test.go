@@ -323,6 +323,7 @@ func TestFixedSeeds(t *testing.T) {
 		{"sync/fast-chaos", 937, "a joiner asked a leaver for a shard the leaver had restarted from nothing, handed to others and freed; it asked until the leaver restarted the shard a second time for a late push of an earlier round and handed that copy over: the joiner's copy forked from its replica's"},
 		{"sync/fast-chaos", 1863, "a shard's primary applied a round, handed the shard on (the handoff was dropped) and crashed; the crash moved that closed round to a peer with an older copy, which owed the shard to the next round's holder but never applied the round again, and the holder asked it for 40,000 ticks while the round's replica held the copy"},
 		{"sync/fast-chaos", 1951, "a peer kept a copy of a shard it had handed on as of round 1; when both later holders crashed and the round moved to it, that copy counted as current for round 7, so the shard was neither taken over nor restarted and the last peer waited for it forever"},
+		{"sync/fast-chaos", 143, "joiners whose contact had been removed asked each other, and each answered with the leader it had heard of, long gone: every answer counted as hearing from the run, so none gave up, and the run never ended"},
 		{"sync/chaos", 1991, "a survivor paid a takeover with its copy while the handoff of a later round was held by a partition, and never sent the later copy: the taker waited for a leaver's round forever"},
 	}
 	all := mixesByName()
