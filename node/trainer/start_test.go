@@ -90,6 +90,11 @@ func TestStarterJoinsARunUnderWay(t *testing.T) {
 	if err != nil || e.Contact == "" || e.Initial != nil {
 		t.Fatalf("a newcomer enters with %+v, %v: want to join through a running member", e, err)
 	}
+	// The other running member is its fallback, should the contact go
+	// silent while it joins.
+	if want := map[string]string{"peer-a": "peer-b", "peer-b": "peer-a"}[e.Contact]; !slices.Equal(e.Contacts, []string{want}) {
+		t.Errorf("a newcomer joining through %s has the fallbacks %v, want [%s]", e.Contact, e.Contacts, want)
+	}
 	// peer-b restarted: same peer ID, a new incarnation (its transport
 	// node is named apart here only because memnet names must be unique).
 	r := NewStarter(net.NewNode("peer-b-restarted"), "job", "peer-b", train.MemberID("peer-b", 2), zerolog.Nop())
