@@ -615,6 +615,21 @@ func (o *owner) lazyTakeover(shards []uint32, r uint64) {
 				a.from = append(a.from, m)
 			}
 		}
+		if old := o.awaiting[s]; old != nil && !old.takeover && old.round > r+1 {
+			// A handoff of a later round was awaited: its sender applies
+			// the rounds before it and may have this shard further on
+			// (the crashed route applied round r and handed the shard on
+			// before its answers went, which waited for a replica that
+			// missed the round). A copy from that replica alone applied
+			// round r a second time without the crashed worker's
+			// contribution, and the shard forked (sync/chaos seed 295 in
+			// stop 29's schedule).
+			if p, t := c.cs.routeConf(s, old.round-1); p != c.cfg.Self && !slices.ContainsFunc(a.from, func(x Member) bool { return x.Peer == p }) {
+				if m, ok := t.member(p); ok && !c.cs.crashed[m.ID] {
+					a.from = append(a.from, m)
+				}
+			}
+		}
 		if old := o.awaiting[s]; old != nil && old.takeover {
 			// Those asked for the later round have it further on.
 			for _, m := range old.from {

@@ -234,6 +234,25 @@ func (o *owner) takeovers(oldRoute map[uint64][][]string, t *tconf) {
 				}
 				break
 			}
+			if c.routeMe(s, r) && o.held.has(s) && o.through[s] > r {
+				// Round r moved here, and the copy here is past it (the
+				// crashed route applied it and handed the shard on before
+				// its answers went: they waited for a replica that missed
+				// the round). This peer applies round r no more, so that
+				// replica never gets it forwarded: where it holds the
+				// shard further on, it gets the copy from here
+				// (sync/full-churn seed 1046 in stop 29's schedule: the
+				// replica routed the next round and waited for round r
+				// forever).
+				after := c.cs.at(o.through[s])
+				for _, h := range survivors {
+					m, ok := after.member(h)
+					if !ok || h == self || c.cs.crashed[m.ID] || !after.holds(h, s) && c.cs.route(s, o.through[s]) != h {
+						continue
+					}
+					o.addOwe(owe{to: h, member: m.ID, shard: s, round: o.through[s]})
+				}
+			}
 			if len(survivors) > 0 && c.isMeIn(survivors[0], c.cs.at(r)) && !c.routeMe(s, r) && o.held.has(s) {
 				to, rt := c.cs.routeConf(s, r)
 				m, _ := rt.member(to)
@@ -476,15 +495,27 @@ func (o *owner) addOwe(w owe) {
 
 // owesOf lists, in sync mode, the shards this peer must hand over for
 // configuration t: those whose round Start-1 it applies, to their holders
-// new in t. (An older configuration's handoff that a crash rerouted is
-// asked for by its receiver: askState.)
+// new in t, and, for a peer that t lets leave, those it replicates in that
+// round. (An older configuration's handoff that a crash rerouted is asked
+// for by its receiver: askState.)
 func (o *owner) owesOf(t *tconf) {
 	c := o.c
 	if t.Start == 0 {
 		return
 	}
+	// A leaver that replicates the round before hands its copy over too
+	// (the same values as the route's: a replica applies every round the
+	// route does, and the receiver installs the first copy and
+	// acknowledges the other). Until a new holder has one, the leaver's
+	// is the only other copy: freed as soon as the leaver's last round was
+	// applied (its worker sees no later round, so maybeFree never waits),
+	// the shard was lost with two copies and one crash when the route
+	// crashed before its handoff arrived (sync/full-churn seeds 577 and
+	// 1828). The owe keeps the copy, and the leaver running, until a new
+	// holder acknowledges it, or crashes.
+	leaver := c.w.leaving && !t.isMember(c.cfg.Self, c.cfg.ID)
 	for s := range c.shards {
-		if !c.routeMe(s, t.Start-1) {
+		if !c.routeMe(s, t.Start-1) && !(leaver && o.held.has(s) && c.holdsAt(s, t.Start-1)) {
 			continue
 		}
 		holders := c.holdersAt(s, t.Start-1)
@@ -1037,6 +1068,33 @@ func (o *owner) state(from string, msg *wire.Core) {
 		// round this peer applies next. The copy is further on than the
 		// one held here, and this peer applies none of the rounds between.
 		a = &await{round: msg.Round}
+	}
+	if a != nil && c.cfg.Mode == Sync && !a.takeover && msg.Round < a.round && msg.Flags&wire.FlagFinal == 0 &&
+		o.held.has(s) && msg.Round > o.through[s] && c.cs.route(s, msg.Round-1) == from {
+		// A copy further on than the one held here, from the peer that
+		// applies the round before it, while this peer waits for a
+		// handoff of a later round: the answer to a replica's ask for a
+		// round it missed (forward, "behind"). That peer forwards the
+		// rounds after it, and its answers wait for them, so the handoff
+		// waits for this replica to catch up: installed, it goes on
+		// waiting for the handoff (sync/chaos seed 1226 in stop 29's
+		// schedule took it for a copy sent again, and the run stalled).
+		if msg.Rows.Len() > 0 && msg.RowWidth != c.m.StateWidth(true) {
+			c.stats.Rejected++
+			return
+		}
+		if err := c.m.ImportRows(s, true, &msg.Rows); err != nil {
+			c.stats.Rejected++
+			return
+		}
+		o.through[s] = msg.Round
+		o.gotIn[s] = cur.ID
+		o.handedAs[s] = msg.Round
+		o.fresh.del(s)
+		c.stats.Received++
+		c.trace(TraceEvent{Kind: TraceInstall, Shards: msg.Shards, Peer: from, Req: msg.Req, Round: msg.Round})
+		c.send(from, &wire.Core{Op: wire.CoreAck, Req: msg.Req})
+		return
 	}
 	if a == nil || (c.cfg.Mode == Sync && !a.takeover && msg.Round < a.round && msg.Flags&wire.FlagFinal == 0) {
 		if o.held.has(s) {

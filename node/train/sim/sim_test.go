@@ -325,6 +325,11 @@ func TestFixedSeeds(t *testing.T) {
 		{"sync/fast-chaos", 1951, "a peer kept a copy of a shard it had handed on as of round 1; when both later holders crashed and the round moved to it, that copy counted as current for round 7, so the shard was neither taken over nor restarted and the last peer waited for it forever"},
 		{"sync/fast-chaos", 143, "joiners whose contact had been removed asked each other, and each answered with the leader it had heard of, long gone: every answer counted as hearing from the run, so none gave up, and the run never ended"},
 		{"sync/chaos", 1991, "a survivor paid a takeover with its copy while the handoff of a later round was held by a partition, and never sent the later copy: the taker waited for a leaver's round forever"},
+		{"sync/full-churn", 577, "a leaving replica freed its copy after its last round, and the primary crashed before its handoff to the new holder arrived: the shard was lost with two copies and one crash"},
+		{"sync/full-churn", 1828, "a leaving replica freed its copy after its last round, and the primary crashed before its handoff to the new holder arrived: the shard was lost with two copies and one crash"},
+		{"sync/chaos", 295, "a crash moved a round, long applied and handed on by the crashed route, to a new holder that took it over from the replica that missed it: applied again without the crashed worker, the shard forked from the copy handed on"},
+		{"sync/full-churn", 1046, "a crash moved a round to the peer it had been handed to as of the round after; that peer never applied it again, and the replica that missed it, the next round's route, waited for it forever"},
+		{"sync/chaos", 1226, "a replica that missed a round asked the round's route for its copy, and took the answer, further on than its own, for a copy sent again while it waited for a later handoff: the route's answers waited for that replica forever"},
 	}
 	all := mixesByName()
 	for _, tc := range cases {
