@@ -1079,12 +1079,7 @@ func (o *owner) state(from string, msg *wire.Core) {
 		// waits for this replica to catch up: installed, it goes on
 		// waiting for the handoff (sync/chaos seed 1226 in stop 29's
 		// schedule took it for a copy sent again, and the run stalled).
-		if msg.Rows.Len() > 0 && msg.RowWidth != c.m.StateWidth(true) {
-			c.stats.Rejected++
-			return
-		}
-		if err := c.m.ImportRows(s, true, &msg.Rows); err != nil {
-			c.stats.Rejected++
+		if !o.importState(s, msg) {
 			return
 		}
 		o.through[s] = msg.Round
@@ -1129,14 +1124,7 @@ func (o *owner) state(from string, msg *wire.Core) {
 		c.send(from, &wire.Core{Op: wire.CoreAck, Req: msg.Req})
 		return
 	}
-	if msg.Rows.Len() > 0 && msg.RowWidth != c.m.StateWidth(true) {
-		// (A state with no rows, a shard no contribution has touched, has
-		// no width on the wire: the codec keeps one form of "no rows".)
-		c.stats.Rejected++
-		return
-	}
-	if err := c.m.ImportRows(s, true, &msg.Rows); err != nil {
-		c.stats.Rejected++
+	if !o.importState(s, msg) {
 		return
 	}
 	if c.cfg.Mode == Sync {
@@ -1199,6 +1187,24 @@ func (o *owner) state(from string, msg *wire.Core) {
 	c.trace(TraceEvent{Kind: TraceInstall, Shards: msg.Shards, Peer: from, Req: msg.Req, Round: msg.Round})
 	c.event(Event{Kind: EvReceived, Shards: 1, Peer: from, Text: fmt.Sprintf("shard %d", s)})
 	c.send(from, &wire.Core{Op: wire.CoreAck, Req: msg.Req})
+}
+
+// importState writes the rows of a shard's state msg into shard s's
+// weights and optimizer state; a state of the wrong width, or one the
+// model refuses, is counted as rejected and changes nothing.
+func (o *owner) importState(s int, msg *wire.Core) bool {
+	c := o.c
+	if msg.Rows.Len() > 0 && msg.RowWidth != c.m.StateWidth(true) {
+		// (A state with no rows, a shard no contribution has touched, has
+		// no width on the wire: the codec keeps one form of "no rows".)
+		c.stats.Rejected++
+		return false
+	}
+	if err := c.m.ImportRows(s, true, &msg.Rows); err != nil {
+		c.stats.Rejected++
+		return false
+	}
+	return true
 }
 
 // heldBy reports whether peer p holds shard s in some configuration this
