@@ -345,6 +345,10 @@ const (
 	TraceMoved
 	TraceDefer
 	TraceAnswer
+	// TraceLost: round Round applied to Shards without the contributions
+	// of Members, answered by holders that crashed (the simulator checks
+	// that no live peer's copy has them).
+	TraceLost
 )
 
 // String names the kind for logs.
@@ -368,6 +372,8 @@ func (k TraceKind) String() string {
 		return "defer"
 	case TraceAnswer:
 		return "answer"
+	case TraceLost:
+		return "lost"
 	}
 	return fmt.Sprintf("trace(%d)", uint8(k))
 }

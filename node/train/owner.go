@@ -128,6 +128,11 @@ type await struct {
 	// route of the handoff's round, restarts it there (sync/fast-chaos
 	// seed 648: each of the two waited for the other).
 	noCopy bool
+	// all (with keep): every live member of the run is asked, and the
+	// wait ends only when each has answered or crashed, never on a
+	// timeout: the answer decides that contributions answered by holders
+	// that crashed are gone (lostCheck).
+	all bool
 }
 
 type owner struct {
@@ -153,6 +158,9 @@ type owner struct {
 	finalAt  uint64                  // sync: the round after the last, as far as known (0: not known)
 	ff       map[int]bool            // sync takeovers: shards a copy further on may still replace
 	settle   map[int]*settleWait     // sync takeovers: installed copies other holders may still better
+	past     map[uint64]uint64       // sync: per member ID, the newest round it pushed here
+	lostOK   map[int]uint64          // sync: per shard, round+1 of a round whose missing answered contributions are gone (lostCheck)
+	scanned  uint64                  // sync: the tick applySync last looked for rounds no contribution will come for
 	gapSince map[gapKey]uint64       // ssp/async: tick a worker's contribution to a shard was first seen behind a gap
 	gotIn    []uint64                // sync: per shard, the newest configuration when its copy was installed or restarted here
 	handedAs []uint64                // sync: per shard, the round of the handoff copy installed last (0: none, or a takeover's)
@@ -280,6 +288,8 @@ func (o *owner) init(c *Core) {
 	o.paidAs = map[owe]uint64{}
 	o.ff = map[int]bool{}
 	o.settle = map[int]*settleWait{}
+	o.past = map[uint64]uint64{}
+	o.lostOK = map[int]uint64{}
 	o.gapSince = map[gapKey]uint64{}
 	o.nextReq = reqBase(c.cfg.ID)
 	o.gotIn = make([]uint64, c.shards)
@@ -424,6 +434,9 @@ func (o *owner) receiveNarrowed(from string, msg *wire.Core, narrowed bool) {
 	if msg.Op == wire.CorePush && msg.Round < m.Since {
 		c.stats.Rejected++
 		return
+	}
+	if msg.Op == wire.CorePush && c.cfg.Mode == Sync && msg.Round > o.past[m.ID] {
+		o.past[m.ID] = msg.Round // (it was answered every round before: lostCheck)
 	}
 	// Rows must lie in the shards the message names.
 	set := newShardSet(c.shards)
@@ -887,8 +900,120 @@ func (o *owner) applySync() bool {
 			return true
 		}
 	}
-	_ = c
+	// After crashes, once a tick (not on the way of every message): the
+	// rounds no contribution will come for, and the shards whose missing
+	// contributions may be gone.
+	if len(c.cs.crashed) == 0 || o.scanned == c.tick {
+		return false
+	}
+	o.scanned = c.tick
+	// A round no contribution will ever come for: every worker of its
+	// configuration crashed. Applied with none, so the shards it holds
+	// up go on (sync/fast-chaos seed 438 in stop 29's schedule: the two
+	// workers of a round crashed, one after the other, before the peer a
+	// handoff had made its route got either push, and the run waited for
+	// it forever).
+	for s := range c.shards {
+		r := o.through[s]
+		if !o.held.has(s) || o.rounds[r] != nil || !c.routeMe(s, r) || o.awaiting[s] != nil || !o.allCrashed(r) ||
+			!o.currentFor(s, r, true) {
+			continue
+		}
+		o.rounds[r] = &roundAcc{}
+		if o.applyRound(r) {
+			o.scanned = 0 // (look again: the next round may be one too)
+			return true
+		}
+		delete(o.rounds, r)
+	}
+	for s := range c.shards {
+		o.lostCheck(s)
+	}
 	return false
+}
+
+// lostCheck starts, for shard s, finding out whether the contributions
+// its next round here waits for are gone: this peer routes the round, its
+// copy is current for it, and every worker of the round whose
+// contribution has not come has pushed a later round here since, so it
+// was answered for this one, by a holder that applied the round (a crash
+// moved the round here since). Such a worker never sends it again. Every
+// live member is asked for the shard as of the round (a keep-takeover that
+// waits for all of them, with no timeout: a member cut off may be the one
+// that holds it further on). A copy further on is installed; if none has
+// one, the round is applied without those contributions, counted lost
+// (applyRound), and the simulator checks that no live peer's copy has
+// them (TraceLost). Also when a handoff as of the round after was awaited
+// from this round's route, which a crash made this peer: it would wait for
+// itself (sync/fast-chaos seed 1545 in stop 29's schedule, where another
+// member had the shard further on).
+func (o *owner) lostCheck(s int) {
+	c := o.c
+	r := o.through[s]
+	if !o.held.has(s) || r == 0 || o.fresh.has(s) || o.lostOK[s] == r+1 || !c.routeMe(s, r) || !o.usable(s, r) {
+		return // (a shard restarted from nothing has its own rule: applyRound's waited)
+	}
+	// A handoff as of the round after, awaited from the route of this
+	// round, which a crash made this peer: it never comes (its sender is
+	// this peer, which never gets the round's contributions), and the
+	// ask below brings a copy that is further on, if any (1545).
+	a := o.awaiting[s]
+	selfWait := a != nil && !a.takeover && a.round == r+1
+	if a != nil && !selfWait || a == nil && !o.currentFor(s, r, true) {
+		return
+	}
+	t := c.cs.at(r)
+	missing := false
+	for _, m := range t.Members {
+		if c.cs.crashed[m.ID] || o.covers(r, m.ID, s) {
+			continue
+		}
+		if o.past[m.ID] <= r {
+			return // it may still send it
+		}
+		missing = true
+	}
+	if !missing {
+		return
+	}
+	a = &await{since: c.tick, takeover: true, keep: true, all: true, takenAt: r}
+	for _, m := range c.cs.cur().Members {
+		if m.Peer != c.cfg.Self && !c.cs.crashed[m.ID] {
+			a.from = append(a.from, m)
+		}
+	}
+	if len(a.from) == 0 {
+		o.lostOK[s] = r + 1
+		return
+	}
+	o.awaiting[s] = a
+	o.askState()
+}
+
+// covers reports whether member id's contribution to round r, for shard
+// s, has come here.
+func (o *owner) covers(r uint64, id uint64, s int) bool {
+	ra := o.rounds[r]
+	if ra == nil {
+		return false
+	}
+	for _, k := range ra.contrib {
+		if k.member == id && k.set.has(s) {
+			return true
+		}
+	}
+	return false
+}
+
+// allCrashed reports whether every member of round r's configuration has
+// crashed since.
+func (o *owner) allCrashed(r uint64) bool {
+	for _, m := range o.c.cs.at(r).Members {
+		if !o.c.cs.crashed[m.ID] {
+			return false
+		}
+	}
+	return true
 }
 
 // applyRound applies the shards of round r that are complete, as one group
@@ -941,8 +1066,26 @@ func (o *owner) applyRound(r uint64) bool {
 			}
 		}
 	}
+	// Shards whose missing contributions are known to be gone (lostCheck):
+	// the workers were answered this round by holders that crashed.
+	var lostSet shardSet
+	if len(o.lostOK) > 0 {
+		for s := range c.shards {
+			if ready.has(s) && o.lostOK[s] == r+1 {
+				if lostSet == nil {
+					lostSet = newShardSet(c.shards)
+				}
+				lostSet.add(s)
+			}
+		}
+	}
+	var lost []uint64
 	for _, m := range required {
 		cs := cover[m.ID]
+		if lostSet != nil && o.past[m.ID] > r && (cs == nil || !lostSet.subset(cs)) {
+			lost = append(lost, m.ID)
+			cs = union(cs, lostSet)
+		}
 		if waited != nil && (cs == nil || !waited.subset(cs)) {
 			cs = union(cs, waited)
 			c.stats.Lost++
@@ -988,6 +1131,26 @@ func (o *owner) applyRound(r uint64) bool {
 	}
 	for _, g := range groups {
 		o.applyGroup(r, t, ra, g)
+	}
+	if lostSet != nil {
+		for _, s := range lostSet.list(nil) {
+			if !ready.has(int(s)) {
+				continue
+			}
+			delete(o.lostOK, int(s))
+			var gone []uint64
+			for _, id := range lost {
+				if cs := cover[id]; cs == nil || !cs.has(int(s)) {
+					gone = append(gone, id)
+				}
+			}
+			if len(gone) == 0 {
+				continue
+			}
+			c.stats.Lost += uint64(len(gone))
+			c.trace(TraceEvent{Kind: TraceLost, Shards: []uint32{s}, Round: r, Members: gone})
+			c.event(Event{Kind: EvLost, Shards: 1, Text: fmt.Sprintf("round %d of shard %d applied without %d contributions answered by holders that crashed", r, s, len(gone))})
+		}
 	}
 	// A round is done when every shard this peer applies in it is.
 	left := false

@@ -922,6 +922,9 @@ func (o *owner) keepWithout(s int, a *await, p string, member uint64) {
 	}
 	a.from = slices.Delete(a.from, i, i+1)
 	if len(a.from) == 0 {
+		if a.all {
+			o.lostOK[s] = a.takenAt + 1 // nobody has it further on
+		}
 		delete(o.awaiting, s)
 	}
 }
@@ -1305,14 +1308,17 @@ func (o *owner) promoteLost() bool {
 		// Only the peer that applies the round before restarts a lost
 		// shard (a takeover): a new holder waits for whoever does, since
 		// two holders restarting it on their own would disagree.
-		timeout := c.tick-a.since > uint64(16*c.cfg.RetryTicks) && (a.takeover && !(a.prev && o.prevAlive(s, a.takenAt)) || c.cfg.Mode != Sync) ||
-			a.keep && c.tick-a.since > uint64(2*c.cfg.RetryTicks) // (every holder asked answers at once)
+		timeout := !a.all && (c.tick-a.since > uint64(16*c.cfg.RetryTicks) && (a.takeover && !(a.prev && o.prevAlive(s, a.takenAt)) || c.cfg.Mode != Sync) ||
+			a.keep && c.tick-a.since > uint64(2*c.cfg.RetryTicks)) // (every holder asked answers at once)
 		if !timeout && o.mayStillCome(s) {
 			continue
 		}
 		if (a.own || a.keep) && o.held.has(s) {
 			// The primary's copy did not come (own), or no holder of a
 			// later round answered (keep): go on with this one.
+			if a.all {
+				o.lostOK[s] = a.takenAt + 1 // (every member asked crashed)
+			}
 			delete(o.awaiting, s)
 			progress = true
 			continue

@@ -1135,6 +1135,23 @@ func (s *sim) onTrace(p *proc, e train.TraceEvent) {
 		for _, sh := range e.Shards {
 			delete(p.ledger, int(sh))
 		}
+	case train.TraceLost:
+		// Allowed only if no live peer's copy has them: one that does
+		// holds the round with them, and the copies fork.
+		s.anyLoss = true
+		for _, sh := range e.Shards {
+			for _, q := range s.procs {
+				if !q.running || q.crashed {
+					continue
+				}
+				for _, m := range e.Members {
+					if q.ledger[int(sh)][[2]uint64{m, e.Round}] {
+						s.violate("%s/%x applied round %d to shard %d without worker %x's contribution, which %s/%x holds", p.peer, p.member&0xffff, e.Round, sh, m&0xffff, q.peer, q.member&0xffff)
+					}
+				}
+			}
+			s.logf("%s/%x: round %d of shard %d applied without %d answered contributions", p.peer, p.member&0xffff, e.Round, sh, len(e.Members))
+		}
 	}
 }
 

@@ -330,6 +330,9 @@ func TestFixedSeeds(t *testing.T) {
 		{"sync/chaos", 295, "a crash moved a round, long applied and handed on by the crashed route, to a new holder that took it over from the replica that missed it: applied again without the crashed worker, the shard forked from the copy handed on"},
 		{"sync/full-churn", 1046, "a crash moved a round to the peer it had been handed to as of the round after; that peer never applied it again, and the replica that missed it, the next round's route, waited for it forever"},
 		{"sync/chaos", 1226, "a replica that missed a round asked the round's route for its copy, and took the answer, further on than its own, for a copy sent again while it waited for a later handoff: the route's answers waited for that replica forever"},
+		{"sync/fast-chaos", 438, "both workers of a round crashed before the peer a handoff had made the round's route got either push: it waited for them forever"},
+		{"sync/fast-chaos", 572, "every worker of a round crashed before its route got their pushes (after three peers were removed at once): it waited for them forever"},
+		{"sync/fast-chaos", 1545, "a crash made a peer the route of the round before a handoff it awaited: it waited for that handoff from itself, while another member had the shard further on"},
 	}
 	all := mixesByName()
 	for _, tc := range cases {
