@@ -1068,15 +1068,18 @@ func (o *owner) applyRound(r uint64) bool {
 	}
 	// Shards whose missing contributions are known to be gone (lostCheck):
 	// the workers were answered this round by holders that crashed.
+	// (The map holds only shards waiting: one a copy moved past since is
+	// dropped here, so the rounds after do not look at it again.)
 	var lostSet shardSet
-	if len(o.lostOK) > 0 {
-		for s := range c.shards {
-			if ready.has(s) && o.lostOK[s] == r+1 {
-				if lostSet == nil {
-					lostSet = newShardSet(c.shards)
-				}
-				lostSet.add(s)
+	for s, next := range o.lostOK {
+		switch {
+		case !o.held.has(s) || o.through[s] >= next:
+			delete(o.lostOK, s)
+		case ready.has(s) && next == r+1:
+			if lostSet == nil {
+				lostSet = newShardSet(c.shards)
 			}
+			lostSet.add(s)
 		}
 	}
 	var lost []uint64
