@@ -849,10 +849,12 @@ func (o *owner) work() bool {
 	}
 	progress := false
 	if len(o.deferred) > 0 {
-		ds := o.deferred
-		o.deferred = nil
 		o.retrying = true // (traced when first deferred, not at every retry)
 		defer func() { o.retrying = false }()
+	}
+	for len(o.deferred) > 0 {
+		ds := o.deferred
+		o.deferred = nil
 		for _, d := range ds {
 			switch d.msg.Op {
 			case wire.CoreForward:
@@ -863,9 +865,22 @@ func (o *owner) work() bool {
 				o.receiveNarrowed(d.from, d.msg, d.narrowed)
 			}
 		}
-		if len(o.deferred) < len(ds) {
-			progress = true
+		if len(o.deferred) >= len(ds) {
+			break
 		}
+		progress = true
+		if c.cfg.Mode == Sync {
+			break
+		}
+		// Ssp and async: again until nothing more applies, before any
+		// shard is handed over below. Messages wait here in the order
+		// they came, and a worker's rounds apply in order, so a forward
+		// of round r+1 that came before round r's is deferred again in
+		// the pass that applies round r. A copy handed over between the
+		// two would lack round r+1, which this peer then applies and
+		// acknowledges, and the primary answers the worker
+		// (ssp/fast-chaos seed 937: the copy's next holder was the one
+		// a crash left, and the contribution was lost).
 	}
 	if c.cfg.Mode == Sync {
 		for o.applySync() {

@@ -333,6 +333,7 @@ func TestFixedSeeds(t *testing.T) {
 		{"sync/fast-chaos", 438, "both workers of a round crashed before the peer a handoff had made the round's route got either push: it waited for them forever"},
 		{"sync/fast-chaos", 572, "every worker of a round crashed before its route got their pushes (after three peers were removed at once): it waited for them forever"},
 		{"sync/fast-chaos", 1545, "a crash made a peer the route of the round before a handoff it awaited: it waited for that handoff from itself, while another member had the shard further on"},
+		{"ssp/fast-chaos", 937, "a holder replaying its deferred forwards applied a worker's round, handed the shard on, then applied the worker's next round (deferred again behind it) and acknowledged it: the copy handed on lacked it, and a crash left that copy the only one"},
 	}
 	all := mixesByName()
 	for _, tc := range cases {
