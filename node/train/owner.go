@@ -174,6 +174,10 @@ type owner struct {
 	// told the leader it is ready under (CoreReady), and when.
 	readyFor, readyAt uint64
 	retrying          bool // work is handling the deferred messages again
+
+	// Scratch, kept between calls: these run at every step.
+	seen      map[uint64]struct{} // applyRound's scratch: members with a contribution
+	roundList []uint64            // applySync's scratch: the rounds waiting, in order
 }
 
 // maxDeferred bounds the messages kept for a configuration not applied
@@ -290,6 +294,7 @@ func (o *owner) init(c *Core) {
 	o.settle = map[int]*settleWait{}
 	o.past = map[uint64]uint64{}
 	o.lostOK = map[int]uint64{}
+	o.seen = map[uint64]struct{}{}
 	o.gapSince = map[gapKey]uint64{}
 	o.nextReq = reqBase(c.cfg.ID)
 	o.gotIn = make([]uint64, c.shards)
@@ -905,11 +910,12 @@ func (o *owner) work() bool {
 // It reports whether it applied one.
 func (o *owner) applySync() bool {
 	c := o.c
-	rs := make([]uint64, 0, len(o.rounds))
+	rs := o.roundList[:0] // (a scratch slice: this runs at every step)
 	for r := range o.rounds {
 		rs = append(rs, r)
 	}
 	slices.Sort(rs)
+	o.roundList = rs
 	for _, r := range rs {
 		if o.applyRound(r) {
 			return true
@@ -1037,6 +1043,21 @@ func (o *owner) applyRound(r uint64) bool {
 	c := o.c
 	ra := o.rounds[r]
 	t := c.cs.at(r)
+	if len(o.lostOK) == 0 && o.fresh.empty() {
+		// Without shards restarted from nothing or found lost, a round
+		// applies only once every live member's contribution is here: most
+		// pushes find one missing, and the work below (every shard, a
+		// shard set per member) would come to nothing.
+		clear(o.seen)
+		for _, k := range ra.contrib {
+			o.seen[k.member] = struct{}{}
+		}
+		for _, m := range t.Members {
+			if _, ok := o.seen[m.ID]; !ok && !c.cs.crashed[m.ID] {
+				return false
+			}
+		}
+	}
 	var required []Member
 	for _, m := range t.Members {
 		if !c.cs.crashed[m.ID] {
