@@ -1850,7 +1850,13 @@ func (o *owner) isPrimaryFor(p string, s int, r uint64) bool {
 	if c.cfg.Mode == Sync {
 		return c.cs.route(s, r) == p
 	}
-	for i := len(c.cs.list) - 1; i >= 0 && i >= len(c.cs.list)-4; i-- {
+	// Every configuration known, not only the last few: a forward dropped
+	// and sent again can come several configurations later (async/fast-
+	// chaos seed 1788: refused four configurations on, it left a hole in
+	// the worker's rounds at the shard's new primary, whose holder with
+	// the round had crashed; the hole was given up on as lost, though the
+	// forward that filled it had come).
+	for i := len(c.cs.list) - 1; i >= 0; i-- {
 		if c.cs.list[i].primary(s) == p {
 			return true
 		}

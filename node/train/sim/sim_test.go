@@ -334,6 +334,7 @@ func TestFixedSeeds(t *testing.T) {
 		{"sync/fast-chaos", 572, "every worker of a round crashed before its route got their pushes (after three peers were removed at once): it waited for them forever"},
 		{"sync/fast-chaos", 1545, "a crash made a peer the route of the round before a handoff it awaited: it waited for that handoff from itself, while another member had the shard further on"},
 		{"ssp/fast-chaos", 937, "a holder replaying its deferred forwards applied a worker's round, handed the shard on, then applied the worker's next round (deferred again behind it) and acknowledged it: the copy handed on lacked it, and a crash left that copy the only one"},
+		{"async/fast-chaos", 1788, "a forward of a shard's primary, dropped and sent again, came four configurations later and was refused as not from a recent primary: the worker's round was a hole at the new primary, whose only other copy had crashed, and was given up on as lost"},
 	}
 	all := mixesByName()
 	for _, tc := range cases {
