@@ -120,6 +120,7 @@ type Starter struct {
 	failed   string
 
 	resume  bool // SetResume was called
+	serving bool // the probe handler is registered (Enter)
 	points  []ResumePoint
 	place   train.PlaceFunc
 	nshards int
@@ -134,12 +135,14 @@ func (s *Starter) SetResume(points []ResumePoint, place train.PlaceFunc, shards 
 	s.resume, s.points, s.place, s.nshards = true, points, place, shards
 }
 
-// NewStarter registers the probe handler on tr. self and id are this
-// process's peer ID and member ID.
+// NewStarter makes the starter of this process; self and id are its peer
+// ID and member ID. It answers other peers' probes from its first Enter
+// on: before that it may not know its checkpoints yet (SetResume), and
+// an answer without them would tell the coordinator it has none (a
+// coordinator once refused to resume a run for that, while the peer was
+// still reading its files).
 func NewStarter(tr Requester, job, self string, id uint64, log zerolog.Logger) *Starter {
-	s := &Starter{tr: tr, job: job, self: self, id: id, log: log, state: stateWaiting}
-	tr.Serve(StartProtocol, s.serve)
-	return s
+	return &Starter{tr: tr, job: job, self: self, id: id, log: log, state: stateWaiting}
 }
 
 func (s *Starter) serve(_ context.Context, _ string, _ []byte, w io.Writer) error {
@@ -178,6 +181,12 @@ type View struct {
 // coordinator starts a run only once at least minPeers peers (itself
 // included) answer.
 func (s *Starter) Enter(ctx context.Context, view func() View, minPeers int, retry time.Duration) (Entry, error) {
+	s.mu.Lock()
+	if !s.serving {
+		s.serving = true
+		s.tr.Serve(StartProtocol, s.serve)
+	}
+	s.mu.Unlock()
 	for {
 		v := view()
 		answers := s.probe(ctx, v)
@@ -304,9 +313,13 @@ func (s *Starter) resumeDecision(ms []startMember, answers []startAnswer, minPee
 		var first []startMember
 		var missing []string
 		for _, p := range workers {
-			if i := slices.IndexFunc(ms, func(m startMember) bool { return m.Peer == p }); i >= 0 {
+			_, told := points[p]
+			if i := slices.IndexFunc(ms, func(m startMember) bool { return m.Peer == p }); i >= 0 && told {
 				first = append(first, ms[i])
 			} else {
+				// Not here yet, or here but not yet waiting with its
+				// checkpoints listed (it answered while still reading
+				// them): wait for it rather than judge it without them.
 				missing = append(missing, p)
 			}
 		}
