@@ -82,14 +82,19 @@ func (b shardSet) equal(o shardSet) bool {
 
 // list appends the members of b in ascending order to dst.
 func (b shardSet) list(dst []uint32) []uint32 {
+	b.each(func(s int) { dst = append(dst, uint32(s)) })
+	return dst
+}
+
+// each calls f with the members of b in ascending order, without
+// allocating. f may remove the member it is given, not others.
+func (b shardSet) each(f func(s int)) {
 	for i, w := range b {
 		for w != 0 {
-			t := bits.TrailingZeros64(w)
-			dst = append(dst, uint32(i*64+t))
+			f(i*64 + bits.TrailingZeros64(w))
 			w &= w - 1
 		}
 	}
-	return dst
 }
 
 // fromList sets b to the shards in l (those below its size).

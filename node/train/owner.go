@@ -874,9 +874,6 @@ func (o *owner) work() bool {
 			break
 		}
 		progress = true
-		if c.cfg.Mode == Sync {
-			break
-		}
 		// Ssp and async: again until nothing more applies, before any
 		// shard is handed over below. Messages wait here in the order
 		// they came, and a worker's rounds apply in order, so a forward
@@ -885,7 +882,11 @@ func (o *owner) work() bool {
 		// two would lack round r+1, which this peer then applies and
 		// acknowledges, and the primary answers the worker
 		// (ssp/fast-chaos seed 937: the copy's next holder was the one
-		// a crash left, and the contribution was lost).
+		// a crash left, and the contribution was lost). Sync: one pass
+		// a step (its handoffs wait for a round to be applied).
+		if c.cfg.Mode == Sync {
+			break
+		}
 	}
 	if c.cfg.Mode == Sync {
 		for o.applySync() {

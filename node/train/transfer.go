@@ -3,7 +3,6 @@ package train
 import (
 	"cmp"
 	"fmt"
-	"math/bits"
 	"slices"
 
 	"github.com/gossiptrain/gossiptrain/gossip/wire"
@@ -1369,17 +1368,12 @@ func (o *owner) promoteLost() bool {
 			s, a.round, a.takeover, timeout, a.from, c.holdersAt(s, max(a.round, 1)-1))})
 		progress = true
 	}
-	// The shards held here, in order, a word of the set at a time (this
-	// runs at every step; maybeFree drops only the shard it is given).
-	for i, w := range o.held {
-		for w != 0 {
-			s := i*64 + bits.TrailingZeros64(w)
-			w &= w - 1
-			if !o.needed(s) {
-				o.maybeFree(s)
-			}
+	// The shards held here, not every shard: this runs at every step.
+	o.held.each(func(s int) {
+		if !o.needed(s) {
+			o.maybeFree(s) // (drops s only)
 		}
-	}
+	})
 	return progress
 }
 

@@ -313,13 +313,9 @@ func (s *Starter) resumeDecision(ms []startMember, answers []startAnswer, minPee
 		var first []startMember
 		var missing []string
 		for _, p := range workers {
-			_, told := points[p]
-			if i := slices.IndexFunc(ms, func(m startMember) bool { return m.Peer == p }); i >= 0 && told {
+			if i := slices.IndexFunc(ms, func(m startMember) bool { return m.Peer == p }); i >= 0 {
 				first = append(first, ms[i])
 			} else {
-				// Not here yet, or here but not yet waiting with its
-				// checkpoints listed (it answered while still reading
-				// them): wait for it rather than judge it without them.
 				missing = append(missing, p)
 			}
 		}
