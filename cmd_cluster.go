@@ -517,6 +517,10 @@ func writeClusterTable(w io.Writer, res *cluster.Result, bs []report.BenchConfig
 		}
 		fmt.Fprintf(w, "%.1f s, %d rounds; cluster throughput %s examples/s, %.0f bytes sent per example\n",
 			b.Seconds, b.Rounds, humanCount(float64(b.ExamplesPerSec)), finiteOr(float64(b.BytesPerExample)))
+		if !math.IsNaN(float64(b.Steady)) {
+			fmt.Fprintf(w, "steady state (each peer's first and last tenth of rounds left out): %.1f rounds/s, a round %.1f ms (p50), %.1f ms (p90), %.1f ms (p99)\n",
+				float64(b.Steady), float64(b.P50), float64(b.P90), float64(b.P99))
+		}
 		if !math.IsNaN(float64(b.TestLogLoss)) {
 			fmt.Fprintf(w, "test log-loss %.4f", float64(b.TestLogLoss))
 			if meta != nil && meta.PlantedTestLogLoss > 0 {

@@ -233,6 +233,7 @@ type BenchConfig struct {
 	// each peer pays per example, flat when a cluster scales.
 	RecvBytesPerExample Num          `json:"recv_bytes_per_example_per_peer"`
 	Scaling                          // against the single-peer run of the same batch, when there is one
+	RoundTimes                       // steady-state rounds/s and round-time percentiles, from the round lines
 	BusiestPeer         string       `json:"busiest_peer"`         // the peer that sent the most bytes
 	BusiestBytesSent    int64        `json:"busiest_bytes_sent"`   // what it sent
 	BusiestNetOut       Num          `json:"busiest_net_out_mbps"` // its send rate, MB/s
@@ -349,6 +350,7 @@ func summarize(c *Config) BenchConfig {
 	b.Workers = max(runPeers, len(c.Peers))
 	b.RecvBytesPerExample = recvPerExample(b.Peers)
 	b.Scaling = noScaling()
+	b.RoundTimes = roundTimes(c.Peers)
 	for i, p := range b.Peers {
 		if ref < 0 && p.Finished {
 			ref = i

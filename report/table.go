@@ -71,6 +71,31 @@ func summaryRow(b BenchConfig) []string {
 		fmtMetric(b.TestLogLoss), fmtMetric(b.TestError), fmtMetric(b.TestAUC), fmtNum(float64(b.BytesPerExample))}
 }
 
+// roundHeader is the round-time table's columns (RoundTimes).
+var roundHeader = []string{"configuration", "rounds/s (whole run)", "steady rounds/s", "round ms p50", "p90", "p99"}
+
+func roundRow(b BenchConfig) []string {
+	return []string{b.Name, fmtNum(float64(b.RoundsPerSec)), fmtNum(float64(b.Steady)),
+		fmtNum(float64(b.P50)), fmtNum(float64(b.P90)), fmtNum(float64(b.P99))}
+}
+
+// withRoundTimes is the configurations that have round times (a plain
+// train has none).
+func withRoundTimes(bs []BenchConfig) []BenchConfig {
+	var out []BenchConfig
+	for _, b := range bs {
+		if !math.IsNaN(float64(b.Steady)) {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// roundTimesNote says what the round-time table shows.
+const roundTimesNote = "Steady rounds/s and the time of one round leave out each peer's first and last tenth " +
+	"of rounds (the cluster's start and end). A p90 far above the p50 while the peers' CPU is low means " +
+	"the rounds wait on messages, not on cores."
+
 // peerHeader is the per-peer table's columns.
 var peerHeader = []string{"peer", "examples", "CPU %", "peak RSS MiB", "net out MB/s", "net in MB/s",
 	"disk read MB/s", "wait s", "owned shards"}
@@ -98,6 +123,17 @@ func WriteSummaryTable(w io.Writer, bs []BenchConfig) error {
 	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("report: %w", err)
+	}
+	if rt := withRoundTimes(bs); len(rt) > 0 {
+		fmt.Fprintf(w, "\nround times (each peer's first and last tenth of rounds left out):\n")
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, strings.Join(roundHeader, "\t")+"\t")
+		for _, b := range rt {
+			fmt.Fprintln(tw, strings.Join(roundRow(b), "\t")+"\t")
+		}
+		if err := tw.Flush(); err != nil {
+			return fmt.Errorf("report: %w", err)
+		}
 	}
 	for _, c := range Compare(bs) {
 		if _, err := fmt.Fprintf(w, "%s.\n", c.Sentence()); err != nil {
@@ -196,6 +232,11 @@ func WriteMarkdown(w io.Writer, cfgs []*Config, bs []BenchConfig, plots []PlotFi
 	pf("## Summary\n\n")
 	mdTable(bw, summaryHeader, len(bs), func(i int) []string { return summaryRow(bs[i]) })
 	pf("\n")
+	if rt := withRoundTimes(bs); len(rt) > 0 {
+		pf("## Round times\n\n%s\n\n", roundTimesNote)
+		mdTable(bw, roundHeader, len(rt), func(i int) []string { return roundRow(rt[i]) })
+		pf("\n")
+	}
 	writeScalingMarkdown(bw, bs, plots)
 
 	var warns []string
