@@ -475,67 +475,72 @@ func summarizeRuns(dirs []string, series bool) ([]report.BenchConfig, error) {
 }
 
 // writeRepeats writes, for each configuration of the first repetition,
-// its examples/s in every repetition and their median, and likewise its
-// speedup when the runs have a baseline. A configuration missing from a
-// repetition (it failed there) shows "-" and counts in no median.
+// its examples/s in every repetition and their median, likewise its
+// speedup when the runs have a baseline, and its steady-state rounds/s
+// (report.RoundTimes) when the runs have round lines. A configuration
+// missing from a repetition (it failed there) shows "-" and counts in no
+// median.
 func writeRepeats(w io.Writer, reps [][]report.BenchConfig) {
 	fmt.Fprintf(w, "Every configuration in each of %d interleaved repetitions, and the median:\n\n", len(reps))
-	hasSpeedup := false
-	for _, b := range reps[0] {
-		if !math.IsNaN(float64(b.Speedup)) && b.Baseline != "" {
-			hasSpeedup = true
+	speedup := func(b report.BenchConfig) float64 {
+		if b.Baseline == "" {
+			return math.NaN()
+		}
+		return float64(b.Speedup)
+	}
+	steady := func(b report.BenchConfig) float64 {
+		if b.Steady <= 0 { // no round lines (NaN), or a test's zero value
+			return math.NaN()
+		}
+		return float64(b.Steady)
+	}
+	columns := []struct {
+		title  string
+		value  func(report.BenchConfig) float64
+		format func(float64) string
+	}{
+		{"examples/s", func(b report.BenchConfig) float64 { return float64(b.ExamplesPerSec) }, humanCount},
+		{"speedup", speedup, func(v float64) string { return fmt.Sprintf("%.2f", v) }},
+		{"steady rounds/s", steady, func(v float64) string { return fmt.Sprintf("%.1f", v) }},
+	}
+	// A column shows when some configuration of the first repetition has it.
+	shown := columns[:1]
+	for _, c := range columns[1:] {
+		if slices.ContainsFunc(reps[0], func(b report.BenchConfig) bool { return !math.IsNaN(c.value(b)) }) {
+			shown = append(shown, c)
 		}
 	}
-	fmt.Fprint(w, "| configuration | examples/s | median |")
-	if hasSpeedup {
-		fmt.Fprint(w, " speedup | median |")
+	fmt.Fprint(w, "| configuration |")
+	for _, c := range shown {
+		fmt.Fprintf(w, " %s | median |", c.title)
 	}
-	fmt.Fprint(w, "\n|---|---|---:|")
-	if hasSpeedup {
+	fmt.Fprint(w, "\n|---|")
+	for range shown {
 		fmt.Fprint(w, "---|---:|")
 	}
 	fmt.Fprintln(w)
 	for _, b := range reps[0] {
-		var eps, sp []string
-		var epsV, spV []float64
-		for _, rep := range reps {
-			i := slices.IndexFunc(rep, func(o report.BenchConfig) bool { return o.Name == b.Name })
-			if i < 0 {
-				eps, sp = append(eps, "-"), append(sp, "-")
-				continue
+		fmt.Fprintf(w, "| %s |", b.Name)
+		for _, c := range shown {
+			var cells []string
+			var vs []float64
+			for _, rep := range reps {
+				i := slices.IndexFunc(rep, func(o report.BenchConfig) bool { return o.Name == b.Name })
+				if i < 0 || math.IsNaN(c.value(rep[i])) {
+					cells = append(cells, "-")
+					continue
+				}
+				v := c.value(rep[i])
+				cells = append(cells, c.format(v))
+				vs = append(vs, v)
 			}
-			e, s := float64(rep[i].ExamplesPerSec), float64(rep[i].Speedup)
-			eps = append(eps, humanCount(e))
-			epsV = append(epsV, e)
-			if math.IsNaN(s) || rep[i].Baseline == "" {
-				sp = append(sp, "-")
-			} else {
-				sp = append(sp, fmt.Sprintf("%.2f", s))
-				spV = append(spV, s)
-			}
-		}
-		fmt.Fprintf(w, "| %s | %s | %s |", b.Name, strings.Join(eps, ", "), humanCount(median(epsV)))
-		if hasSpeedup {
 			m := "-"
-			if len(spV) > 0 {
-				m = fmt.Sprintf("%.2f", median(spV))
+			if len(vs) > 0 {
+				m = c.format(report.Median(vs))
 			}
-			fmt.Fprintf(w, " %s | %s |", strings.Join(sp, ", "), m)
+			fmt.Fprintf(w, " %s | %s |", strings.Join(cells, ", "), m)
 		}
 		fmt.Fprintln(w)
-	}
-}
-
-// median of v (NaN when empty); v is reordered.
-func median(v []float64) float64 {
-	if len(v) == 0 {
-		return math.NaN()
-	}
-	slices.Sort(v)
-	if n := len(v); n%2 == 1 {
-		return v[n/2]
-	} else {
-		return (v[n/2-1] + v[n/2]) / 2
 	}
 }
 

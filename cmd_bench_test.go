@@ -45,4 +45,15 @@ func TestRepeatsTable(t *testing.T) {
 	if strings.Contains(b.String(), "speedup") || !strings.Contains(b.String(), "| ring/sync/b100 | 1.0k, 3.0k | 2.0k |") {
 		t.Errorf("without a baseline:\n%s", b.String())
 	}
+	// Runs with round lines: their steady rounds/s in every repetition.
+	b.Reset()
+	withSteady := func(eps, steady float64) report.BenchConfig {
+		c := cfg("ring/sync/b100", eps, 0)
+		c.Steady = report.Num(steady)
+		return c
+	}
+	writeRepeats(&b, [][]report.BenchConfig{{withSteady(1e3, 120)}, {withSteady(3e3, 90.5)}, {withSteady(2e3, math.NaN())}})
+	if want := "| ring/sync/b100 | 1.0k, 3.0k, 2.0k | 2.0k | 120.0, 90.5, - | 105.2 |"; !strings.Contains(b.String(), want) {
+		t.Errorf("with round lines, the table lacks %q:\n%s", want, b.String())
+	}
 }

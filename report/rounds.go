@@ -58,8 +58,7 @@ func roundTimes(runs []*Run) RoundTimes {
 		}
 	}
 	if len(steady) > 0 {
-		slices.Sort(steady)
-		out.Steady = Num(median(steady))
+		out.Steady = Num(Median(steady))
 	}
 	if len(ms) > 0 {
 		slices.Sort(ms)
@@ -69,13 +68,16 @@ func roundTimes(runs []*Run) RoundTimes {
 	return out
 }
 
-// median is the median of sorted a (not empty).
-func median(a []float64) float64 {
-	n := len(a)
-	if n%2 == 1 {
-		return a[n/2]
+// Median is the median of v (NaN when empty); v is reordered.
+func Median(v []float64) float64 {
+	if len(v) == 0 {
+		return math.NaN()
 	}
-	return (a[n/2-1] + a[n/2]) / 2
+	slices.Sort(v)
+	if n := len(v); n%2 == 0 {
+		return (v[n/2-1] + v[n/2]) / 2
+	}
+	return v[len(v)/2]
 }
 
 // quantile is the nearest-rank q-quantile of sorted a (not empty).
