@@ -255,6 +255,9 @@ type BenchConfig struct {
 //     per training example. RecvBytesPerExample = bytes_recv / examples of
 //     each peer, the mean over peers: what a peer receives per example it
 //     trains.
+//   - RoundTimes: steady-state rounds/s and the p50/p90/p99 of one round,
+//     from the peers' round lines without each peer's first and last tenth
+//     (roundTimes); NaN for a plain train or a run of few rounds.
 //   - Speedup, Efficiency: against a single-peer run (topology single, one
 //     plain train process) of the same batch among cfgs, when there is one
 //     (see Scaling).
