@@ -489,7 +489,7 @@ func writeRepeats(w io.Writer, reps [][]report.BenchConfig) {
 		return float64(b.Speedup)
 	}
 	steady := func(b report.BenchConfig) float64 {
-		if b.Steady <= 0 { // no round lines (NaN), or a test's zero value
+		if !(b.Steady > 0) { // NaN: too few round lines (a plain train); 0: none summarized
 			return math.NaN()
 		}
 		return float64(b.Steady)
@@ -526,11 +526,14 @@ func writeRepeats(w io.Writer, reps [][]report.BenchConfig) {
 			var vs []float64
 			for _, rep := range reps {
 				i := slices.IndexFunc(rep, func(o report.BenchConfig) bool { return o.Name == b.Name })
-				if i < 0 || math.IsNaN(c.value(rep[i])) {
+				v := math.NaN()
+				if i >= 0 {
+					v = c.value(rep[i])
+				}
+				if math.IsNaN(v) {
 					cells = append(cells, "-")
 					continue
 				}
-				v := c.value(rep[i])
 				cells = append(cells, c.format(v))
 				vs = append(vs, v)
 			}

@@ -1,6 +1,7 @@
 package report
 
 import (
+	"cmp"
 	"math"
 	"slices"
 )
@@ -40,7 +41,7 @@ func roundTimes(runs []*Run) RoundTimes {
 	var steady, ms []float64
 	for _, r := range runs {
 		rs := slices.Clone(r.Rounds)
-		slices.SortStableFunc(rs, func(a, b Round) int { return int(a.Clock - b.Clock) })
+		slices.SortStableFunc(rs, func(a, b Round) int { return cmp.Compare(a.Clock, b.Clock) })
 		rs = slices.CompactFunc(rs, func(a, b Round) bool { return a.Clock == b.Clock })
 		if len(rs) < minRoundLines {
 			continue
