@@ -11,8 +11,9 @@ import (
 
 // BenchmarkCoreLinkMemnet: core messages from one link to another over the
 // in-memory transport (pipes): the link's own cost (encode, frame, copy,
-// read, decode, check, deliver). pull: a small pull (64 wanted rows);
-// push1MiB: a push of 240k rows (two parts).
+// read, decode, check, deliver). pull: small pulls (64 wanted rows), 128
+// in flight; pull1: the same one at a time; push1MiB: a push of 240k rows
+// (two parts).
 func BenchmarkCoreLinkMemnet(b *testing.B) {
 	for _, bc := range []struct {
 		name   string
@@ -20,6 +21,7 @@ func BenchmarkCoreLinkMemnet(b *testing.B) {
 		window int
 	}{
 		{"pull", gossiptest.PullMessage(), 128},
+		{"pull1", gossiptest.PullMessage(), 1},
 		{"push1MiB", gossiptest.PushMessage(240_000), 16},
 	} {
 		b.Run(bc.name, func(b *testing.B) {

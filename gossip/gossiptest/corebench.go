@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -49,7 +50,10 @@ func PushMessage(rows int) *wire.Core {
 // blocks: a sender that outruns its queue drops). It reports messages/s,
 // MB/s of stream bytes (frames) and allocations per message, both links
 // included (the receiver decodes every message into a new wire.Core: the
-// one deliver owns). Every message must arrive.
+// one deliver owns), and the process's CPU time per message: both ends
+// and the kernel's work for their sockets. With window 1 each message is
+// sent alone, after the one before was delivered: a sync round's
+// messages, paying every wake-up. Every message must arrive.
 func BenchCoreLink(b *testing.B, a, c gossip.Transport, cfg gossip.CoreLinkConfig, msg *wire.Core, window int) {
 	tokens := make(chan struct{}, window)
 	var got atomic.Int64
@@ -97,13 +101,13 @@ func BenchCoreLink(b *testing.B, a, c gossip.Transport, cfg gossip.CoreLinkConfi
 	s0 := send.Stats()
 	b.ReportAllocs()
 	b.ResetTimer()
-	start := time.Now()
+	start, cpu0 := time.Now(), processCPU()
 	for range b.N {
 		tokens <- struct{}{}
 		send.Send(c.Self(), msg)
 	}
 	wait()
-	el := time.Since(start).Seconds()
+	el, cpu := time.Since(start).Seconds(), processCPU()-cpu0
 	b.StopTimer()
 	s := send.Stats()
 	if s.Dropped != 0 {
@@ -111,6 +115,17 @@ func BenchCoreLink(b *testing.B, a, c gossip.Transport, cfg gossip.CoreLinkConfi
 	}
 	b.ReportMetric(float64(b.N)/el, "msgs/s")
 	b.ReportMetric(float64(s.SentBytes-s0.SentBytes)/el/1e6, "MB/s")
+	b.ReportMetric(cpu.Seconds()*1e6/float64(b.N), "cpu-µs/msg")
+}
+
+// processCPU is the CPU time (user and system) this process has used: both
+// links, the transport's goroutines and the kernel's work for its sockets.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchCoreLinkFanout measures one link sending b.N copies of msg spread

@@ -251,8 +251,11 @@ func TestCoreLinkHostileP2P(t *testing.T) {
 }
 
 // BenchmarkCoreLinkP2P: core messages between two libp2p hosts over
-// loopback TCP (noise or TLS, yamux): pull, a small pull (64 wanted
-// rows); push1MiB, a push of 240k rows (two parts).
+// loopback TCP (noise or TLS, yamux): pull, small pulls (64 wanted rows),
+// 128 in flight; pull1, the same one at a time, each sent once the one
+// before was delivered (a sync round's latency-bound messages: compare
+// its cpu-µs/msg with pull's to see what a lone message's wake-ups cost);
+// push1MiB, a push of 240k rows (two parts).
 func BenchmarkCoreLinkP2P(b *testing.B) {
 	for _, bc := range []struct {
 		name   string
@@ -260,6 +263,7 @@ func BenchmarkCoreLinkP2P(b *testing.B) {
 		window int
 	}{
 		{"pull", gossiptest.PullMessage(), 128},
+		{"pull1", gossiptest.PullMessage(), 1},
 		{"push1MiB", gossiptest.PushMessage(240_000), 16},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
