@@ -336,18 +336,38 @@ func TestFixedSeeds(t *testing.T) {
 		{"ssp/fast-chaos", 937, "a holder replaying its deferred forwards applied a worker's round, handed the shard on, then applied the worker's next round (deferred again behind it) and acknowledged it: the copy handed on lacked it, and a crash left that copy the only one"},
 		{"async/fast-chaos", 1788, "a forward of a shard's primary, dropped and sent again, came four configurations later and was refused as not from a recent primary: the worker's round was a hole at the new primary, whose only other copy had crashed, and was given up on as lost"},
 	}
+	// Schedules found with the exact load bound (-load 100), which moves
+	// more shards between remaining members on a leave or join.
+	exact := []struct {
+		mix  string
+		seed uint64
+		was  string
+	}{
+		{"sync/leave-r1", 50, "a shard handed over final by another peer made its receiver final while its own last round was still on the way: it handed a shard on without that round, and its new holder never finished it"},
+		{"sync/leave-r1", 257, "a shard handed over final by another peer made its receiver final while its own last round was still on the way: it handed a shard on without that round, and its new holder never finished it"},
+	}
 	all := mixesByName()
-	for _, tc := range cases {
-		mx, ok := all[tc.mix]
+	run := func(mixName string, seed uint64, load int, was string) {
+		mx, ok := all[mixName]
 		if !ok {
-			t.Fatalf("no mix %s", tc.mix)
+			t.Fatalf("no mix %s", mixName)
 		}
-		res := Run(mx.opts(tc.seed))
+		o := mx.opts(seed)
+		if load != 0 {
+			o.MaxLoadPercent = load
+		}
+		res := Run(o)
 		if res.Failed() {
-			t.Errorf("%s seed %d (once: %s): %d violations:\n  %s", tc.mix, tc.seed, tc.was, len(res.Violations), strings.Join(res.Violations, "\n  "))
+			t.Errorf("%s seed %d load %d (once: %s): %d violations:\n  %s", mixName, seed, o.MaxLoadPercent, was, len(res.Violations), strings.Join(res.Violations, "\n  "))
 		} else if res.NoQuorum {
-			t.Errorf("%s seed %d (once: %s): the raft group lost its quorum (it finished before)", tc.mix, tc.seed, tc.was)
+			t.Errorf("%s seed %d load %d (once: %s): the raft group lost its quorum (it finished before)", mixName, seed, o.MaxLoadPercent, was)
 		}
+	}
+	for _, tc := range cases {
+		run(tc.mix, tc.seed, 0, tc.was)
+	}
+	for _, tc := range exact {
+		run(tc.mix, tc.seed, 100, tc.was)
 	}
 }
 
