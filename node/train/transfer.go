@@ -946,12 +946,14 @@ func (o *owner) payOwes() bool {
 			keep = append(keep, w)
 			continue
 		}
-		if c.cfg.Mode == Sync && !w.takeover && o.through[w.shard] < w.round && (!o.final || c.routeMe(w.shard, o.through[w.shard])) {
+		if c.cfg.Mode == Sync && !w.takeover && o.through[w.shard] < w.round &&
+			(!o.final || o.through[w.shard] < o.finalAt && c.routeMe(w.shard, o.through[w.shard])) {
 			// Rounds before the handoff's are still this peer's to apply:
 			// hand the shard over after them. Also when this owner is
-			// final: a final shard received from another peer makes it so
-			// while its own last round may still be on its way here, and
-			// a copy handed over without it is never finished
+			// final but the shard lacks a round before the last that is
+			// routed here: a final shard received from another peer makes
+			// an owner final while its own last round may still be on its
+			// way, and a copy handed over without it is never finished
 			// (sync/leave-r1 seed 50 with -load 100 stalled on it).
 			keep = append(keep, w)
 			continue
