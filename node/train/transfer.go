@@ -1342,8 +1342,15 @@ func (o *owner) promoteLost() bool {
 				round = max(r, a.takenAt) // (the rounds before are not this peer's to apply)
 			case o.final && c.cfg.Mode == Sync:
 				// Lost after the last round: no contribution will come
-				// to restart it at; its final values are its initial ones.
+				// to restart it at; its final values are its initial ones,
+				// as of the round after the last, like every other shard
+				// (as of a newer configuration's start, past it, it raised
+				// the final round its holders waited for: sync/partition
+				// seed 751).
 				round = c.cs.cur().Start
+				if o.finalAt > 0 {
+					round = o.finalAt
+				}
 			default:
 				continue
 			}

@@ -236,11 +236,12 @@ func TestSeeds(t *testing.T) {
 // TestFixedSeeds replays schedules that once broke the protocol (each
 // comment says how), including chaos schedules: they must keep passing.
 func TestFixedSeeds(t *testing.T) {
-	cases := []struct {
+	type fixed struct {
 		mix  string
 		seed uint64
 		was  string
-	}{
+	}
+	cases := []fixed{
 		{"async/master", 1, "a member that is primary of no shard (the master topology) never said it was ready: the run never ended"},
 		{"ssp/master", 1, "a member that is primary of no shard (the master topology) never said it was ready: the run never ended"},
 		{"sync/chaos", 2, "a takeover replaced the handoff of the round before"},
@@ -335,14 +336,11 @@ func TestFixedSeeds(t *testing.T) {
 		{"sync/fast-chaos", 1545, "a crash made a peer the route of the round before a handoff it awaited: it waited for that handoff from itself, while another member had the shard further on"},
 		{"ssp/fast-chaos", 937, "a holder replaying its deferred forwards applied a worker's round, handed the shard on, then applied the worker's next round (deferred again behind it) and acknowledged it: the copy handed on lacked it, and a crash left that copy the only one"},
 		{"async/fast-chaos", 1788, "a forward of a shard's primary, dropped and sent again, came four configurations later and was refused as not from a recent primary: the worker's round was a hole at the new primary, whose only other copy had crashed, and was given up on as lost"},
+		{"sync/partition", 751, "a shard lost with its holders after the last round restarted as of the newest configuration's start, past the last round: the final round its holders waited for rose with it, and no shard ever got there"},
 	}
 	// Schedules found with the exact load bound (-load 100), which moves
 	// more shards between remaining members on a leave or join.
-	exact := []struct {
-		mix  string
-		seed uint64
-		was  string
-	}{
+	exact := []fixed{
 		{"sync/leave-r1", 50, "a shard handed over final by another peer made its receiver final while its own last round was still on the way: it handed a shard on without that round, and its new holder never finished it"},
 		{"sync/leave-r1", 257, "a shard handed over final by another peer made its receiver final while its own last round was still on the way: it handed a shard on without that round, and its new holder never finished it"},
 	}
