@@ -574,6 +574,9 @@ func p2pConfig(n *node.Node, m *model.Model) p2p.Config {
 	cfg.MaxPayload = n.MaxPayload()
 	cfg.Join = n.Join
 	cfg.Drops = func() uint64 { return n.PubSubCounters().Dropped() }
+	// Only peers that passed this job's hello (and so hold its key) reach
+	// the core link, the start probes or any other training protocol.
+	cfg.Admit = n.Admitted
 	// A snapshot is the weights; a handoff adds optimizer state (up to two
 	// floats a weight with FTRL); frames and headers add little.
 	cfg.MaxResponse = max(cfg.MaxResponse, int64(len(m.W))*4*3+(16<<20))

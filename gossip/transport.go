@@ -80,4 +80,5 @@ type TransportStats struct {
 	StreamRecv     uint64 // bytes read from direct streams
 	StreamsOpened  uint64 // long-lived streams this node opened (OpenStream)
 	StreamsServed  uint64 // long-lived streams this node accepted (HandleStream)
+	Refused        uint64 // incoming streams refused before anything was read: the peer is not admitted (p2p Config.Admit)
 }

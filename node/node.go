@@ -89,8 +89,10 @@ type Node struct {
 	helloMu sync.Mutex
 	hellos  map[peer.ID]bool // hello started with a connected peer
 	helloOK map[peer.ID]bool // hello completed and compatible
-	ours    hello            // what this peer says in its hello
-	diag    *diag            // what Diagnose reports
+	// helloOther: hello completed, of another job (never admitted)
+	helloOther map[peer.ID]bool
+	ours       hello // what this peer says in its hello
+	diag       *diag // what Diagnose reports
 
 	statusSrv  *http.Server
 	statusAddr string
@@ -145,6 +147,7 @@ func New(cfg Config, log zerolog.Logger) (*Node, error) {
 		subs:       map[*subscriber]struct{}{},
 		hellos:     map[peer.ID]bool{},
 		helloOK:    map[peer.ID]bool{},
+		helloOther: map[peer.ID]bool{},
 	}
 	n.master = n.masterID()
 	n.ours = n.cfg.hello(n.master)
@@ -474,6 +477,7 @@ func (n *Node) disconnected(p peer.ID) {
 	n.helloMu.Lock()
 	delete(n.hellos, p)
 	delete(n.helloOK, p)
+	delete(n.helloOther, p)
 	n.helloMu.Unlock()
 }
 
@@ -565,8 +569,44 @@ func (n *Node) checkHello(p peer.ID, theirs hello) {
 		return // gone meanwhile: the next connection says hello again
 	}
 	n.helloMu.Lock()
-	n.helloOK[p] = true
+	if theirs.Job == n.cfg.Job {
+		n.helloOK[p] = true
+	} else {
+		n.helloOther[p] = true // never admitted (Admitted)
+	}
 	n.helloMu.Unlock()
+}
+
+// Admitted reports whether peer id may use this job's training protocols
+// (the core link, start probes, dashboard figures): it completed a hello
+// of this job with the same settings on its current connection, which in
+// a keyed job took the key to connect at all. A stream that comes while
+// the hello is under way waits for it, up to helloTimeout or ctx; a peer
+// blocked or gone is refused at once. Safe for concurrent use.
+func (n *Node) Admitted(ctx context.Context, id string) bool {
+	p, err := peer.Decode(id)
+	if err != nil {
+		return false
+	}
+	deadline := time.Now().Add(helloTimeout)
+	for {
+		n.helloMu.Lock()
+		ok, other := n.helloOK[p], n.helloOther[p]
+		n.helloMu.Unlock()
+		if ok || other {
+			return ok
+		}
+		if n.gater.isBlocked(p) || n.host.Network().Connectedness(p) != network.Connected || time.Now().After(deadline) {
+			return false
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-n.ctx.Done():
+			return false
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 // inspectScores is gossipsub's score inspector: it disconnects and blocks

@@ -76,6 +76,13 @@ type Config struct {
 	// node package's tracer, or a Tracer installed with
 	// pubsub.WithRawTracer.
 	Drops func() uint64
+	// Admit, when set, decides whether a peer may open a stream of any
+	// protocol this transport serves (Serve, HandleStream): the node
+	// package's Node.Admitted, which admits peers that completed the
+	// job's hello. A refused stream is reset before anything of it is read
+	// (counted in TransportStats.Refused). Called on the stream's
+	// goroutine; it may wait (for a hello under way), bounded by ctx.
+	Admit func(ctx context.Context, peer string) bool
 }
 
 // DefaultConfig returns the configuration for gossipsub's default 1 MiB
@@ -130,7 +137,7 @@ type Transport struct {
 
 	published, publishedBytes, received, receivedBytes atomic.Uint64
 	rejected, requests, served, streamSent, streamRecv atomic.Uint64
-	streamsOpened, streamsServed                       atomic.Uint64
+	streamsOpened, streamsServed, refused              atomic.Uint64
 }
 
 var _ gossip.Transport = (*Transport)(nil)
@@ -452,9 +459,12 @@ func (t *Transport) Serve(proto string, h func(ctx context.Context, from string,
 	t.protos = append(t.protos, pid)
 	t.mu.Unlock()
 	t.h.SetStreamHandler(pid, func(s network.Stream) {
-		t.served.Add(1)
 		ctx, cancel := context.WithTimeout(t.ctx, t.cfg.StreamTimeout)
 		defer cancel()
+		if !t.admit(ctx, s) {
+			return
+		}
+		t.served.Add(1)
 		stop := context.AfterFunc(ctx, func() { s.Reset() })
 		defer stop()
 		if err := s.SetDeadline(time.Now().Add(t.cfg.StreamTimeout)); err != nil {
@@ -639,6 +649,12 @@ func (t *Transport) HandleStream(proto string, h func(from string, r io.ReadClos
 	t.protos = append(t.protos, pid)
 	t.mu.Unlock()
 	t.h.SetStreamHandler(pid, func(s network.Stream) {
+		ctx, cancel := context.WithTimeout(t.ctx, t.cfg.StreamTimeout)
+		ok := t.admit(ctx, s)
+		cancel()
+		if !ok {
+			return
+		}
 		t.streamsServed.Add(1)
 		h(t.id(s.Conn().RemotePeer()), &inStream{s: s, n: &t.streamRecv})
 		s.Close()
@@ -662,6 +678,17 @@ func (r *inStream) Read(p []byte) (int, error) {
 // Close aborts the stream: the sender's writes fail.
 func (r *inStream) Close() error { return r.s.Reset() }
 
+// admit applies Config.Admit to a new incoming stream, resetting it when
+// refused.
+func (t *Transport) admit(ctx context.Context, s network.Stream) bool {
+	if t.cfg.Admit == nil || t.cfg.Admit(ctx, t.id(s.Conn().RemotePeer())) {
+		return true
+	}
+	t.refused.Add(1)
+	s.Reset()
+	return false
+}
+
 // Stats implements gossip.Transport. Dropped comes from Config.Drops.
 func (t *Transport) Stats() gossip.TransportStats {
 	s := gossip.TransportStats{
@@ -670,6 +697,7 @@ func (t *Transport) Stats() gossip.TransportStats {
 		Rejected: t.rejected.Load(), Requests: t.requests.Load(), Served: t.served.Load(),
 		StreamSent: t.streamSent.Load(), StreamRecv: t.streamRecv.Load(),
 		StreamsOpened: t.streamsOpened.Load(), StreamsServed: t.streamsServed.Load(),
+		Refused: t.refused.Load(),
 	}
 	if t.cfg.Drops != nil {
 		s.Dropped = t.cfg.Drops()

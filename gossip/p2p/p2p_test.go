@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -473,5 +474,69 @@ func TestStreams(t *testing.T) {
 	}
 	if s := b.tr.Stats(); s.StreamsServed != 3 {
 		t.Fatalf("served %d streams, want 3", s.StreamsServed)
+	}
+}
+
+// TestAdmitRefusesStrangers: with Config.Admit, a peer it refuses gets
+// nothing from any protocol the transport serves (requests fail, a
+// long-lived stream's writes fail, the handlers never run), and each
+// refusal is counted; an admitted peer is served as before.
+func TestAdmitRefusesStrangers(t *testing.T) {
+	cfg := testCfg()
+	nodes := newNodes(t, 3, cfg)
+	server, friend, stranger := nodes[0], nodes[1], nodes[2]
+	allowed := friend.tr.Self()
+	server.tr.cfg.Admit = func(_ context.Context, p string) bool { return p == allowed }
+	var served, streams atomic.Int32
+	server.tr.Serve("/test/req/1", func(_ context.Context, from string, req []byte, w io.Writer) error {
+		served.Add(1)
+		_, err := w.Write([]byte("secret"))
+		return err
+	})
+	got := make(chan string, 4)
+	server.tr.HandleStream("/test/stream/1", func(from string, r io.ReadCloser) {
+		streams.Add(1)
+		b, _ := io.ReadAll(r)
+		got <- from + ":" + string(b)
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ask := func(n *testNode) (string, error) {
+		rc, err := n.tr.Request(ctx, server.tr.Self(), "/test/req/1", []byte("hi"))
+		if err != nil {
+			return "", err
+		}
+		defer rc.Close()
+		b, err := io.ReadAll(rc)
+		return string(b), err
+	}
+	if b, err := ask(stranger); err == nil && b != "" {
+		t.Errorf("a stranger's request was answered %q", b)
+	}
+	if b, err := ask(friend); err != nil || b != "secret" {
+		t.Errorf("the admitted peer's request: %q, %v; want the answer", b, err)
+	}
+	for _, n := range []*testNode{stranger, friend} {
+		w, err := n.tr.OpenStream(ctx, server.tr.Self(), "/test/stream/1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Write([]byte("push"))
+		w.Close()
+	}
+	select {
+	case s := <-got:
+		if s != allowed+":push" {
+			t.Errorf("the stream handler got %q, want only the admitted peer's", s)
+		}
+	case <-ctx.Done():
+		t.Fatal("the admitted peer's stream never arrived")
+	}
+	time.Sleep(100 * time.Millisecond) // (a stranger's stream, were it served, would be by now)
+	if served.Load() != 1 || streams.Load() != 1 {
+		t.Errorf("handlers ran %d (requests) and %d (streams) times, want once each: the stranger's never", served.Load(), streams.Load())
+	}
+	if r := server.tr.Stats().Refused; r != 2 {
+		t.Errorf("Stats.Refused %d, want 2 (the stranger's request and stream)", r)
 	}
 }

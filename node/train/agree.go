@@ -45,6 +45,7 @@ type agreement struct {
 
 	// Joining.
 	contact  string
+	named    uint64 // the raft node the contact named as leader (authority.go, A3)
 	askedAt  uint64
 	asked    bool
 	answered uint64 // tick anything was last heard while joining
@@ -214,9 +215,7 @@ func (a *agreement) receive(from string, msg *wire.Core) {
 			c.stats.Rejected++
 			return
 		}
-		// Only members of the group, each as itself; no proposals from
-		// others (the leader proposes), and only messages addressed here.
-		if p, ok := a.group[m.GetFrom()]; !ok || p != from || m.GetTo() != c.cfg.ID || m.GetType() == pb.MsgProp {
+		if !a.mayStep(from, &m) {
 			c.stats.Rejected++
 			return
 		}
@@ -224,13 +223,13 @@ func (a *agreement) receive(from string, msg *wire.Core) {
 			a.heard = c.tick
 		}
 		a.answered = c.tick
-		if err := a.rn.Step(&m); err != nil {
+		if err := a.step(from, &m); err != nil {
 			c.stats.Rejected++
 		}
 	case wire.CoreJoin:
 		a.onJoin(from, msg)
 	case wire.CoreJoinReply:
-		if msg.Flags&wire.FlagRefused == 0 || msg.Text != "" {
+		if msg.Flags&wire.FlagRefused == 0 || msg.Text != "" || msg.Req != 0 {
 			a.answered = c.tick
 		}
 		if a.contact == "" || (from != a.contact && from != a.leaderPeer()) || a.c.joined {
@@ -254,6 +253,9 @@ func (a *agreement) receive(from string, msg *wire.Core) {
 			// a configuration again).
 			if _, known := a.group[msg.Req]; !known {
 				a.group[msg.Req] = msg.Text
+			}
+			if a.group[msg.Req] == msg.Text {
+				a.named = msg.Req
 			}
 			a.contact = msg.Text
 		}
@@ -292,12 +294,52 @@ func (a *agreement) onJoin(from string, msg *wire.Core) {
 			c.stats.Rejected++
 			return // a member ID taken by another peer
 		}
-		if t := c.cs.cur(); t == nil || !t.isMember(from, msg.Member) {
-			a.joins[msg.Member] = from
+		if t := c.cs.cur(); (t == nil || !t.isMember(from, msg.Member)) && !a.admit(from, msg.Member) {
+			c.stats.Rejected++
+			// Not (yet) alive here, or too many joining: ask again. Req
+			// says the leader answered (the joiner waits on, rather than
+			// turning to another member).
+			reply.Flags, reply.Req = wire.FlagRefused, c.cfg.ID
+			break
 		}
 		reply.Text, reply.Req = c.cfg.Self, c.cfg.ID
 	}
 	c.send(from, reply)
+}
+
+// maxJoins bounds the joins the leader keeps pending (J3): peers join a
+// few at a time, and each waits only until it is a worker.
+const maxJoins = 64
+
+// admit records peer from's request to join as member id, and reports
+// whether it is pending now. Only what a remote peer cannot inflate:
+//
+//	J1  only a member the membership knows alive: a peer that beats on the
+//	    members topic, which takes the job's key and a hello with the job's
+//	    settings; a stranger's request changes nothing;
+//	J2  one pending join a peer: a request under a new member ID (a
+//	    restart) replaces the older one;
+//	J3  at most maxJoins pending in all;
+//	J4  a pending join whose peer is no longer alive is dropped
+//	    (reconcileGroup): it asks again if it comes back.
+//
+// TestJoinsBounded pins J1-J4, TestJoinFloodIsCheap the cost of 10,000
+// forged requests.
+func (a *agreement) admit(from string, id uint64) bool {
+	c := a.c
+	if c.aliveOK && !c.alive[id] {
+		return false // J1
+	}
+	for pid, p := range a.joins {
+		if p == from && pid != id {
+			delete(a.joins, pid) // J2
+		}
+	}
+	if _, ok := a.joins[id]; !ok && len(a.joins) >= maxJoins {
+		return false // J3
+	}
+	a.joins[id] = from
+	return true
 }
 
 // leave starts this peer's graceful leave.
@@ -326,9 +368,15 @@ func (a *agreement) askLeave() {
 
 // work runs raft's Ready loop, the joiner's requests and the leader's
 // proposals. It reports whether anything happened.
-func (a *agreement) work() bool {
+func (a *agreement) work() (progress bool) {
 	c := a.c
-	progress := false
+	defer func() {
+		// (A6: raft panics only on a broken invariant of its own log.)
+		if r := recover(); r != nil {
+			c.fail(fmt.Errorf("%w: %v", ErrRaft, r))
+			progress = false
+		}
+	}()
 	if !c.joined && a.contact != "" && (!a.asked || c.tick-a.askedAt >= uint64(c.cfg.RetryTicks)/4) {
 		if !a.asked {
 			a.answered = c.tick
@@ -695,6 +743,13 @@ func (a *agreement) onReady(member, id uint64) {
 // learners until there are Voters voters.
 func (a *agreement) reconcileGroup(cur *tconf) {
 	c := a.c
+	if c.aliveOK {
+		for id := range a.joins {
+			if !c.alive[id] {
+				delete(a.joins, id) // J4
+			}
+		}
+	}
 	if a.ccAt != 0 && c.tick-a.ccAt < uint64(4*c.cfg.RetryTicks) {
 		return // one at a time
 	}

@@ -119,6 +119,10 @@ var (
 	// voters, and a crashed voter never comes back (a restarted process is
 	// a new member). Restart the job, from a checkpoint with --resume.
 	ErrNoQuorum = errors.New("the run lost its agreement quorum")
+	// ErrRaft: etcd raft panicked on a message that passed the authority
+	// checks (authority.go, A6): a broken invariant of the raft log, named
+	// with the message and its sender, instead of a stack trace.
+	ErrRaft = errors.New("the agreement on configurations broke")
 )
 
 // Member is a peer of the run as the configurations name it: its peer ID

@@ -136,40 +136,42 @@ type await struct {
 }
 
 type owner struct {
-	c        *Core
-	held     shardSet
-	fresh    shardSet // sync: restarted from nothing, no round applied since
-	freshAt  []uint64 // sync: per shard, the tick it was restarted
-	through  []uint64 // sync: rounds applied, per shard
-	awaiting map[int]*await
-	rounds   map[uint64]*roundAcc
-	applied  []map[uint64]uint64 // async: per shard, member -> clocks applied
-	doneAt   map[uint64]uint64   // async: member -> its done round
-	step     int64
-	pending  []*contribution // answered later (sync: round not applied; ssp: not fresh; async: acks)
-	deferred []deferredMsg   // messages of a configuration not applied yet, or behind a gap
-	fwd      map[uint64]*fwdOut
-	xfer     map[uint64]*stateOut
-	owes     []owe
-	paid     map[owe]bool
-	paidAs   map[owe]uint64 // sync: the round the copy that paid it was as of
-	nextReq  uint64
-	final    bool
-	finalAt  uint64                  // sync: the round after the last, as far as known (0: not known)
-	ff       map[int]bool            // sync takeovers: shards a copy further on may still replace
-	settle   map[int]*settleWait     // sync takeovers: installed copies other holders may still better
-	past     map[uint64]uint64       // sync: per member ID, the newest round it pushed here
-	lostOK   map[int]uint64          // sync: per shard, round+1 of a round whose missing answered contributions are gone (lostCheck)
-	scanned  uint64                  // sync: the tick applySync last looked for rounds no contribution will come for
-	gapSince map[gapKey]uint64       // ssp/async: tick a worker's contribution to a shard was first seen behind a gap
-	gotIn    []uint64                // sync: per shard, the newest configuration when its copy was installed or restarted here
-	handedAs []uint64                // sync: per shard, the round of the handoff copy installed last (0: none, or a takeover's)
-	changed  map[uint64]changedRound // sync full gather: rows changed by round
-	ckpt     map[uint64]*ckptPending // checkpoints being exported, by round
-	ckptDone uint64                  // the newest checkpoint round handed to the driver
-	cut      *ownerCut               // ssp/async: the newest checkpoint's cuts
-	scratch  model.Sparse
-	sum, tmp model.Sparse
+	c       *Core
+	held    shardSet
+	fresh   shardSet // sync: restarted from nothing, no round applied since
+	freshAt []uint64 // sync: per shard, the tick it was restarted
+	through []uint64 // sync: rounds applied, per shard (setThrough)
+	// maxThrough is the most rounds applied to any shard here, ever (O8).
+	maxThrough uint64
+	awaiting   map[int]*await
+	rounds     map[uint64]*roundAcc
+	applied    []map[uint64]uint64 // async: per shard, member -> clocks applied
+	doneAt     map[uint64]uint64   // async: member -> its done round
+	step       int64
+	pending    []*contribution // answered later (sync: round not applied; ssp: not fresh; async: acks)
+	deferred   []deferredMsg   // messages of a configuration not applied yet, or behind a gap
+	fwd        map[uint64]*fwdOut
+	xfer       map[uint64]*stateOut
+	owes       []owe
+	paid       map[owe]bool
+	paidAs     map[owe]uint64 // sync: the round the copy that paid it was as of
+	nextReq    uint64
+	final      bool
+	finalAt    uint64                  // sync: the round after the last, as far as known (0: not known)
+	ff         map[int]bool            // sync takeovers: shards a copy further on may still replace
+	settle     map[int]*settleWait     // sync takeovers: installed copies other holders may still better
+	past       map[uint64]uint64       // sync: per member ID, the newest round it pushed here
+	lostOK     map[int]uint64          // sync: per shard, round+1 of a round whose missing answered contributions are gone (lostCheck)
+	scanned    uint64                  // sync: the tick applySync last looked for rounds no contribution will come for
+	gapSince   map[gapKey]uint64       // ssp/async: tick a worker's contribution to a shard was first seen behind a gap
+	gotIn      []uint64                // sync: per shard, the newest configuration when its copy was installed or restarted here
+	handedAs   []uint64                // sync: per shard, the round of the handoff copy installed last (0: none, or a takeover's)
+	changed    map[uint64]changedRound // sync full gather: rows changed by round
+	ckpt       map[uint64]*ckptPending // checkpoints being exported, by round
+	ckptDone   uint64                  // the newest checkpoint round handed to the driver
+	cut        *ownerCut               // ssp/async: the newest checkpoint's cuts
+	scratch    model.Sparse
+	sum, tmp   model.Sparse
 	// readyFor and readyAt (ssp/async): the configuration this owner last
 	// told the leader it is ready under (CoreReady), and when.
 	readyFor, readyAt uint64
@@ -178,21 +180,66 @@ type owner struct {
 	// Scratch, kept between calls: these run at every step.
 	seen      map[uint64]struct{} // applyRound's scratch: members with a contribution
 	roundList []uint64            // applySync's scratch: the rounds waiting, in order
+
+	// The deferred queue's accounting (deferNarrowed's bounds).
+	deferKeys  map[deferKey]struct{}
+	deferFrom  map[string]int
+	deferBytes int
+	deferLimit int // deferredLimit
 }
 
-// maxDeferred bounds the messages kept for a configuration not applied
-// yet: a few rounds of every member's pushes and handoffs; beyond it a
-// message is dropped and its sender asks again.
-const maxDeferred = 1 << 12
+// Bounds of the deferred queue: messages kept to handle again once this
+// peer has applied their configuration, installed the shard they need, or
+// received the rounds before them. Every entry is a remote peer's choice,
+// so each is bounded (docs/protocol.md, "Owners", rule O9):
+//
+//	D1  only from a member of a known configuration or a node of the raft
+//	    group, under the member ID it has there (a configuration this peer
+//	    has not applied can only name peers the group admitted); a joiner,
+//	    which knows no configuration yet, keeps what comes, within D2-D4;
+//	D2  at most maxDeferred messages, and at most half of them from one
+//	    peer;
+//	D3  at most deferredBytes bytes (rows, wants, values and blobs);
+//	D4  no message of a configuration more than maxConfigAhead past the
+//	    newest applied here (no honest peer runs that far ahead: each
+//	    configuration commits at a majority before the next is proposed);
+//	D5  once per request: a message sent again while it waits replaces
+//	    nothing.
+//
+// A message beyond a bound is dropped and counted (Stats.Rejected); an
+// honest sender asks again. Messages of a configuration not applied yet
+// are kept as they are until it is (work skips them), so a flood of them
+// costs one comparison each per step, not a handling.
+//
+// TestDeferredBounded floods each bound.
+const (
+	maxDeferred    = 1 << 12
+	maxConfigAhead = 64
+)
 
-// deferMsg keeps a message to handle again later (once per request: a
-// message sent again while it waits replaces nothing). Only from a member
-// of a known configuration or a node of the run's raft group, under the
-// member ID it has there: a configuration this peer has not applied yet can
-// only name peers the group admitted, so a message from anyone else is
-// refused now (it could otherwise fill the queue and cost work on every
-// step). A joiner, which knows no configuration yet, keeps what comes, up
-// to the bound.
+// deferredLimit is the bound D3 on the bytes of the deferred queue: room
+// for a few shards' state (a joiner gets the state of every shard it takes
+// over, and may get it before the configuration that gives it the shards),
+// and at least 256 MiB.
+func deferredLimit(l *model.Layout) int {
+	shardState := (l.Features/uint64(l.Shards) + 1) * uint64(l.Width) * 3 * 4 // weights and up to two optimizer slots
+	return int(min(max(256<<20, 8*shardState), 1<<40))
+}
+
+// deferKey identifies a deferred message (D5).
+type deferKey struct {
+	from       string
+	op         wire.CoreOp
+	req, round uint64
+}
+
+// msgBytes is what msg holds in memory beyond its fixed fields.
+func msgBytes(msg *wire.Core) int {
+	return 128 + 4*(len(msg.Shards)+len(msg.Rows.Idx)+len(msg.Rows.Val)+len(msg.Want)+len(msg.Values)) +
+		16*len(msg.Clocks) + len(msg.Blob) + len(msg.Text)
+}
+
+// deferMsg keeps a message to handle again later, within the bounds above.
 func (o *owner) deferMsg(from string, msg *wire.Core) {
 	o.deferNarrowed(from, msg, false)
 }
@@ -205,21 +252,48 @@ func (o *owner) deferContrib(k *contribution) {
 }
 
 func (o *owner) deferNarrowed(from string, msg *wire.Core, narrowed bool) {
-	p, inGroup := o.c.ag.group[msg.Member]
+	c := o.c
+	cur := c.cs.cur()
+	p, inGroup := c.ag.group[msg.Member]
 	_, member := o.memberOf(from, msg.Member)
-	if o.c.cs.cur() != nil && !member && (!inGroup || p != from) || len(o.deferred) >= maxDeferred {
-		o.c.stats.Rejected++
+	if cur != nil && (!member && (!inGroup || p != from) || msg.Config > cur.ID+maxConfigAhead) {
+		c.stats.Rejected++ // D1, D4
 		return
 	}
-	for _, d := range o.deferred {
-		if d.from == from && d.msg.Op == msg.Op && d.msg.Req == msg.Req && d.msg.Round == msg.Round {
-			return
-		}
+	key := deferKey{from, msg.Op, msg.Req, msg.Round}
+	if _, dup := o.deferKeys[key]; dup {
+		return // D5
 	}
-	o.deferred = append(o.deferred, deferredMsg{from, msg.Clone(), o.c.tick, narrowed})
+	size := msgBytes(msg)
+	if len(o.deferred) >= maxDeferred || 2*o.deferFrom[from] >= maxDeferred || o.deferBytes+size > o.deferLimit {
+		c.stats.Rejected++ // D2, D3
+		return
+	}
+	if !o.retrying {
+		msg = msg.Clone() // (a deferred message handled again is this owner's already)
+	}
+	o.keepDeferred(deferredMsg{from, msg, c.tick, narrowed})
 	if !o.retrying && (msg.Op == wire.CorePush || msg.Op == wire.CorePull) {
-		o.c.traceMsg(TraceDefer, msg.Shards, msg.Round, msg.Member, from, msg.Req)
+		c.traceMsg(TraceDefer, msg.Shards, msg.Round, msg.Member, from, msg.Req)
 	}
+}
+
+// keepDeferred appends d to the deferred queue and counts it.
+func (o *owner) keepDeferred(d deferredMsg) {
+	o.deferred = append(o.deferred, d)
+	o.deferKeys[deferKey{d.from, d.msg.Op, d.msg.Req, d.msg.Round}] = struct{}{}
+	o.deferFrom[d.from]++
+	o.deferBytes += msgBytes(d.msg)
+}
+
+// takeDeferred empties the deferred queue and returns what it held.
+func (o *owner) takeDeferred() []deferredMsg {
+	ds := o.deferred
+	o.deferred = nil
+	clear(o.deferKeys)
+	clear(o.deferFrom)
+	o.deferBytes = 0
+	return ds
 }
 
 // asyncOrder sorts shards for a worker's contribution of round r (ssp and
@@ -296,6 +370,9 @@ func (o *owner) init(c *Core) {
 	o.lostOK = map[int]uint64{}
 	o.seen = map[uint64]struct{}{}
 	o.gapSince = map[gapKey]uint64{}
+	o.deferKeys = map[deferKey]struct{}{}
+	o.deferFrom = map[string]int{}
+	o.deferLimit = deferredLimit(&c.m.Layout)
 	o.nextReq = reqBase(c.cfg.ID)
 	o.gotIn = make([]uint64, c.shards)
 	o.handedAs = make([]uint64, c.shards)
@@ -440,6 +517,10 @@ func (o *owner) receiveNarrowed(from string, msg *wire.Core, narrowed bool) {
 		c.stats.Rejected++
 		return
 	}
+	if msg.Round > o.horizon(cur) {
+		c.stats.Rejected++ // O8: no honest worker is that far ahead
+		return
+	}
 	if msg.Op == wire.CorePush && c.cfg.Mode == Sync && msg.Round > o.past[m.ID] {
 		o.past[m.ID] = msg.Round // (it was answered every round before: lostCheck)
 	}
@@ -553,7 +634,7 @@ func (o *owner) pushSync(k *contribution) {
 			continue
 		}
 		if o.fresh.has(int(s)) {
-			o.through[s] = k.round
+			o.setThrough(int(s), k.round)
 			continue
 		}
 		if o.ff[int(s)] && (c.routeMe(int(s), o.through[s]) || o.routeGone(int(s), o.through[s])) {
@@ -564,7 +645,7 @@ func (o *owner) pushSync(k *contribution) {
 			// lost; the shard goes on from here as if restarted (a copy
 			// that has them may still replace it, see state).
 			lost := k.round - o.through[s]
-			o.through[s] = k.round
+			o.setThrough(int(s), k.round)
 			o.fresh.add(int(s))
 			o.freshAt[s] = c.tick
 			c.stats.Lost += lost
@@ -661,9 +742,39 @@ func (o *owner) lazyTakeover(shards []uint32, r uint64) {
 	}
 }
 
+// setThrough records that shard s has rounds before r applied.
+func (o *owner) setThrough(s int, r uint64) {
+	o.through[s] = r
+	o.maxThrough = max(o.maxThrough, r)
+}
+
+// maxRoundsAhead bounds how far past this owner's progress a round may be
+// (O8): rounds are keys of the owner's maps, chosen by the sender.
+const maxRoundsAhead = 1024
+
+// horizon is the last round this owner takes a message about (O8): a
+// worker pushes round r only once it has the values of round r-1 (sync),
+// or runs at most its staleness ahead of what it was answered (ssp), so no
+// honest worker is more than a few rounds past the owner's own worker,
+// the newest configuration's start, or the rounds applied here. Async
+// workers do not wait for each other, so there the window is the data's
+// whole length: rounds count batches, and a fast worker may be far ahead.
+func (o *owner) horizon(cur *tconf) uint64 {
+	if o.c.cfg.Mode == Async {
+		return Final
+	}
+	return max(o.c.w.clock, cur.Start, o.maxThrough) + maxRoundsAhead
+}
+
+// maxPendingPer bounds the requests one member has waiting for an answer
+// here (O8): a worker has a round's push, a prefetch and a few fetches out
+// at a time.
+const maxPendingPer = 256
+
 // addPending queues contribution k for an answer, once per request (a
 // request sent again while its answer waits is answered once).
 func (o *owner) addPending(k *contribution) {
+	n := 0
 	for i, p := range o.pending {
 		if p.from == k.from && p.req == k.req && p.op == k.op {
 			if k.op == wire.CorePull || k.op == wire.CoreHash {
@@ -671,6 +782,13 @@ func (o *owner) addPending(k *contribution) {
 			}
 			return
 		}
+		if p.member == k.member {
+			n++
+		}
+	}
+	if n >= maxPendingPer {
+		o.c.stats.Rejected++ // O8: it asks again
+		return
 	}
 	o.pending = append(o.pending, k)
 }
@@ -858,9 +976,13 @@ func (o *owner) work() bool {
 		defer func() { o.retrying = false }()
 	}
 	for len(o.deferred) > 0 {
-		ds := o.deferred
-		o.deferred = nil
+		ds := o.takeDeferred()
+		curID := c.cs.cur().ID
 		for _, d := range ds {
+			if d.msg.Config > curID {
+				o.keepDeferred(d) // its configuration is not here yet: nothing about it changed
+				continue
+			}
 			switch d.msg.Op {
 			case wire.CoreForward:
 				o.forward(d.from, d.msg)
@@ -1254,7 +1376,7 @@ func (o *owner) applyGroup(r uint64, t *tconf, ra *roundAcc, g shardSet) {
 	}
 	c.stats.Applied++
 	for _, s := range shards {
-		o.through[s] = r + 1
+		o.setThrough(int(s), r+1)
 		o.fresh.del(int(s))
 		delete(o.ff, int(s))
 		if a := o.awaiting[int(s)]; a != nil && !a.takeover && a.round <= r+1 {
@@ -1681,7 +1803,7 @@ func (o *owner) forward(from string, msg *wire.Core) {
 				c.m.Apply(rows, int(msg.Examples), int64(msg.Round))
 			}
 			for _, sh := range applied {
-				o.through[sh] = msg.Round + 1
+				o.setThrough(int(sh), msg.Round+1)
 			}
 			if c.cfg.Gather == Full {
 				o.noteChanged(msg.Round, ready, rows.Idx)

@@ -388,7 +388,7 @@ func (o *owner) configChanged(prev, t *tconf) {
 				}
 				c.m.Own(s)
 			}
-			o.through[s] = t.Start
+			o.setThrough(int(s), t.Start)
 			o.gotIn[s] = t.ID
 		}
 		return
@@ -1093,7 +1093,7 @@ func (o *owner) state(from string, msg *wire.Core) {
 		if !o.importState(s, msg) {
 			return
 		}
-		o.through[s] = msg.Round
+		o.setThrough(int(s), msg.Round)
 		o.gotIn[s] = cur.ID
 		o.handedAs[s] = msg.Round
 		o.fresh.del(s)
@@ -1139,7 +1139,7 @@ func (o *owner) state(from string, msg *wire.Core) {
 		return
 	}
 	if c.cfg.Mode == Sync {
-		o.through[s] = msg.Round
+		o.setThrough(int(s), msg.Round)
 		o.gotIn[s] = cur.ID
 		o.handedAs[s] = 0
 		if !a.takeover {
@@ -1370,7 +1370,7 @@ func (o *owner) promoteLost() bool {
 		}
 		o.held.add(s)
 		if c.cfg.Mode == Sync {
-			o.through[s] = round
+			o.setThrough(int(s), round)
 			o.gotIn[s] = c.cs.cur().ID
 			o.handedAs[s] = 0
 		} else {
