@@ -3,11 +3,13 @@ package main
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 
 	"github.com/gossiptrain/gossiptrain/data"
 	"github.com/gossiptrain/gossiptrain/gossip/wire"
+	"github.com/gossiptrain/gossiptrain/model"
 	"github.com/gossiptrain/gossiptrain/node/train"
 )
 
@@ -20,6 +22,17 @@ type distSettings struct {
 	staleness int
 	gather    train.Gather
 	values    wire.Values
+	rowGrad   float64 // --max-row-grad; -1: the model kind's default
+	combine   train.Combine
+}
+
+// maxRowGrad is the bound on a pushed gradient row's norm per example for
+// a model of kind k (--max-row-grad, G2 in node/train/guard.go).
+func (s distSettings) maxRowGrad(k model.Kind) float64 {
+	if s.rowGrad < 0 {
+		return train.DefaultMaxRowGrad(k)
+	}
+	return s.rowGrad
 }
 
 // checkDistFlags validates the distributed-training flags exactly as a
@@ -46,6 +59,16 @@ func checkDistFlags(tf *trainFlags) (distSettings, error) {
 	}
 	if s.values, err = wire.ParseValues(d.values); err != nil {
 		return s, usageErr("values", "%v", err)
+	}
+	if d.maxRowGrad < 0 && d.maxRowGrad != -1 || math.IsNaN(d.maxRowGrad) || math.IsInf(d.maxRowGrad, 0) {
+		return s, usageErr("max-row-grad", "%v: want a bound > 0, 0 (off) or -1 (the model's default)", d.maxRowGrad)
+	}
+	s.rowGrad = d.maxRowGrad
+	if s.combine, err = train.ParseCombine(d.combine); err != nil {
+		return s, usageErr("combine", "%q: want sum or trimmed", d.combine)
+	}
+	if s.combine == train.Trimmed && s.mode != train.Sync {
+		return s, usageErr("combine", "trimmed needs --mode sync: ssp and async owners apply each push as it comes, with nothing to trim against")
 	}
 	if d.reportRounds < 1 {
 		return s, usageErr("report-rounds", "want at least 1, got %d", d.reportRounds)

@@ -44,6 +44,8 @@ type distFlags struct {
 	checkpointEvery time.Duration
 	resume          bool
 	waitTimeout     time.Duration
+	maxRowGrad      float64
+	combine         string
 }
 
 func (f *distFlags) register(fs *flag.FlagSet) {
@@ -57,6 +59,8 @@ func (f *distFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.checkpointEvery, "checkpoint-every", 0, "checkpoint the whole job this often (0: never): the raft leader schedules a round R and\nevery peer writes its shards as of the end of round R-1 (sync), or as of every worker's cut\n(ssp, async: the workers pause for a round trip while the cut is taken)")
 	fs.BoolVar(&f.resume, "resume", false, "restart the job from its newest checkpoint that every peer of it has whole: start\nevery peer again with --resume (same --identity, data and flags); the run continues at\nround R (sync: exactly as if it had not stopped; ssp/async: every example trained once)")
 	registerWaitFlag(fs, &f.waitTimeout)
+	fs.Float64Var(&f.maxRowGrad, "max-row-grad", -1, "owners drop a pushed gradient row whose L2 norm is over this `bound` times its push's examples\n(a worker's bug or an overflow must not wreck the shared model); -1 picks 10 for logreg and\nsoftmax (honest rows of unit-scaled features stay under 1) and 1000 for the mlp; 0 turns it\noff. Raise it for features of large raw values (distributed runs do not --scale): owners\nlog every row they drop. Every peer of the job uses the same value")
+	fs.StringVar(&f.combine, "combine", "sum", "how owners combine a sync round's gradients: sum (the mean over every example, as one\nworker would) or trimmed (per coordinate, the trimmed mean of the workers that touched a\nrow: one faulty worker in four cannot move it beyond the others' range; costs some quality,\nsync only)")
 }
 
 // distributed reports whether train runs as a peer of a cluster.
@@ -113,7 +117,7 @@ func (j *trainJob) runDistributed(tf *trainFlags) error {
 		// Read while the cluster forms, not while the first rounds run.
 		testSet = trainer.ReadTestSet(j.model, open)
 	}
-	ncfg.Spec = jobSpec(j.model, ds, tf.m.initSeed) // a peer of the job that differs is refused at connect
+	ncfg.Spec = jobSpec(j.model, ds, tf.m.initSeed, j.r.batch) // a peer of the job that differs is refused at connect
 	mt, closeMetrics, err := tf.mf.start(log)
 	if err != nil {
 		return err
@@ -231,6 +235,7 @@ func (j *trainJob) runDistributed(tf *trainFlags) error {
 	}
 	core.Seed = memberID
 	core.Limits = lim
+	core.MaxExamples, core.MaxRowGrad, core.Combine = j.r.batch, ds.maxRowGrad(j.model.Kind), ds.combine
 	if j.model.Kind == model.MLP {
 		// A shard lost with every holder restarts from the MLP's initial
 		// weights (a linear model's are zeros).
@@ -393,7 +398,7 @@ func (j *trainJob) runDistributed(tf *trainFlags) error {
 		Threads: j.r.threads, Batch: j.r.batch,
 		Rounds: sum.Rounds, WaitSeconds: sum.WaitSeconds, MaxStaleness: sum.MaxStaleness,
 		BytesSent: bwOut, BytesRecv: bwIn, PubsubDropped: int64(pc.Dropped()),
-		Rejected: rejected, ContributionsLost: int64(sum.Core.Lost),
+		Rejected: rejected, ContributionsLost: int64(sum.Core.Lost), RowsDropped: int64(sum.Core.RowsDropped),
 		Owned: sum.Owned, Shards: j.model.Layout.Shards,
 		Configs: sum.Configs, RoundsDegraded: int64(sum.Core.Degraded), Promoted: int(sum.Core.Promoted),
 		Covered: sum.Covered, JoinSeconds: sum.JoinSeconds,
@@ -508,6 +513,9 @@ func logCoreEvent(log zerolog.Logger, e train.Event) {
 		log.Debug().Int("shards", e.Shards).Str("from", e.Peer).Msg("shards received")
 	case train.EvLeader:
 		log.Debug().Msg("this peer leads the agreement on configurations")
+	case train.EvDropped:
+		log.Warn().Str("peer", e.Peer).Int("rows", e.Rows).Str("detail", e.Text).
+			Msg("dropped gradient rows over --max-row-grad (a worker's bug or overflow; or features of large raw values: then raise --max-row-grad)")
 	}
 }
 

@@ -128,8 +128,13 @@ func waitProblem(d node.Diagnosis) bool {
 // computed from each peer's own rows, so it may differ between honest
 // peers (it changes how an owner regularises its shards, not whether the
 // peers can work together).
-func jobSpec(m *model.Model, ds distSettings, initSeed uint64) node.Spec {
-	spec := node.Spec{{Flag: "mode", Value: ds.mode.String()}, {Flag: "gather", Value: ds.gather.String()}}
+func jobSpec(m *model.Model, ds distSettings, initSeed uint64, batch int) node.Spec {
+	spec := node.Spec{{Flag: "mode", Value: ds.mode.String()}, {Flag: "gather", Value: ds.gather.String()},
+		// Owners bound a push's examples by the batch, and its rows by
+		// --max-row-grad: every peer must agree on both.
+		{Flag: "batch", Value: strconv.Itoa(batch)},
+		{Flag: "max-row-grad", Value: strconv.FormatFloat(ds.maxRowGrad(m.Kind), 'g', -1, 64)},
+		{Flag: "combine", Value: ds.combine.String()}}
 	if ds.mode == train.SSP {
 		spec = append(spec, node.SpecItem{Flag: "staleness", Value: strconv.Itoa(ds.staleness)})
 	}

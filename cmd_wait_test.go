@@ -89,7 +89,7 @@ func TestJobSpec(t *testing.T) {
 	}
 	m.LabelBase = 1
 	got := map[string]string{}
-	for _, it := range jobSpec(m, distSettings{mode: train.SSP, staleness: 3, gather: train.Need}, 7) {
+	for _, it := range jobSpec(m, distSettings{mode: train.SSP, staleness: 3, gather: train.Need}, 7, 100) {
 		got[it.Flag] = it.Value
 	}
 	want := map[string]string{"mode": "ssp", "staleness": "3", "gather": "need", "model": "mlp", "dim": "784", "classes": "10", "label-base": "1",
@@ -102,7 +102,7 @@ func TestJobSpec(t *testing.T) {
 	if _, ok := got["l2"]; ok {
 		t.Error("--l2 is in the hello: --l2 auto may differ between honest peers")
 	}
-	if err := jobSpec(m, distSettings{mode: train.Sync, gather: train.Full}, 1).Validate(); err != nil {
+	if err := jobSpec(m, distSettings{mode: train.Sync, gather: train.Full}, 1, 100).Validate(); err != nil {
 		t.Error(err)
 	}
 	eff := effectiveSettings(m)

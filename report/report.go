@@ -152,8 +152,12 @@ type Summary struct {
 	// ContributionsLost counts contributions lost with a crashed peer
 	// (ssp/async: buffered behind a gap that never filled).
 	ContributionsLost int64 `json:"contributions_lost"`
-	Owned             int   `json:"owned_shards"` // shards this peer was primary of at the end
-	Shards            int   `json:"shards"`
+	// RowsDropped counts gradient rows this peer's owner dropped as over
+	// --max-row-grad (a worker's bug or overflow, or features of large raw
+	// values).
+	RowsDropped int64 `json:"rows_dropped"`
+	Owned       int   `json:"owned_shards"` // shards this peer was primary of at the end
+	Shards      int   `json:"shards"`
 	// Churn: membership changes, handoffs, checkpoints.
 	Configs           uint64  `json:"configs"`                      // the final training configuration's number
 	RoundsDegraded    int64   `json:"rounds_degraded"`              // owner rounds applied without some worker (crashed or finished)

@@ -206,6 +206,16 @@ type Config struct {
 	Seed uint64
 	// Limits bound what the core accepts (see wire.Core.Check).
 	Limits wire.Limits
+	// MaxExamples bounds the examples one push may claim: the job's batch
+	// (every peer of a job uses the same). 0: no bound. (guard.go, G1)
+	MaxExamples int
+	// MaxRowGrad bounds a gradient row's L2 norm per example of its push:
+	// owners drop a row over it (guard.go, G2). DefaultMaxRowGrad gives
+	// the default per model kind; 0 turns the bound off.
+	MaxRowGrad float64
+	// Combine is how an owner combines a round's contributions: Sum (the
+	// plain sum, default) or Trimmed (sync only; guard.go, G3).
+	Combine Combine
 	// Trace, when set, is told of every apply and shard handoff (the
 	// simulator audits them); it must not call the core.
 	Trace func(TraceEvent)
@@ -259,6 +269,12 @@ func (c Config) Validate() error {
 		return bad("a model and a placement are required")
 	case c.Initial == nil && c.Contact == "":
 		return bad("neither initial members nor a contact to join through")
+	case c.MaxExamples < 0 || c.MaxRowGrad < 0 || math.IsNaN(c.MaxRowGrad) || math.IsInf(c.MaxRowGrad, 0):
+		return bad("max examples %d, max row gradient %g: want >= 0", c.MaxExamples, c.MaxRowGrad)
+	case c.Combine != Sum && c.Combine != Trimmed:
+		return bad("combine %d", c.Combine)
+	case c.Combine == Trimmed && c.Mode != Sync:
+		return bad("combine trimmed needs sync mode: ssp and async owners apply each push as it comes, with nothing to trim against")
 	case c.Voters < 1:
 		return bad("voters %d, want >= 1", c.Voters)
 	case c.RaftEvery < 1 || c.HeartbeatTicks < 1 || c.ElectionTicks <= c.HeartbeatTicks:

@@ -67,6 +67,7 @@ type Event struct {
 	Left    []string
 	Crashed []string
 	Shards  int    // owned (primary) shards after a configuration; shards moved
+	Rows    int    // EvDropped: the rows dropped
 	Peer    string // the other side of a handoff, the leader
 	Text    string
 	Final   bool // EvConfig: the configuration that ends an ssp/async run
@@ -84,6 +85,7 @@ const (
 	EvLeader                         // this peer became the raft leader
 	EvFinal                          // every worker is done: the values are final
 	EvLost                           // contributions lost with a crashed peer
+	EvDropped                        // gradient rows of a push dropped as over Config.MaxRowGrad (Rows of them, from Peer)
 )
 
 // Ready is what the core decided since the last Ready: what to send, what
@@ -125,6 +127,7 @@ type Stats struct {
 	Lost          uint64 // contributions lost with a crashed worker (async: buffered behind a gap)
 	Refreshes     uint64 // async: a replica's copy that missed a contribution, asked of the primary again
 	MaxStaleness  uint64 // rounds of others' contributions missing from values a round was computed with (ssp/async bound)
+	RowsDropped   uint64 // gradient rows dropped as over Config.MaxRowGrad (guard.go, G2)
 	ConfigChanges uint64
 }
 

@@ -181,6 +181,8 @@ type owner struct {
 	seen      map[uint64]struct{} // applyRound's scratch: members with a contribution
 	roundList []uint64            // applySync's scratch: the rounds waiting, in order
 
+	trim trimmer // applyGroup's scratch with Combine Trimmed
+
 	// The deferred queue's accounting (deferNarrowed's bounds).
 	deferKeys  map[deferKey]struct{}
 	deferFrom  map[string]int
@@ -601,6 +603,9 @@ func (o *owner) receiveNarrowed(from string, msg *wire.Core, narrowed bool) {
 	}
 	if msg.Op == wire.CorePull {
 		o.addPending(k)
+		return
+	}
+	if !o.guard(k) {
 		return
 	}
 	if c.cfg.Mode == Sync {
@@ -1337,6 +1342,9 @@ func (o *owner) applyGroup(r uint64, t *tconf, ra *roundAcc, g shardSet) {
 	n := uint64(0)
 	contributors, done := 0, 0
 	var ids []uint64
+	trimmed := c.cfg.Combine == Trimmed
+	var parts []*model.Sparse
+	var partEx []uint64
 	for _, m := range t.Members {
 		counted := false
 		for _, k := range ra.contrib {
@@ -1353,6 +1361,9 @@ func (o *owner) applyGroup(r uint64, t *tconf, ra *roundAcc, g shardSet) {
 				if k.flags&wire.FlagDone != 0 {
 					done++
 				}
+				if trimmed {
+					parts, partEx = append(parts, &model.Sparse{}), append(partEx, k.examples)
+				}
 			}
 			if k.rows.Len() == 0 {
 				continue
@@ -1362,9 +1373,19 @@ func (o *owner) applyGroup(r uint64, t *tconf, ra *roundAcc, g shardSet) {
 				o.scratch = filterSet(&k.rows, g, w, c.mask, o.scratch)
 				part = &o.scratch
 			}
+			if trimmed {
+				// (G3: one part a member, its contributions to the group added.)
+				last := parts[len(parts)-1]
+				addSparse(&o.tmp, last, part, w)
+				*last, o.tmp = o.tmp, *last
+				continue
+			}
 			addSparse(&o.tmp, &o.sum, part, w)
 			o.sum, o.tmp = o.tmp, o.sum
 		}
+	}
+	if trimmed {
+		o.trim.TrimmedSum(&o.sum, parts, partEx, w)
 	}
 	if contributors < len(t.Members) {
 		c.stats.Degraded++

@@ -369,6 +369,9 @@ func (s *sim) coreConfig(p *proc) train.Config {
 	cfg.Limits.MaxRows = 1 << 24
 	cfg.Limits.MaxValues = 1 << 26
 	cfg.Limits.Features = p.m.Layout.Features
+	// The contribution guards as a peer has them (G1, G2): honest
+	// gradients never reach them; the serial reference applies G2 too.
+	cfg.MaxExamples, cfg.MaxRowGrad = s.o.Batch, train.DefaultMaxRowGrad(p.m.Kind)
 	pp := p
 	cfg.Trace = func(e train.TraceEvent) { s.onTrace(pp, e) }
 	return cfg
@@ -1348,7 +1351,7 @@ func (s *sim) reference() {
 	}
 	slices.SortFunc(peers, func(a, b *proc) int { return strings.Compare(a.peer, b.peer) })
 	rounds := (o.Rows*o.Epochs + o.Batch - 1) / o.Batch
-	var sum, tmp model.Sparse
+	var sum, tmp, guard model.Sparse
 	for r := range rounds {
 		sum.Reset()
 		n := 0
@@ -1364,7 +1367,8 @@ func (s *sim) reference() {
 			}
 			g, _ := logregGrad(rows, keys, w, uint32(o.Dim), s.at)
 			part := model.Sparse{Idx: keys, Val: g}
-			addSparse(&tmp, &sum, &part)
+			kept, _ := train.GuardRows(&part, 1, uint64(len(rows)), train.DefaultMaxRowGrad(m.Kind), &guard)
+			addSparse(&tmp, &sum, kept)
 			sum, tmp = tmp, sum
 			n += len(rows)
 		}

@@ -1,0 +1,119 @@
+package train
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/gossiptrain/gossiptrain/model"
+)
+
+// Combine is how an owner combines the contributions of a sync round
+// (guard.go, G3).
+type Combine uint8
+
+// Combines.
+const (
+	// Sum adds every worker's gradient: the model then takes the mean over
+	// every example of the round, as one worker with all the batches would.
+	Sum Combine = iota
+	// Trimmed takes, for each coordinate of each row, the per-example
+	// gradients of the workers that touched the row, drops the t largest
+	// and the t smallest (t = max(1, k/4) for k >= 3 workers; none for
+	// fewer), and averages the rest: a coordinate-wise trimmed mean (Yin
+	// et al., "Byzantine-robust distributed learning", ICML 2018), which
+	// one worker in four cannot move beyond the honest workers' range. It
+	// costs honest runs some quality (a row's extreme honest values are
+	// dropped too), and nothing is trimmed for rows fewer than three
+	// workers touch (rare features), so it is an option, not the default.
+	Trimmed
+)
+
+func (c Combine) String() string {
+	switch c {
+	case Sum:
+		return "sum"
+	case Trimmed:
+		return "trimmed"
+	}
+	return fmt.Sprintf("combine(%d)", uint8(c))
+}
+
+// ParseCombine parses a Combine's name.
+func ParseCombine(s string) (Combine, error) {
+	switch s {
+	case "sum":
+		return Sum, nil
+	case "trimmed":
+		return Trimmed, nil
+	}
+	return 0, fmt.Errorf("%w: combine %q: want sum or trimmed", ErrConfig, s)
+}
+
+// trimmer holds TrimmedSum's scratch.
+type trimmer struct {
+	pos  []int
+	vals []float64
+	row  []float32
+}
+
+// TrimmedSum sets dst to the trimmed combination of parts (each a worker's
+// summed gradient rows, of examples[i] examples, sorted by index), scaled
+// back to a sum: each coordinate is the trimmed mean of the touching
+// workers' per-example values times their examples, so that the model's
+// mean over the round's examples (model.Apply divides by them) is the
+// trimmed mean where the touching workers are all the workers. A row that
+// fewer than three workers touch is their plain sum.
+func (tr *trimmer) TrimmedSum(dst *model.Sparse, parts []*model.Sparse, examples []uint64, width int) {
+	dst.Reset()
+	tr.pos = slices.Grow(tr.pos[:0], len(parts))[:len(parts)]
+	clear(tr.pos)
+	tr.row = slices.Grow(tr.row[:0], width)[:width]
+	var touch []int
+	for {
+		// The smallest index any part still has.
+		next, any := uint32(0), false
+		for i, p := range parts {
+			if tr.pos[i] < len(p.Idx) && (!any || p.Idx[tr.pos[i]] < next) {
+				next, any = p.Idx[tr.pos[i]], true
+			}
+		}
+		if !any {
+			return
+		}
+		touch = touch[:0]
+		var ex uint64
+		for i, p := range parts {
+			if tr.pos[i] < len(p.Idx) && p.Idx[tr.pos[i]] == next {
+				touch = append(touch, i)
+				ex += examples[i]
+			}
+		}
+		k := len(touch)
+		for c := range width {
+			if k < 3 {
+				s := float32(0)
+				for _, i := range touch {
+					s += parts[i].Val[tr.pos[i]*width+c]
+				}
+				tr.row[c] = s
+				continue
+			}
+			tr.vals = tr.vals[:0]
+			for _, i := range touch {
+				tr.vals = append(tr.vals, float64(parts[i].Val[tr.pos[i]*width+c])/float64(max(1, examples[i])))
+			}
+			slices.Sort(tr.vals)
+			t := max(1, k/4)
+			mean := 0.0
+			for _, v := range tr.vals[t : k-t] {
+				mean += v
+			}
+			mean /= float64(k - 2*t)
+			tr.row[c] = float32(mean * float64(ex))
+		}
+		dst.Append(next, tr.row)
+		for _, i := range touch {
+			tr.pos[i]++
+		}
+	}
+}
