@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 
 	"github.com/gossiptrain/gossiptrain/data"
 	"github.com/gossiptrain/gossiptrain/gossip/wire"
@@ -22,15 +23,19 @@ type distSettings struct {
 	staleness int
 	gather    train.Gather
 	values    wire.Values
-	rowGrad   float64 // --max-row-grad; -1: the model kind's default
+	rowGrad   float64 // --max-row-grad: 0 auto, < 0 off (train.Config.MaxRowGrad)
 	combine   train.Combine
 }
 
 // maxRowGrad is the bound on a pushed gradient row's norm per example for
-// a model of kind k (--max-row-grad, G2 in node/train/guard.go).
+// a model of kind k (--max-row-grad, G2 in node/train/guard.go), 0 when
+// off.
 func (s distSettings) maxRowGrad(k model.Kind) float64 {
-	if s.rowGrad < 0 {
+	switch {
+	case s.rowGrad == 0:
 		return train.DefaultMaxRowGrad(k)
+	case s.rowGrad < 0:
+		return 0
 	}
 	return s.rowGrad
 }
@@ -60,10 +65,17 @@ func checkDistFlags(tf *trainFlags) (distSettings, error) {
 	if s.values, err = wire.ParseValues(d.values); err != nil {
 		return s, usageErr("values", "%v", err)
 	}
-	if d.maxRowGrad < 0 && d.maxRowGrad != -1 || math.IsNaN(d.maxRowGrad) || math.IsInf(d.maxRowGrad, 0) {
-		return s, usageErr("max-row-grad", "%v: want a bound > 0, 0 (off) or -1 (the model's default)", d.maxRowGrad)
+	switch d.maxRowGrad {
+	case "auto":
+	case "off":
+		s.rowGrad = -1
+	default:
+		v, err := strconv.ParseFloat(d.maxRowGrad, 64)
+		if err != nil || !(v > 0) || math.IsInf(v, 0) {
+			return s, usageErr("max-row-grad", "%q: want auto, off or a bound > 0", d.maxRowGrad)
+		}
+		s.rowGrad = v
 	}
-	s.rowGrad = d.maxRowGrad
 	if s.combine, err = train.ParseCombine(d.combine); err != nil {
 		return s, usageErr("combine", "%q: want sum or trimmed", d.combine)
 	}

@@ -44,7 +44,7 @@ type distFlags struct {
 	checkpointEvery time.Duration
 	resume          bool
 	waitTimeout     time.Duration
-	maxRowGrad      float64
+	maxRowGrad      string
 	combine         string
 }
 
@@ -59,7 +59,7 @@ func (f *distFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.checkpointEvery, "checkpoint-every", 0, "checkpoint the whole job this often (0: never): the raft leader schedules a round R and\nevery peer writes its shards as of the end of round R-1 (sync), or as of every worker's cut\n(ssp, async: the workers pause for a round trip while the cut is taken)")
 	fs.BoolVar(&f.resume, "resume", false, "restart the job from its newest checkpoint that every peer of it has whole: start\nevery peer again with --resume (same --identity, data and flags); the run continues at\nround R (sync: exactly as if it had not stopped; ssp/async: every example trained once)")
 	registerWaitFlag(fs, &f.waitTimeout)
-	fs.Float64Var(&f.maxRowGrad, "max-row-grad", -1, "owners drop a pushed gradient row whose L2 norm is over this `bound` times its push's examples\n(a worker's bug or an overflow must not wreck the shared model); -1 picks 10 for logreg and\nsoftmax (honest rows of unit-scaled features stay under 1) and 1000 for the mlp; 0 turns it\noff. Raise it for features of large raw values (distributed runs do not --scale): owners\nlog every row they drop. Every peer of the job uses the same value")
+	fs.StringVar(&f.maxRowGrad, "max-row-grad", "auto", "owners drop a pushed gradient row whose L2 norm is over this `bound` times its push's examples\n(a worker's bug or an overflow must not wreck the shared model): auto is 10 for logreg and\nsoftmax (honest rows of unit-scaled features stay under 1) and 1000 for the mlp; off turns\nit off. Raise it for features of large raw values (distributed runs do not --scale): owners\nlog every row they drop. Every peer of the job uses the same value")
 	fs.StringVar(&f.combine, "combine", "sum", "how owners combine a sync round's gradients: sum (the mean over every example, as one\nworker would) or trimmed (per coordinate, the trimmed mean of the workers that touched a\nrow: one faulty worker in four cannot move it beyond the others' range; costs some quality,\nsync only)")
 }
 
@@ -235,7 +235,7 @@ func (j *trainJob) runDistributed(tf *trainFlags) error {
 	}
 	core.Seed = memberID
 	core.Limits = lim
-	core.MaxExamples, core.MaxRowGrad, core.Combine = j.r.batch, ds.maxRowGrad(j.model.Kind), ds.combine
+	core.MaxExamples, core.MaxRowGrad, core.Combine = j.r.batch, ds.rowGrad, ds.combine
 	if j.model.Kind == model.MLP {
 		// A shard lost with every holder restarts from the MLP's initial
 		// weights (a linear model's are zeros).

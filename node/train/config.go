@@ -210,8 +210,8 @@ type Config struct {
 	// (every peer of a job uses the same). 0: no bound. (guard.go, G1)
 	MaxExamples int
 	// MaxRowGrad bounds a gradient row's L2 norm per example of its push:
-	// owners drop a row over it (guard.go, G2). DefaultMaxRowGrad gives
-	// the default per model kind; 0 turns the bound off.
+	// owners drop a row over it (guard.go, G2). 0 is the model kind's
+	// default (DefaultMaxRowGrad); a negative value turns the bound off.
 	MaxRowGrad float64
 	// Combine is how an owner combines a round's contributions: Sum (the
 	// plain sum, default) or Trimmed (sync only; guard.go, G3).
@@ -269,8 +269,8 @@ func (c Config) Validate() error {
 		return bad("a model and a placement are required")
 	case c.Initial == nil && c.Contact == "":
 		return bad("neither initial members nor a contact to join through")
-	case c.MaxExamples < 0 || c.MaxRowGrad < 0 || math.IsNaN(c.MaxRowGrad) || math.IsInf(c.MaxRowGrad, 0):
-		return bad("max examples %d, max row gradient %g: want >= 0", c.MaxExamples, c.MaxRowGrad)
+	case c.MaxExamples < 0 || math.IsNaN(c.MaxRowGrad) || math.IsInf(c.MaxRowGrad, 0):
+		return bad("max examples %d, max row gradient %g: want a number of examples >= 0 and a finite bound", c.MaxExamples, c.MaxRowGrad)
 	case c.Combine != Sum && c.Combine != Trimmed:
 		return bad("combine %d", c.Combine)
 	case c.Combine == Trimmed && c.Mode != Sync:

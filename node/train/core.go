@@ -177,6 +177,9 @@ func New(cfg Config) (*Core, error) {
 		return nil, err
 	}
 	m := cfg.Model
+	if cfg.MaxRowGrad == 0 {
+		cfg.MaxRowGrad = DefaultMaxRowGrad(m.Kind)
+	}
 	c := &Core{
 		cfg: cfg, m: m, width: m.Layout.Width, shards: m.Layout.Shards, mask: uint32(m.Layout.Shards - 1),
 		alive: map[uint64]bool{}, finished: map[string]bool{},

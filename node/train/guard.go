@@ -50,7 +50,8 @@ func DefaultMaxRowGrad(kind model.Kind) float64 {
 
 // GuardRows returns rows without the rows whose L2 norm exceeds bound
 // times examples (G2), and how many it dropped. It allocates only when it
-// drops a row (into *buf, reused); bound <= 0 keeps every row.
+// drops a row (into *buf, reused); bound <= 0 keeps every row (Config's
+// negative MaxRowGrad: off).
 func GuardRows(rows *model.Sparse, width int, examples uint64, bound float64, buf *model.Sparse) (*model.Sparse, int) {
 	if bound <= 0 || rows.Len() == 0 {
 		return rows, 0

@@ -17,11 +17,15 @@ import (
 
 // hostile sends every honest peer, until ctx ends, well-formed messages of
 // every op with every field it can set: the honest peers' member IDs, the
-// configurations and rounds they are at, shards and rows of the model,
-// huge values, wants, clocks, raft messages that claim to come from the
-// honest voters (votes, appends of a forged configuration that names only
-// the hostile peer, snapshots, heartbeats with a high term), joins, leaves,
-// finished and hash answers (only that op, unless only is 0). It is not a member: the link stamps its own
+// configurations and rounds they are at (and far-future ones), shards and
+// rows of the model, huge values, wants, clocks, raft messages that claim
+// to come from the honest voters or from itself (votes, appends of a
+// forged configuration that names only the hostile peer, snapshots,
+// heartbeats with a high term and a commit index past every log's end),
+// requests to join as itself and under IDs nobody holds, leaves, finished
+// and hash answers (only that op, unless only is 0). It holds the job's
+// key (the link lets it through) but is not a member: the membership does
+// not know it alive, so its joins are refused, and the link stamps its own
 // peer ID, which it cannot forge.
 func hostile(ctx context.Context, ml *memLink, self string, initial []train.Member, shards, dim int, only wire.CoreOp) int {
 	rng := rand.New(rand.NewPCG(42, 42))
@@ -51,6 +55,15 @@ func hostile(ctx context.Context, ml *memLink, self string, initial []train.Memb
 			}
 			if rng.IntN(4) == 0 {
 				m.Member = me.ID
+			}
+			if rng.IntN(8) == 0 {
+				m.Config = uint64(1 << (10 + rng.IntN(40))) // a far-future configuration
+			}
+			if m.Op == wire.CoreJoin {
+				m.Member = me.ID // it asks to join, as itself
+				if rng.IntN(2) == 0 {
+					m.Member = rng.Uint64() // under IDs nobody holds
+				}
 			}
 			var ss []uint32
 			for s := range shards {
@@ -85,7 +98,15 @@ func hostile(ctx context.Context, ml *memLink, self string, initial []train.Memb
 					pb.MessageType_MsgHeartbeat, pb.MessageType_MsgSnap, pb.MessageType_MsgTimeoutNow}[rng.IntN(6)]
 				term := uint64(1 + rng.IntN(50))
 				idx := uint64(rng.IntN(20))
-				rm := &pb.Message{Type: &typ, From: &claim.ID, To: &to.ID, Term: &term, LogTerm: &term, Index: &idx, Commit: new(idx + 1)}
+				commit := idx + 1
+				if rng.IntN(3) == 0 {
+					commit = 1000006 // past the end of every log: raft panics on it
+				}
+				from := claim.ID
+				if rng.IntN(2) == 0 {
+					from = me.ID // as itself, the raft node it asked to be
+				}
+				rm := &pb.Message{Type: &typ, From: &from, To: &to.ID, Term: &term, LogTerm: &term, Index: &idx, Commit: &commit}
 				if typ == pb.MessageType_MsgApp {
 					rm.Entries = []*pb.Entry{{Type: pb.EntryType_EntryNormal.Enum(), Term: &term, Index: new(idx + 1), Data: forged}}
 				}

@@ -371,7 +371,7 @@ func (s *sim) coreConfig(p *proc) train.Config {
 	cfg.Limits.Features = p.m.Layout.Features
 	// The contribution guards as a peer has them (G1, G2): honest
 	// gradients never reach them; the serial reference applies G2 too.
-	cfg.MaxExamples, cfg.MaxRowGrad = s.o.Batch, train.DefaultMaxRowGrad(p.m.Kind)
+	cfg.MaxExamples = s.o.Batch // (MaxRowGrad: the kind's default)
 	pp := p
 	cfg.Trace = func(e train.TraceEvent) { s.onTrace(pp, e) }
 	return cfg
