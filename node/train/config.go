@@ -216,6 +216,14 @@ type Config struct {
 	// Combine is how an owner combines a round's contributions: Sum (the
 	// plain sum, default) or Trimmed (sync only; guard.go, G3).
 	Combine Combine
+	// LocalSteps is the batches in a window of local steps: with more than
+	// one, a round is a window: a worker gets the rows its window's batches
+	// touch with their optimizer state, trains the batches on its own copy
+	// (the driver does: ComputeReq's Weights are wide rows, and Computed's
+	// answer their changes), and pushes each row's change; owners add the
+	// workers' changes (model.AddDeltas). 0 and 1 push a gradient every
+	// batch. Needs Gather Need.
+	LocalSteps int
 	// Trace, when set, is told of every apply and shard handoff (the
 	// simulator audits them); it must not call the core.
 	Trace func(TraceEvent)
@@ -271,6 +279,12 @@ func (c Config) Validate() error {
 		return bad("neither initial members nor a contact to join through")
 	case c.MaxExamples < 0 || math.IsNaN(c.MaxRowGrad) || math.IsInf(c.MaxRowGrad, 0):
 		return bad("max examples %d, max row gradient %g: want a number of examples >= 0 and a finite bound", c.MaxExamples, c.MaxRowGrad)
+	case c.LocalSteps < 0:
+		return bad("local steps %d, want >= 0", c.LocalSteps)
+	case c.LocalSteps > 1 && c.Gather != Need:
+		return bad("windows of local steps need gather need: a full read copy holds no optimizer state")
+	case c.LocalSteps > 1 && c.Combine != Sum:
+		return bad("combine trimmed trims gradients of one batch; windows of local steps push changes")
 	case c.Combine != Sum && c.Combine != Trimmed:
 		return bad("combine %d", c.Combine)
 	case c.Combine == Trimmed && c.Mode != Sync:

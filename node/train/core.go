@@ -20,7 +20,10 @@ type Envelope struct {
 // (the Round-th batch it supplied since the core started, counting from
 // the first round) on Weights: len(Keys)*Width values, row i holding model
 // row Keys[i]. The driver answers with Computed; the core asks for one at
-// a time.
+// a time. With windows of local steps (Config.LocalSteps) the batch is a
+// window's batches, Weights are wide rows (model.AppendWide: weights, then
+// optimizer state) and the answer is each row's change after training
+// them (sgd.Window).
 type ComputeReq struct {
 	Round    uint64
 	Keys     []uint32
@@ -137,9 +140,13 @@ type Stats struct {
 // Leave, Fetch, Finish), decisions out (Ready). It does no I/O, reads no
 // clock and starts no goroutine; it is not safe for concurrent use.
 type Core struct {
-	cfg    Config
-	m      *model.Model
-	width  int
+	cfg   Config
+	m     *model.Model
+	width int
+	// xw is the width of the rows workers and owners exchange (pushes,
+	// forwards, a workset's values): the model's rows, or with windows of
+	// local steps its wide rows, weights then optimizer state.
+	xw     int
 	shards int
 	mask   uint32
 	tick   uint64
@@ -181,7 +188,7 @@ func New(cfg Config) (*Core, error) {
 		cfg.MaxRowGrad = DefaultMaxRowGrad(m.Kind)
 	}
 	c := &Core{
-		cfg: cfg, m: m, width: m.Layout.Width, shards: m.Layout.Shards, mask: uint32(m.Layout.Shards - 1),
+		cfg: cfg, m: m, width: m.Layout.Width, xw: m.StateWidth(cfg.LocalSteps > 1), shards: m.Layout.Shards, mask: uint32(m.Layout.Shards - 1),
 		alive: map[uint64]bool{}, finished: map[string]bool{},
 	}
 	if cfg.Start == 0 || cfg.Initial == nil {
@@ -601,6 +608,18 @@ func (c *Core) routeMe(s int, r uint64) bool {
 func (c *Core) isPrimary(s int) bool {
 	t := c.cs.cur()
 	return c.joined && t.primary(s) == c.cfg.Self && t.isMember(c.cfg.Self, c.cfg.ID)
+}
+
+// applyRows applies contributions to owned rows: gradients summed over
+// examples take an optimizer step (round r's, for SGD's schedule); with
+// windows of local steps the rows are the workers' summed changes, added
+// (model.AddDeltas).
+func (c *Core) applyRows(rows *model.Sparse, examples uint64, step int64) {
+	if c.cfg.LocalSteps > 1 {
+		c.m.AddDeltas(rows)
+		return
+	}
+	c.m.Apply(rows, int(examples), step)
 }
 
 // isAlive reports whether member id is alive as far as the core knows.

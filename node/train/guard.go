@@ -16,7 +16,8 @@ import (
 //	    batch): a larger claim, which would dilute every other worker's
 //	    gradient in the round's mean, is refused;
 //	G2  a gradient row whose L2 norm exceeds Config.MaxRowGrad times the
-//	    push's examples is dropped (not scaled: a value that large is a bug
+//	    push's examples (with windows of local steps: a change row whose
+//	    norm exceeds MaxRowGrad² times LocalSteps) is dropped (not scaled: a value that large is a bug
 //	    or an overflow, and scaling it would still move the row by the
 //	    bound), counted (Stats.RowsDropped) and reported (EvDropped). Per
 //	    row, so the decision is the same whichever owner holds the row, and
@@ -99,7 +100,14 @@ func (o *owner) guard(k *contribution) bool {
 		return false
 	}
 	var buf model.Sparse
-	rows, dropped := GuardRows(&k.rows, c.width, k.examples, c.cfg.MaxRowGrad, &buf)
+	examples, bound := k.examples, c.cfg.MaxRowGrad
+	if c.cfg.LocalSteps > 1 {
+		// A window's change: AdaGrad's accumulator grows by at most R² a
+		// step for gradients of at most R per example, and a weight by
+		// LR·R (LR below R): R²·steps bounds the whole row.
+		examples, bound = 1, bound*bound*float64(c.cfg.LocalSteps)
+	}
+	rows, dropped := GuardRows(&k.rows, c.xw, examples, bound, &buf)
 	if dropped == 0 {
 		return true
 	}

@@ -547,7 +547,7 @@ func (o *owner) receiveNarrowed(from string, msg *wire.Core, narrowed bool) {
 			return
 		}
 	}
-	if msg.Op == wire.CorePush && (msg.RowWidth != c.width && msg.Rows.Len() > 0) {
+	if msg.Op == wire.CorePush && (msg.RowWidth != c.xw && msg.Rows.Len() > 0) {
 		c.stats.Rejected++
 		return
 	}
@@ -591,7 +591,7 @@ func (o *owner) receiveNarrowed(from string, msg *wire.Core, narrowed bool) {
 	k.shards = set.list(nil)
 	k.want = msg.Want // kept, not copied: Receive's caller hands msg over
 	if len(moved) > 0 {
-		k.rows = filterRows(&msg.Rows, k.shards, c.width, c.mask)
+		k.rows = filterRows(&msg.Rows, k.shards, c.xw, c.mask)
 		k.want, k.narrowed = nil, true // (the moved shards' rows are not this owner's to give)
 		for _, key := range msg.Want {
 			if set.has(c.shardOf(key)) {
@@ -877,11 +877,11 @@ func (o *owner) pushAsync(k *contribution) {
 	if len(apply) < len(k.shards) {
 		set := newShardSet(c.shards)
 		set.fromList(apply)
-		o.scratch = filterSet(&k.rows, set, c.width, c.mask, o.scratch)
+		o.scratch = filterSet(&k.rows, set, c.xw, c.mask, o.scratch)
 		rows = &o.scratch
 	}
 	if k.examples > 0 && rows.Len() > 0 {
-		c.m.Apply(rows, int(k.examples), o.step)
+		c.applyRows(rows, k.examples, o.step)
 		o.step++
 		c.stats.Applied++
 	}
@@ -909,7 +909,7 @@ func (o *owner) pushAsync(k *contribution) {
 // asMsg rebuilds a contribution's message (to handle it again later).
 func (o *owner) asMsg(k *contribution) *wire.Core {
 	return &wire.Core{Op: k.op, Flags: k.flags, Member: k.member, Round: k.round, Through: k.through, Req: k.req,
-		Examples: k.examples, Shards: k.shards, Rows: k.rows, RowWidth: o.c.width, Want: k.want, Config: o.c.ConfigID()}
+		Examples: k.examples, Shards: k.shards, Rows: k.rows, RowWidth: o.c.xw, Want: k.want, Config: o.c.ConfigID()}
 }
 
 // appliedOf is member's clocks applied to shard s (its first round when
@@ -943,8 +943,8 @@ func (o *owner) forwardAsync(k *contribution) {
 	}
 	for _, p := range sortedStrings(byPeer) {
 		ss := byPeer[p]
-		msg := &wire.Core{Op: wire.CoreForward, Round: k.round, Examples: k.examples, Shards: ss, RowWidth: c.width,
-			Rows: filterRows(&k.rows, ss, c.width, c.mask), Clocks: []wire.MemberClock{{Member: k.member, Clock: k.round}}}
+		msg := &wire.Core{Op: wire.CoreForward, Round: k.round, Examples: k.examples, Shards: ss, RowWidth: c.xw,
+			Rows: filterRows(&k.rows, ss, c.xw, c.mask), Clocks: []wire.MemberClock{{Member: k.member, Clock: k.round}}}
 		if k.flags&wire.FlagDone != 0 {
 			msg.Flags = wire.FlagDone
 		}
@@ -1337,7 +1337,7 @@ func (o *owner) applyRound(r uint64) bool {
 // replicas.
 func (o *owner) applyGroup(r uint64, t *tconf, ra *roundAcc, g shardSet) {
 	c := o.c
-	w := c.width
+	w := c.xw
 	o.sum.Reset()
 	n := uint64(0)
 	contributors, done := 0, 0
@@ -1393,7 +1393,7 @@ func (o *owner) applyGroup(r uint64, t *tconf, ra *roundAcc, g shardSet) {
 	shards := g.list(nil)
 	o.beforeApply(r, shards)
 	if n > 0 && o.sum.Len() > 0 {
-		c.m.Apply(&o.sum, int(n), int64(r))
+		c.applyRows(&o.sum, n, int64(r))
 	}
 	c.stats.Applied++
 	for _, s := range shards {
@@ -1670,8 +1670,12 @@ func (o *owner) reply(k *contribution) {
 			msg.Rows.Append(key, c.m.Row(key))
 		}
 	default:
-		msg.Values = make([]float32, 0, len(k.want)*c.width)
+		msg.Values = make([]float32, 0, len(k.want)*c.xw)
 		for _, key := range k.want {
+			if c.xw != c.width {
+				msg.Values = c.m.AppendWide(msg.Values, key) // a window's rows carry their optimizer state
+				continue
+			}
 			msg.Values = append(msg.Values, c.m.Row(key)...)
 		}
 	}
@@ -1745,7 +1749,7 @@ func (o *owner) forward(from string, msg *wire.Core) {
 		o.deferMsg(from, msg)
 		return
 	}
-	if _, ok := o.memberOf(from, msg.Member); !ok || msg.RowWidth != c.width && msg.Rows.Len() > 0 {
+	if _, ok := o.memberOf(from, msg.Member); !ok || msg.RowWidth != c.xw && msg.Rows.Len() > 0 {
 		c.stats.Rejected++
 		return
 	}
@@ -1795,7 +1799,7 @@ func (o *owner) forward(from string, msg *wire.Core) {
 		// keep the others from their rows.
 		m := *msg
 		m.Shards = keep
-		m.Rows = filterRows(&msg.Rows, keep, c.width, c.mask)
+		m.Rows = filterRows(&msg.Rows, keep, c.xw, c.mask)
 		msg = &m
 	}
 	if c.cfg.Mode == Sync {
@@ -1815,13 +1819,13 @@ func (o *owner) forward(from string, msg *wire.Core) {
 		if !ready.empty() {
 			rows := &msg.Rows
 			if ready.count() < len(msg.Shards) {
-				o.scratch = filterSet(&msg.Rows, ready, c.width, c.mask, o.scratch)
+				o.scratch = filterSet(&msg.Rows, ready, c.xw, c.mask, o.scratch)
 				rows = &o.scratch
 			}
 			applied := ready.list(nil)
 			o.beforeApply(msg.Round, applied)
 			if msg.Examples > 0 && rows.Len() > 0 {
-				c.m.Apply(rows, int(msg.Examples), int64(msg.Round))
+				c.applyRows(rows, msg.Examples, int64(msg.Round))
 			}
 			for _, sh := range applied {
 				o.setThrough(int(sh), msg.Round+1)
@@ -1867,11 +1871,11 @@ func (o *owner) forward(from string, msg *wire.Core) {
 			if len(apply) < len(msg.Shards) {
 				set := newShardSet(c.shards)
 				set.fromList(apply)
-				o.scratch = filterSet(&msg.Rows, set, c.width, c.mask, o.scratch)
+				o.scratch = filterSet(&msg.Rows, set, c.xw, c.mask, o.scratch)
 				rows = &o.scratch
 			}
 			if msg.Examples > 0 && rows.Len() > 0 {
-				c.m.Apply(rows, int(msg.Examples), o.step)
+				c.applyRows(rows, msg.Examples, o.step)
 				o.step++
 			}
 			for _, s := range apply {
@@ -1898,7 +1902,7 @@ func (o *owner) forward(from string, msg *wire.Core) {
 			}
 			if len(prim) > 0 {
 				k := &contribution{member: wk.Member, round: wk.Clock, examples: msg.Examples, flags: msg.Flags & wire.FlagDone,
-					shards: prim, rows: filterRows(rows, prim, c.width, c.mask)}
+					shards: prim, rows: filterRows(rows, prim, c.xw, c.mask)}
 				o.forwardAsync(k)
 			}
 		}

@@ -418,7 +418,7 @@ func (w *worker) tryPush() bool {
 	for s := range c.shards {
 		w.shardBuf[idx[s]] = append(w.shardBuf[idx[s]], uint32(s))
 	}
-	width := c.width
+	width := c.xw // (a window's rows are wide: weights and optimizer state)
 	var examples uint64
 	flags := wire.CoreFlags(0)
 	if b != nil {
@@ -514,7 +514,7 @@ func (w *worker) pullRound(r uint64) {
 		}
 		return
 	}
-	ws.vals = make([]float32, len(b.keys)*c.width)
+	ws.vals = make([]float32, len(b.keys)*c.xw)
 	wants, pos, shards := w.splitByOwner(b.keys, idx, len(owners))
 	for i, o := range owners {
 		if len(wants[i]) == 0 {
@@ -559,7 +559,7 @@ func (w *worker) sendReq(r *request) {
 	msg := &wire.Core{Op: r.op, Flags: r.flags, Round: r.round, Through: r.through, Req: r.id,
 		Examples: r.examples, Shards: r.shards, Want: r.want}
 	if r.op == wire.CorePush {
-		msg.Rows, msg.RowWidth = r.rows, c.width
+		msg.Rows, msg.RowWidth = r.rows, c.xw
 	}
 	if r.op == wire.CoreHash {
 		msg.Flags &^= wire.FlagReply
@@ -637,19 +637,20 @@ func (w *worker) reply(from string, msg *wire.Core) {
 			c.trace(TraceEvent{Kind: TraceRows, Shards: shards, Round: r.round, Peer: from, Keys: msg.Rows.Idx})
 		}
 	default:
-		if len(msg.Values) != len(want)*width {
+		// Values are wide in windows (weights, then optimizer state): a
+		// workset keeps them so, a fetch the weights.
+		xw := c.xw
+		if len(msg.Values) != len(want)*xw {
 			c.stats.Rejected++
 			return
 		}
-		var dst []float32
 		if r.ws != nil {
-			dst = r.ws.vals
-		} else if r.fetch != nil {
-			dst = r.fetch.vals
-		}
-		if dst != nil {
 			for i, p := range pos {
-				copy(dst[int(p)*width:int(p+1)*width], msg.Values[i*width:(i+1)*width])
+				copy(r.ws.vals[int(p)*xw:int(p+1)*xw], msg.Values[i*xw:(i+1)*xw])
+			}
+		} else if r.fetch != nil {
+			for i, p := range pos {
+				copy(r.fetch.vals[int(p)*width:int(p+1)*width], msg.Values[i*xw:i*xw+width])
 			}
 		}
 	}
@@ -689,7 +690,7 @@ func (w *worker) narrow(r *request, answered []uint32) {
 	}
 	r.shards = rest
 	if r.rows.Len() > 0 {
-		r.rows = filterRows(&r.rows, rest, c.width, c.mask)
+		r.rows = filterRows(&r.rows, rest, c.xw, c.mask)
 	}
 	r.want, r.pos = w.wantsIn(r, rest)
 }
@@ -734,7 +735,7 @@ func (w *worker) reroute(r *request, moved []uint32) {
 	if moved == nil {
 		moved = r.shards
 	}
-	width := c.width
+	width := c.xw // (push rows: wide in windows)
 	byOwner := map[string][]uint32{}
 	var keep []uint32
 	for _, s := range r.shards {

@@ -64,7 +64,11 @@ type Options struct {
 	// Dim features; Rows per peer; Batch rows per round; Fields nonzeros
 	// per row; Epochs over each peer's rows.
 	Dim, Rows, Batch, Fields, Epochs int
-	Faults                           Faults
+	// LocalSteps, when above 1, makes a round a window of that many
+	// batches (train.Config.LocalSteps): workers train them on their own
+	// copy (window) and push the changes.
+	LocalSteps int
+	Faults     Faults
 	// MaxTicks bounds a run (a liveness failure past it).
 	MaxTicks int
 	// Steps is how many network steps a tick has (0 or 1: one). A message
@@ -371,7 +375,8 @@ func (s *sim) coreConfig(p *proc) train.Config {
 	cfg.Limits.Features = p.m.Layout.Features
 	// The contribution guards as a peer has them (G1, G2): honest
 	// gradients never reach them; the serial reference applies G2 too.
-	cfg.MaxExamples = s.o.Batch // (MaxRowGrad: the kind's default)
+	cfg.MaxExamples = s.o.Batch * s.steps() // (MaxRowGrad: the kind's default)
+	cfg.LocalSteps = s.o.LocalSteps
 	pp := p
 	cfg.Trace = func(e train.TraceEvent) { s.onTrace(pp, e) }
 	return cfg
@@ -929,7 +934,7 @@ func (s *sim) giveBatch(p *proc) bool {
 		return false
 	}
 	lo := p.pos
-	for p.pos-lo < s.o.Batch && p.pos < s.o.Rows*s.o.Epochs {
+	for p.pos-lo < s.o.Batch*s.steps() && p.pos < s.o.Rows*s.o.Epochs {
 		p.pos++
 	}
 	n := p.pos - lo
@@ -966,11 +971,14 @@ func (s *sim) batchKeys(rows []row) []uint32 {
 	return keys
 }
 
-// batchRows returns the rows of p's batch of round r (relative to its
-// first round): batches are consecutive Batch rows.
+// steps is the batches of a round: LocalSteps, or 1.
+func (s *sim) steps() int { return max(1, s.o.LocalSteps) }
+
+// batchRows returns the rows of p's batch (or window) of round r
+// (relative to its first round): batches are consecutive Batch rows.
 func (s *sim) batchRows(p *proc, i uint64) []row {
-	lo := int(i) * s.o.Batch
-	hi := min(lo+s.o.Batch, s.o.Rows*s.o.Epochs)
+	lo := int(i) * s.o.Batch * s.steps()
+	hi := min(lo+s.o.Batch*s.steps(), s.o.Rows*s.o.Epochs)
 	var out []row
 	for j := lo; j < hi; j++ {
 		out = append(out, p.rows[j%s.o.Rows])
@@ -982,7 +990,43 @@ func (s *sim) batchRows(p *proc, i uint64) []row {
 // working set, as sgd does: per row, float64 sums in example order.
 func (s *sim) gradient(p *proc, req *train.ComputeReq) ([]float32, float64) {
 	rows := s.batchRows(p, req.Round-p.core.FirstRound())
+	if s.o.LocalSteps > 1 {
+		return s.window(rows, req.Keys, req.Weights, int64(req.Round)*int64(s.o.LocalSteps))
+	}
 	return logregGrad(rows, req.Keys, req.Weights, uint32(s.o.Dim), s.at)
+}
+
+// window trains a window's rows, Batch at a time, on a local copy of the
+// wide rows of keys (weights and AdaGrad's accumulator), as a worker with
+// windows of local steps does, and returns each row's change and the
+// summed loss. The local copy is a whole model of the simulator's small
+// dimension; its steps are model.Apply's, the owners' own.
+func (s *sim) window(rows []row, keys []uint32, wide []float32, step0 int64) ([]float32, float64) {
+	m := s.newModel()
+	m.OwnAll()
+	sw := m.StateWidth(true)
+	in := model.Sparse{Idx: keys, Val: wide}
+	m.AddDeltas(&in) // onto zeros: the rows as fetched
+	var loss float64
+	for h := 0; h*s.o.Batch < len(rows); h++ {
+		b := rows[h*s.o.Batch : min((h+1)*s.o.Batch, len(rows))]
+		bk := s.batchKeys(b)
+		w := make([]float32, len(bk))
+		for i, k := range bk {
+			w[i] = m.Row(k)[0]
+		}
+		g, l := logregGrad(b, bk, w, uint32(s.o.Dim), s.at)
+		loss += l
+		m.Apply(&model.Sparse{Idx: bk, Val: g}, len(b), step0+int64(h))
+	}
+	delta := make([]float32, 0, len(wide))
+	for i, k := range keys {
+		delta = m.AppendWide(delta, k)
+		for c := range sw {
+			delta[i*sw+c] -= wide[i*sw+c]
+		}
+	}
+	return delta, loss
 }
 
 // logregGrad is the summed gradient of rows at weights (one per key).
@@ -1324,7 +1368,8 @@ func (s *sim) finish() {
 			}
 			first := q.core.FirstRound()
 			end := q.core.Round()
-			data := first + uint64((min(q.pos, o.Rows*o.Epochs)+o.Batch-1)/o.Batch)
+			per := o.Batch * s.steps()
+			data := first + uint64((min(q.pos, o.Rows*o.Epochs)+per-1)/per)
 			for r := first; r < min(end, data); r++ {
 				if !led[[2]uint64{q.member, r}] && !(s.lossAllowed && s.anyLoss) {
 					s.violate("shard %d (at %s) misses worker %s/%x's round %d", sh, prims[sh], q.peer, q.member&0xffff, r)
@@ -1350,7 +1395,9 @@ func (s *sim) reference() {
 		peers = append(peers, p)
 	}
 	slices.SortFunc(peers, func(a, b *proc) int { return strings.Compare(a.peer, b.peer) })
-	rounds := (o.Rows*o.Epochs + o.Batch - 1) / o.Batch
+	per := o.Batch * s.steps()
+	rounds := (o.Rows*o.Epochs + per - 1) / per
+	bound := train.DefaultMaxRowGrad(m.Kind)
 	var sum, tmp, guard model.Sparse
 	for r := range rounds {
 		sum.Reset()
@@ -1361,18 +1408,36 @@ func (s *sim) reference() {
 				continue
 			}
 			keys := s.batchKeys(rows)
+			if o.LocalSteps > 1 {
+				// A window: each worker's changes from the same start,
+				// summed in member order, then added (model.AddDeltas).
+				var wide []float32
+				for _, k := range keys {
+					wide = m.AppendWide(wide, k)
+				}
+				d, _ := s.window(rows, keys, wide, int64(r)*int64(o.LocalSteps))
+				part := model.Sparse{Idx: keys, Val: d}
+				sw := m.StateWidth(true)
+				kept, _ := train.GuardRows(&part, sw, 1, bound*bound*float64(o.LocalSteps), &guard)
+				addSparse(&tmp, &sum, kept, sw)
+				sum, tmp = tmp, sum
+				n += len(rows)
+				continue
+			}
 			w := make([]float32, len(keys))
 			for i, k := range keys {
 				w[i] = m.Row(k)[0]
 			}
 			g, _ := logregGrad(rows, keys, w, uint32(o.Dim), s.at)
 			part := model.Sparse{Idx: keys, Val: g}
-			kept, _ := train.GuardRows(&part, 1, uint64(len(rows)), train.DefaultMaxRowGrad(m.Kind), &guard)
-			addSparse(&tmp, &sum, kept)
+			kept, _ := train.GuardRows(&part, 1, uint64(len(rows)), bound, &guard)
+			addSparse(&tmp, &sum, kept, 1)
 			sum, tmp = tmp, sum
 			n += len(rows)
 		}
-		if n > 0 {
+		if n > 0 && o.LocalSteps > 1 {
+			m.AddDeltas(&sum)
+		} else if n > 0 {
 			m.Apply(&sum, n, int64(r))
 		}
 	}
@@ -1381,20 +1446,22 @@ func (s *sim) reference() {
 	}
 }
 
-func addSparse(dst, a, b *model.Sparse) {
+func addSparse(dst, a, b *model.Sparse, w int) {
 	dst.Reset()
 	i, j := 0, 0
 	for i < len(a.Idx) || j < len(b.Idx) {
 		switch {
 		case j >= len(b.Idx) || (i < len(a.Idx) && a.Idx[i] < b.Idx[j]):
-			dst.Append(a.Idx[i], a.Val[i:i+1])
+			dst.Append(a.Idx[i], a.Val[i*w:(i+1)*w])
 			i++
 		case i >= len(a.Idx) || b.Idx[j] < a.Idx[i]:
-			dst.Append(b.Idx[j], b.Val[j:j+1])
+			dst.Append(b.Idx[j], b.Val[j*w:(j+1)*w])
 			j++
 		default:
 			dst.Idx = append(dst.Idx, a.Idx[i])
-			dst.Val = append(dst.Val, a.Val[i]+b.Val[j])
+			for c := range w {
+				dst.Val = append(dst.Val, a.Val[i*w+c]+b.Val[j*w+c])
+			}
 			i++
 			j++
 		}

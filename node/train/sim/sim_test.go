@@ -3,6 +3,7 @@ package sim
 import (
 	"flag"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -176,6 +177,21 @@ func mixes() []mix {
 		o.Faults = Faults{Drop: 0.02, Delay: 3, Crashes: 1, Joins: 1, Chaos: 400, DeadAfter: 40}
 		return o
 	})
+	// Every mix again with windows of 4 local steps (h4/...): a round is a
+	// window, workers push their changes with optimizer state, owners add
+	// them. Full gather keeps no optimizer state, so its mixes have no
+	// window variant (train.Config.Validate refuses it).
+	for _, mx := range slices.Clone(out) {
+		if mx.opts(1).Gather == train.Full {
+			continue
+		}
+		f := mx.opts
+		add("h4/"+mx.name, mx.seeds, func(seed uint64) Options {
+			o := f(seed)
+			o.LocalSteps = 4
+			return o
+		})
+	}
 	return out
 }
 

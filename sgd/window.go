@@ -1,0 +1,148 @@
+package sgd
+
+import (
+	"fmt"
+
+	"github.com/gossiptrain/gossiptrain/model"
+)
+
+// Window trains the batches of one window of local steps (node/train,
+// Config.LocalSteps) on a local copy of the rows they touch: the worker
+// fetched those rows once with their optimizer state, takes one optimizer
+// step per batch on its copy, exactly as a lone peer's model would (the
+// same Compute, the same model.Apply), and sends each row's change back,
+// which the owners add up (model.AddDeltas).
+//
+// The local copy is a small model of the same kind and optimizer whose
+// rows are the window's: feature i of the window is its local feature i,
+// and the rows every example touches (the bias; an MLP's W2 and b2) keep
+// their places after the features. It is reused from window to window
+// and grows as windows touch more rows, so a Window allocates only while
+// it grows. Not safe for concurrent use.
+type Window struct {
+	w     *Worker
+	shape shape
+	kind  model.Kind
+	opt   model.OptConfig
+	dim   uint64 // the global model's features: rows >= dim are its extra rows
+
+	local    *model.Model // capacity local features, then the extra rows
+	capacity int
+	extra    int
+
+	pos     []uint32 // a batch's keys as local rows
+	weights []float32
+	grad    []float32
+	g       model.Sparse
+}
+
+// NewWindow returns a Window for models shaped like m (kind, dimensions,
+// optimizer), computing with w (whose shape must be m's).
+func NewWindow(m *model.Model, w *Worker) *Window {
+	s := shapeOf(m)
+	if w.shape != s {
+		panic(fmt.Sprintf("sgd: a Window for %+v with a worker for %+v", s, w.shape))
+	}
+	return &Window{w: w, shape: s, kind: m.Kind, opt: m.Opt, dim: m.Dim, extra: s.extraRows()}
+}
+
+// Run trains batches, in order, from the wide rows of keys: keys are the
+// union of the batches' keys (ascending), wide holds their rows as
+// model.AppendWide gives them (weights, then optimizer state), and batch h
+// takes SGD step step0+h. It writes each row's change (its value after the
+// last batch minus wide's) into delta, shaped as wide, and returns the
+// batches' summed log-loss (each batch's at the weights it was trained on).
+func (wd *Window) Run(batches []*Prepared, keys []uint32, wide, delta []float32, step0 int64) (loss float64) {
+	width := wd.shape.width
+	spw := wd.opt.Kind.StatePerWeight()
+	sw := width * (1 + spw)
+	if len(wide) != len(keys)*sw || len(delta) != len(wide) {
+		panic(fmt.Sprintf("sgd: Window.Run with %d wide and %d delta floats for %d rows of width %d", len(wide), len(delta), len(keys), sw))
+	}
+	feats := 0
+	for feats < len(keys) && uint64(keys[feats]) < wd.dim {
+		feats++
+	}
+	wd.ensure(feats)
+	m := wd.local
+	// Load: row i of keys into its local row.
+	for i, k := range keys {
+		lr := wd.localRow(k, i)
+		copy(m.Row(lr), wide[i*sw:i*sw+width])
+		if spw > 0 {
+			j := int(lr) * width * spw
+			copy(m.State[0][j:j+width*spw], wide[i*sw+width:(i+1)*sw])
+		}
+	}
+	for h, p := range batches {
+		if p.examples == 0 {
+			continue
+		}
+		// The batch's keys are a subset of keys, both ascending.
+		wd.pos = wd.pos[:0]
+		j := 0
+		for _, k := range p.Keys {
+			for keys[j] != k {
+				j++
+				if j == len(keys) {
+					panic(fmt.Sprintf("sgd: a batch key %d not among the window's keys", k))
+				}
+			}
+			wd.pos = append(wd.pos, wd.localRow(k, j))
+		}
+		n := len(p.Keys) * width
+		wd.weights = growTo(wd.weights, n)
+		wd.grad = growTo(wd.grad, n)
+		for i, lr := range wd.pos {
+			copy(wd.weights[i*width:(i+1)*width], m.Row(lr))
+		}
+		loss += wd.w.Compute(p, wd.weights, wd.grad)
+		wd.g.Idx, wd.g.Val = wd.pos, wd.grad
+		wd.w.Apply(m, &wd.g, p.examples, step0+int64(h))
+		wd.g = model.Sparse{}
+	}
+	// The changes.
+	for i, k := range keys {
+		lr := wd.localRow(k, i)
+		row := m.Row(lr)
+		for c := range width {
+			delta[i*sw+c] = row[c] - wide[i*sw+c]
+		}
+		if spw > 0 {
+			j := int(lr) * width * spw
+			st := m.State[0][j : j+width*spw]
+			for c := range st {
+				delta[i*sw+width+c] = st[c] - wide[i*sw+width+c]
+			}
+		}
+	}
+	return loss
+}
+
+// localRow is the local row of global row k, the i-th of the window's keys.
+func (wd *Window) localRow(k uint32, i int) uint32 {
+	if uint64(k) < wd.dim {
+		return uint32(i)
+	}
+	return uint32(wd.capacity) + (k - uint32(wd.dim)) // the bias, W2, b2: after the features
+}
+
+// ensure makes the local model hold at least feats features.
+func (wd *Window) ensure(feats int) {
+	if wd.local != nil && feats <= wd.capacity {
+		return
+	}
+	capacity := max(feats, 2*wd.capacity, 64)
+	var m *model.Model
+	var err error
+	if wd.kind == model.MLP {
+		m, err = model.NewMLP(uint64(capacity), wd.shape.classes, wd.shape.hidden, 1, wd.opt, 0)
+	} else {
+		m, err = model.New(wd.kind, uint64(capacity), wd.shape.classes, 1, wd.opt)
+	}
+	if err != nil {
+		panic(fmt.Sprintf("sgd: a window's local model: %v", err))
+	}
+	m.Own(0)
+	wd.local, wd.capacity = m, capacity
+}

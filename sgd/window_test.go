@@ -1,0 +1,140 @@
+package sgd
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/gossiptrain/gossiptrain/model"
+)
+
+// windowModel is a model of kind with optimizer opt and random weights.
+func windowModel(t testing.TB, rng *rand.Rand, kind model.Kind, opt model.OptConfig) *model.Model {
+	var m *model.Model
+	var err error
+	switch kind {
+	case model.MLP:
+		m, err = model.NewMLP(300, 4, 6, 4, opt, 7)
+	case model.Softmax:
+		m, err = model.New(kind, 300, 4, 4, opt)
+	default:
+		m, err = model.New(kind, 300, 0, 4, opt)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kind != model.MLP {
+		randomize(m, rng, 0.3)
+	}
+	m.OwnAll()
+	return m
+}
+
+// TestWindowIsLocalSteps: a window of batches trained on the wide rows it
+// fetched, then added back (model.AddDeltas), gives the model a lone peer
+// gets by taking the same steps on its whole model (up to the rounding of
+// adding a change back: w + (w' - w) need not be w' in float32), for every
+// kind and optimizer; rows the window does not touch do not change.
+func TestWindowIsLocalSteps(t *testing.T) {
+	for _, kind := range []model.Kind{model.Logreg, model.Softmax, model.MLP} {
+		for _, ok := range []model.OptKind{model.SGD, model.AdaGrad, model.FTRL} {
+			t.Run(fmt.Sprintf("%v/%v", kind, ok), func(t *testing.T) {
+				rng := rand.New(rand.NewPCG(uint64(kind), uint64(ok)))
+				opt := model.DefaultOptConfig(ok)
+				opt.L2 = 1e-3
+				if ok == model.SGD {
+					opt.Decay, opt.Power = 0.1, 0.5 // the schedule: steps must be counted as the lone peer counts them
+				}
+				start := windowModel(t, rng, kind, opt)
+				classes := max(2, start.Classes)
+				const h = 4
+				pr := NewPreparer(start)
+				w := NewWorker(start, 2)
+				defer w.Close()
+				// A history first, so the optimizer state the window
+				// fetches is not zero.
+				for i := range 3 {
+					p := new(Prepared)
+					pr.Prepare(batchOf(randomRows(rng, 40, 300, 20, classes)), p)
+					weights := make([]float32, len(p.Keys)*start.Layout.Width)
+					Gather(start, p.Keys, weights)
+					grad := make([]float32, len(weights))
+					w.Compute(p, weights, grad)
+					w.Apply(start, &model.Sparse{Idx: p.Keys, Val: grad}, p.Examples(), int64(i))
+				}
+				lone := start.Clone()
+				win := start.Clone()
+				var batches []*Prepared
+				var keys []uint32
+				for range h {
+					p := new(Prepared)
+					pr.Prepare(batchOf(randomRows(rng, 20, 300, 8, classes)), p)
+					batches = append(batches, p)
+					keys = append(keys, p.Keys...)
+				}
+				slices.Sort(keys)
+				keys = slices.Compact(keys)
+				// The lone peer: one step a batch on its model.
+				const step0 = 12
+				for i, p := range batches {
+					weights := make([]float32, len(p.Keys)*lone.Layout.Width)
+					Gather(lone, p.Keys, weights)
+					grad := make([]float32, len(weights))
+					w.Compute(p, weights, grad)
+					w.Apply(lone, &model.Sparse{Idx: p.Keys, Val: grad}, p.Examples(), step0+int64(i))
+				}
+				// The window, on the wide rows, added back.
+				var wide []float32
+				for _, k := range keys {
+					wide = start.AppendWide(wide, k)
+				}
+				delta := make([]float32, len(wide))
+				NewWindow(start, w).Run(batches, keys, wide, delta, step0)
+				win.AddDeltas(&model.Sparse{Idx: keys, Val: delta})
+				for k := range uint32(start.Layout.Features) {
+					a, b := lone.AppendWide(nil, k), win.AppendWide(nil, k)
+					for c := range a {
+						if d := math.Abs(float64(a[c]) - float64(b[c])); d > 1e-5*(1+math.Abs(float64(a[c]))) {
+							t.Fatalf("row %d value %d: lone peer %v, window %v", k, c, a[c], b[c])
+						}
+					}
+					if _, in := slices.BinarySearch(keys, k); !in && !slices.Equal(start.AppendWide(nil, k), b) {
+						t.Fatalf("row %d, which no batch touches, changed", k)
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestWindowAllocs: once its buffers and local model have grown, a window
+// allocates nothing.
+func TestWindowAllocs(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	m := windowModel(t, rng, model.Logreg, model.DefaultOptConfig(model.AdaGrad))
+	pr := NewPreparer(m)
+	w := NewWorker(m, 1)
+	defer w.Close()
+	var batches []*Prepared
+	var keys []uint32
+	for range 4 {
+		p := new(Prepared)
+		pr.Prepare(batchOf(randomRows(rng, 50, 300, 8, 2)), p)
+		batches = append(batches, p)
+		keys = append(keys, p.Keys...)
+	}
+	slices.Sort(keys)
+	keys = slices.Compact(keys)
+	var wide []float32
+	for _, k := range keys {
+		wide = m.AppendWide(wide, k)
+	}
+	delta := make([]float32, len(wide))
+	win := NewWindow(m, w)
+	win.Run(batches, keys, wide, delta, 0)
+	if n := testing.AllocsPerRun(20, func() { win.Run(batches, keys, wide, delta, 0) }); n != 0 {
+		t.Errorf("Window.Run allocates %v times a window, want 0", n)
+	}
+}
