@@ -544,6 +544,14 @@ func (a *agreement) propose() {
 	if cur == nil {
 		return
 	}
+	// Once every live member has its final values (CoreFinished, and this
+	// peer has them too), nothing changes the run: members that exit
+	// now, one after another, are not crashes to repair, and taking their
+	// shards over would fill the last peers' memory with a model nobody
+	// reads again (TestNoMovesAfterTheEnd).
+	if c.finishing && c.allFinished() {
+		return
+	}
 	// Once the values are final only crashes change the run: the peers
 	// still fetch the final values, and a dead owner's replica must take
 	// its shards over for that.

@@ -205,3 +205,31 @@ func TestOwnerMapsBounded(t *testing.T) {
 		t.Errorf("%d pulls of one member pending, want at most %d", n, maxPendingPer)
 	}
 }
+
+// TestNoMovesAfterTheEnd: once every member has its final values (each
+// said CoreFinished), a member that exits is not a crash to repair: the
+// leader proposes no configuration, so no shard moves to the peers still
+// there.
+func TestNoMovesAfterTheEnd(t *testing.T) {
+	tn := newTNet(t, 3, 3, Sync)
+	lead := tn.leader()
+	for _, name := range tn.names {
+		tn.cores[name].Finish()
+		tn.collect(name)
+	}
+	tn.deliver(1 << 16)
+	var alive []uint64
+	for _, name := range tn.names {
+		if name == lead || len(alive) == 0 {
+			alive = append(alive, tn.cores[name].cfg.ID)
+		}
+	}
+	for _, name := range tn.names {
+		tn.cores[name].Alive(alive) // the third member exited
+		tn.collect(name)
+	}
+	tn.run(2000)
+	if id := tn.cores[lead].ConfigID(); id != 1 {
+		t.Errorf("configuration %d after a member exited at the end, want 1 (nothing proposed)", id)
+	}
+}
