@@ -105,6 +105,13 @@ type Progress struct {
 	TrainLoss float64 // mean log-loss of the examples since the previous report, at the weights each was trained on
 	// ExamplesPerSec is the training rate since the previous report.
 	ExamplesPerSec float64
+	// Waiting, when not "", says what a distributed peer that trained
+	// nothing since the previous report waits for ("round 12: a reply
+	// from peer01 to its push of round 11"), and Idle how many seconds ago
+	// it last trained an example (node/trainer; Train trains between any
+	// two reports).
+	Waiting string
+	Idle    float64
 }
 
 // EvalPoint is one evaluation on the test set, passed to Hooks.Eval.
