@@ -182,7 +182,19 @@ func (r *runFlags) registerDist(fs *flag.FlagSet) {
 	fs.DurationVar(&r.stallTimeout, "stall-timeout", 2*time.Minute, "fail (exit status 1) when the run has not moved for this `duration`: no example trained, no\n"+
 		"round pushed or applied, no configuration, no shard moved; the error names the peers this one\n"+
 		"waits for (a progress line says so every --progress-every meanwhile). Waits on this peer's own\n"+
-		"work (a gradient, an evaluation, reading data) do not count. 0 waits for ever")
+		"work (a gradient, an evaluation, reading data) do not count. At least 4x --dead-after (a run may wait\n"+
+		"that long for crashes to be noticed); 0 waits for ever")
+}
+
+// stallTimeout is the trainer's StallTimeout for --stall-timeout st with
+// --dead-after dead: at least 4 times dead, since a run waits dead for a
+// crash to be noticed, and a crash during a handoff or a leave may cost
+// it a few times over (TestStallTimeoutCoversDeadAfter).
+func stallTimeout(st, dead time.Duration) time.Duration {
+	if st <= 0 {
+		return 0
+	}
+	return max(st, 4*dead)
 }
 
 // Epoch defaults: standalone train with --epochs auto runs until the

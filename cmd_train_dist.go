@@ -245,7 +245,7 @@ func (j *trainJob) runDistributed(tf *trainFlags) error {
 	tcfg.FetchModel = j.r.save != ""
 	tcfg.Log = log
 	tcfg.NonFinite, _ = sgd.ParseNonFinite(j.r.nonFinite) // checked by prepareTraining
-	tcfg.StallTimeout = j.r.stallTimeout
+	tcfg.StallTimeout = stallTimeout(j.r.stallTimeout, ncfg.DeadAfter)
 
 	rep, err := j.openReport(self)
 	if err != nil {

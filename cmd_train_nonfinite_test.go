@@ -125,3 +125,15 @@ func TestSkippedBatchesLogged(t *testing.T) {
 		t.Errorf("4 batches skipped: %s", logs.String())
 	}
 }
+
+func TestStallTimeoutCoversDeadAfter(t *testing.T) {
+	for _, c := range []struct{ st, dead, want time.Duration }{
+		{2 * time.Minute, 5 * time.Second, 2 * time.Minute},
+		{2 * time.Minute, time.Minute, 4 * time.Minute},
+		{0, time.Minute, 0},
+	} {
+		if got := stallTimeout(c.st, c.dead); got != c.want {
+			t.Errorf("--stall-timeout %v with --dead-after %v: %v, want %v", c.st, c.dead, got, c.want)
+		}
+	}
+}
