@@ -93,13 +93,24 @@ type Config struct {
 	StallTimeout time.Duration
 	// NonFinite is what a batch whose gradient or loss is not finite
 	// does (sgd.CheckFinite; such a gradient would make the owners'
-	// weights NaN or Inf, and the core link refuses it). Whatever it says,
-	// the batch's gradient never leaves this peer: the worker pushes a
-	// zero gradient for its round instead, so the round goes on. With
-	// sgd.FailNonFinite (the default) the peer then leaves the run, its
-	// shards handed over as on Leave, and Run returns the
-	// *sgd.NonFiniteError naming the batch's rows; with sgd.SkipNonFinite
-	// it trains on and counts the batch (Summary.SkippedNonFinite).
+	// weights NaN or Inf, and the core link refuses it, so its round
+	// would never end). Whatever it says, the batch's gradient never
+	// leaves this peer: the worker pushes a zero gradient for its round
+	// instead, so the round goes on. With sgd.FailNonFinite (the default)
+	// the peer then leaves the run, its shards handed over as on Leave
+	// (it trains on until the leave takes effect, as a leaver does), and
+	// Run returns the *sgd.NonFiniteError naming the batch's rows; with
+	// sgd.SkipNonFinite it trains on and counts the batch
+	// (Summary.SkippedNonFinite), whose rows are not in Summary.Examples.
+	//
+	// The zero gradient is not quite "no contribution": the core fixes a
+	// round's rows and examples when it is given the batch, so the push
+	// carries the batch's rows as zeros and claims its examples. Owners
+	// divide the round's sum by those examples too (in sync mode that
+	// round's step is smaller by the batch's share) and take an optimizer
+	// step on the zero rows (an L2 shrink of their weights). A push of no
+	// rows and no examples needs a core call for it (train.Core.Computed
+	// with no gradient), which node/train does not have yet.
 	NonFinite sgd.NonFinite
 }
 
