@@ -34,6 +34,7 @@ type dataFlags struct {
 	testLabels  string
 	zeroBased   bool
 	skipBad     bool
+	maxValue    float64
 	part        string
 	cache       string
 	labelBase   string
@@ -47,6 +48,7 @@ func (d *dataFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&d.testLabels, "test-labels", "", "IDX labels `FILE` for --test (default: found beside the images by the standard name)")
 	fs.BoolVar(&d.zeroBased, "zero-based", false, "libsvm feature indices start at 0 (default: 1, as in LIBSVM and liblinear)")
 	fs.BoolVar(&d.skipBad, "skip-bad-lines", false, "count and skip malformed lines instead of stopping at the first one\n(the count is logged and reported)")
+	fs.Float64Var(&d.maxValue, "max-value", 0, "a libsvm training value whose magnitude is over `V` makes its line a bad line (named with its file, line\nand token; counted and skipped with --skip-bad-lines). 0: no bound but float32's: NaN, infinities and\nvalues such as 1e39 are always bad lines. Finite values as large as 3e38 pass without it, and\ntwo of them in one feature of a batch overflow its gradient (see --nonfinite)")
 	fs.StringVar(&d.part, "part", "", "read only part `I/N` of the training data: every N-th row, starting with row I (1-based),\nso N peers can split one file")
 	fs.StringVar(&d.cache, "cache", "", "binary cache `FILE` for the training data: the first epoch parses the text and writes it,\nlater epochs and later runs read it with no parsing (rebuilt when the inputs change)")
 	fs.StringVar(&d.labelBase, "label-base", "auto", "multiclass: the label `number` of the first class (class = label - base), or auto:\nthe smallest training label (1 for labels 1..K)")
@@ -143,6 +145,8 @@ type runFlags struct {
 	save          string
 	progressEvery time.Duration
 	threads       int
+	nonFinite     string
+	stallTimeout  time.Duration
 	log           logFlags
 }
 
@@ -165,7 +169,32 @@ func (r *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&r.report, "report", "", "write a JSON-lines run report to `FILE` (one line per evaluation and a final summary)")
 	fs.StringVar(&r.save, "save", "", "save the trained model to `FILE` (read it back with 'gossiptrain eval')")
 	fs.DurationVar(&r.progressEvery, "progress-every", 5*time.Second, "log a progress line this often (0 turns it off)")
+	fs.StringVar(&r.nonFinite, "nonfinite", "fail", "what a batch whose gradient (or loss) is not finite does: finite values can still overflow\n"+
+		"float32 when a batch sums them (3e38 + 3e38). Such a gradient never reaches the model. `policy`:\n"+
+		"fail (stop with an error naming the batch's file and lines; a peer of a cluster first leaves\n"+
+		"the run, handing its shards over, and the others go on) or skip (leave the batch out, count\n"+
+		"it in the log and the report's batches_skipped_nonfinite, and train on)")
 	fs.IntVar(&r.threads, "threads", cluster.DefaultThreads(runtime.GOMAXPROCS(0)), "`cores` to train on: each batch's gradient and update are split over this many goroutines while\nthe next batches are read and prepared on others, and the process runs on at most this many CPUs at\na time (GOMAXPROCS). The default is the CPUs this process may use: a cgroup CPU limit rounded\nup (1 under a limit of 0.4 cores, where Go's own default would be 2). Any value trains the same\nmodel, bit for bit, alone or as a peer of a cluster")
+}
+
+// registerDist registers the run flags of distributed runs only.
+func (r *runFlags) registerDist(fs *flag.FlagSet) {
+	fs.DurationVar(&r.stallTimeout, "stall-timeout", 2*time.Minute, "fail (exit status 1) when the run has not moved for this `duration`: no example trained, no\n"+
+		"round pushed or applied, no configuration, no shard moved; the error names the peers this one\n"+
+		"waits for (a progress line says so every --progress-every meanwhile). Waits on this peer's own\n"+
+		"work (a gradient, an evaluation, reading data) do not count. At least 4x --dead-after (a run may wait\n"+
+		"that long for crashes to be noticed); 0 waits for ever")
+}
+
+// stallTimeout is the trainer's StallTimeout for --stall-timeout st with
+// --dead-after dead: at least 4 times dead, since a run waits dead for a
+// crash to be noticed, and a crash during a handoff or a leave may cost
+// it a few times over (TestStallTimeoutCoversDeadAfter).
+func stallTimeout(st, dead time.Duration) time.Duration {
+	if st <= 0 {
+		return 0
+	}
+	return max(st, 4*dead)
 }
 
 // Epoch defaults: standalone train with --epochs auto runs until the
@@ -229,7 +258,10 @@ func newTrainCommand() (*command, *trainFlags) {
 	c.group("Data", d.register)
 	c.group("Model", m.register)
 	c.group("Run", r.register)
-	c.group("Distributed training", tf.dist.register)
+	c.group("Distributed training", func(fs *flag.FlagSet) {
+		tf.dist.register(fs)
+		r.registerDist(fs)
+	})
 	tf.p.noShards = true
 	tf.p.register(c)
 	c.group("Monitoring", tf.mf.register)
@@ -365,6 +397,12 @@ func prepareTraining(c *command, d *dataFlags, m *modelFlags, r *runFlags, log z
 	if r.evalEvery < 0 {
 		return nil, usageErr("eval-every", "must not be negative")
 	}
+	if _, err := sgd.ParseNonFinite(r.nonFinite); err != nil {
+		return nil, usageErr("nonfinite", "%q: want fail or skip", r.nonFinite)
+	}
+	if d.maxValue < 0 || math.IsNaN(d.maxValue) || math.IsInf(d.maxValue, 0) {
+		return nil, usageErr("max-value", "%v: want 0 (no bound) or a finite bound > 0", d.maxValue)
+	}
 	oc, err := m.optConfig(c)
 	if err != nil {
 		return nil, err
@@ -398,6 +436,7 @@ func prepareTraining(c *command, d *dataFlags, m *modelFlags, r *runFlags, log z
 		ZeroBased: d.zeroBased,
 		Dim:       m.dim,
 		SkipBad:   d.skipBad,
+		MaxValue:  d.maxValue, // the training data's bound (not the test set's: see below)
 	}
 	job := &trainJob{log: log, c: c, d: d, r: r, trainFiles: files, trainBytes: size}
 
@@ -438,7 +477,7 @@ func prepareTraining(c *command, d *dataFlags, m *modelFlags, r *runFlags, log z
 			dim = max(sr.Dim, uint64(sr.MaxIndex+1))
 			if d.test != "" {
 				to := scanOpt
-				to.Labels = d.testLabels
+				to.Labels, to.MaxValue = d.testLabels, 0
 				tr, err := data.Scan([]string{d.test}, to)
 				if err != nil {
 					return nil, labelsFlag(err, "test-labels")
@@ -504,7 +543,9 @@ func prepareTraining(c *command, d *dataFlags, m *modelFlags, r *runFlags, log z
 	job.trainOpt.Part, job.trainOpt.Parts = part, parts
 	job.trainOpt.Labels = d.trainLabels
 	job.testOpt = base
-	job.testOpt.Labels = d.testLabels
+	// --max-value keeps values that would overflow a gradient out of
+	// training; evaluating computes none.
+	job.testOpt.Labels, job.testOpt.MaxValue = d.testLabels, 0
 	if err := job.trainOpt.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %v", errUsage, err)
 	}
@@ -692,6 +733,7 @@ func (j *trainJob) runLocal(ctx context.Context, mf *metricsFlags) (sgd.Summary,
 	}
 	var bad int64
 	hooks := sgd.Hooks{
+		Skipped: skippedLogger(log),
 		Progress: func(p sgd.Progress) {
 			prog.fn(p)
 			mt.Progress(p.Examples, p.Epoch)
@@ -710,6 +752,7 @@ func (j *trainJob) runLocal(ctx context.Context, mf *metricsFlags) (sgd.Summary,
 	}
 	cfg.EvalEvery = j.r.evalEvery
 	cfg.Threads = j.r.threads
+	cfg.NonFinite, _ = sgd.ParseNonFinite(j.r.nonFinite)      // checked by prepareTraining
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(j.r.threads)) // at most --threads CPUs at a time while training
 	log.Info().Strs("train", j.trainFiles).Int("batch", cfg.Batch).Int("epochs", cfg.Epochs).Int("threads", cfg.Threads).Msg("training")
 	sum, err := sgd.Train(ctx, j.model, cfg, open, j.openTest(), hooks)
@@ -745,12 +788,13 @@ func (j *trainJob) runLocal(ctx context.Context, mf *metricsFlags) (sgd.Summary,
 	if bad > 0 {
 		log.Warn().Int64("bad_lines", bad).Msg("malformed lines were skipped (--skip-bad-lines)")
 	}
+	warnSkipped(log, sum.SkippedNonFinite)
 	s := report.Summary{
 		Type: report.TypeSummary, Examples: sum.Examples, Seconds: sum.Seconds,
 		ExamplesPerSec: report.Num(sum.ExamplesPerSec), Epochs: sum.Epochs, Steps: sum.Steps,
 		Metrics:       reportMetrics(sum.Final),
 		ModelNonzeros: nonzeros, ModelHash: fmt.Sprintf("%016x", hash),
-		BadLines: bad, Resources: res,
+		BadLines: bad, BatchesSkippedNonFinite: sum.SkippedNonFinite, Resources: res,
 		Peers: 1, Topology: "single", Mode: "local", Batch: j.r.batch, Threads: j.r.threads, Shards: j.model.Layout.Shards, Owned: j.model.Layout.Shards,
 	}
 	if err := rep.Write(s); err != nil {
@@ -777,10 +821,13 @@ type progress struct {
 	cur       data.Source // the epoch being read
 	doneBytes int64       // bytes of finished epochs
 	last      time.Time
+	lastEx    int64 // examples at the previous line
 	fn        func(sgd.Progress)
 }
 
-// progressHook returns the progress logger of this job.
+// progressHook returns the progress logger of this job. A line after which
+// no example was trained says what the peer waits for, and since when,
+// instead of an ETA that would only grow (TestProgressLineWaiting).
 func (j *trainJob) progressHook() *progress {
 	p := &progress{j: j, last: time.Now()}
 	p.fn = func(sp sgd.Progress) {
@@ -788,6 +835,13 @@ func (j *trainJob) progressHook() *progress {
 			return
 		}
 		p.last = time.Now()
+		idle := sp.Examples == p.lastEx && sp.Waiting != ""
+		p.lastEx = sp.Examples
+		if idle {
+			j.log.Info().Int("epoch", sp.Epoch).Str("examples", humanCount(float64(sp.Examples))).
+				Str("waited", roundDur(time.Duration(sp.Idle*float64(time.Second))).String()).Str("for", sp.Waiting).Msg("waiting")
+			return
+		}
 		ev := j.log.Info().Int("epoch", sp.Epoch).Str("examples", humanCount(float64(sp.Examples))).
 			Str("examples_per_sec", humanCount(sp.ExamplesPerSec)).Float64("train_logloss", round4(sp.TrainLoss))
 		// --epochs auto alone has no known end: no ETA.
@@ -802,6 +856,30 @@ func (j *trainJob) progressHook() *progress {
 		ev.Msg("training")
 	}
 	return p
+}
+
+// skippedLogger logs the first batches skipped as not finite one by one
+// (--nonfinite skip), then says the rest are only counted.
+func skippedLogger(log zerolog.Logger) func(*sgd.NonFiniteError) {
+	n := 0
+	return func(e *sgd.NonFiniteError) {
+		n++
+		switch {
+		case n <= 10:
+			log.Warn().Str("rows", e.Where()).Str("why", e.What()).Int("skipped", n).
+				Msg("skipped a batch whose gradient is not finite (--nonfinite skip): nothing of it reached the model")
+		case n == 11:
+			log.Warn().Msg("more batches whose gradient is not finite: they are skipped and counted, no longer logged one by one")
+		}
+	}
+}
+
+// warnSkipped logs how many batches were skipped as not finite, if any.
+func warnSkipped(log zerolog.Logger, n int64) {
+	if n > 0 {
+		log.Warn().Int64("batches_skipped_nonfinite", n).
+			Msg("batches whose gradient was not finite were skipped (--nonfinite skip): their rows hold values that overflow; --max-value refuses them as bad lines")
+	}
 }
 
 // track notes the source of a new epoch.

@@ -94,6 +94,9 @@ func checkDistFlags(tf *trainFlags) (distSettings, error) {
 	if tf.r.progressEvery < 0 {
 		return s, usageErr("progress-every", "must not be negative (0 turns progress lines off), got %v", tf.r.progressEvery)
 	}
+	if tf.r.stallTimeout < 0 {
+		return s, usageErr("stall-timeout", "%v: want 0 (wait for ever) or a positive duration", tf.r.stallTimeout)
+	}
 	if d.waitTimeout < 0 {
 		return s, usageErr("wait-timeout", "%v: want 0 (wait for ever) or a positive duration", d.waitTimeout)
 	}

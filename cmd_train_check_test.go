@@ -48,6 +48,9 @@ func TestTrainFailsFastNamingTheFlag(t *testing.T) {
 		{[]string{"--report", filepath.Join(file, "r.jsonl")}, "--report: "},
 		{[]string{"--epochs", "0"}, `"0" is not auto or a number of epochs`},
 		{[]string{"--scale", "maybe"}, `--scale: "maybe": want auto, on or off`},
+		{[]string{"--nonfinite", "drop"}, `--nonfinite: "drop": want fail or skip`},
+		{[]string{"--max-value", "-1"}, "--max-value: -1: want 0 (no bound) or a finite bound > 0"},
+		{[]string{"--stall-timeout", "-1s"}, "--stall-timeout: -1s: want 0 (wait for ever) or a positive duration"},
 	}
 	for _, c := range cases {
 		start := time.Now()

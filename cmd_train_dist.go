@@ -249,6 +249,8 @@ func (j *trainJob) runDistributed(tf *trainFlags) error {
 	tcfg.Batch, tcfg.Epochs, tcfg.EvalEvery, tcfg.Threads = j.r.batch, j.r.epochs, j.r.evalEvery, j.r.threads
 	tcfg.FetchModel = j.r.save != ""
 	tcfg.Log = log
+	tcfg.NonFinite, _ = sgd.ParseNonFinite(j.r.nonFinite) // checked by prepareTraining
+	tcfg.StallTimeout = stallTimeout(j.r.stallTimeout, ncfg.DeadAfter)
 
 	rep, err := j.openReport(self)
 	if err != nil {
@@ -393,7 +395,7 @@ func (j *trainJob) runDistributed(tf *trainFlags) error {
 		ExamplesPerSec: report.Num(sum.ExamplesPerSec), Epochs: j.r.epochs, Steps: sum.Steps,
 		Metrics:   reportMetrics(sum.Final),
 		ModelHash: fmt.Sprintf("%016x", sum.ModelHash),
-		BadLines:  bad, Resources: res,
+		BadLines:  bad, BatchesSkippedNonFinite: sum.SkippedNonFinite, Resources: res,
 		Peers: sum.Members, Topology: string(ncfg.Topology), Mode: ds.mode.String(), Gather: ds.gather.String(),
 		Threads: j.r.threads, Batch: j.r.batch,
 		Rounds: sum.Rounds, WaitSeconds: sum.WaitSeconds, MaxStaleness: sum.MaxStaleness,
@@ -436,6 +438,7 @@ func (j *trainJob) runDistributed(tf *trainFlags) error {
 			e.Str("stopped", stopped).Bool("partial", true)
 		}
 	}).Msg(done)
+	warnSkipped(log, sum.SkippedNonFinite)
 	if rej := ls.Rejected; rej.Total() > 0 || sum.Core.Rejected > 0 {
 		log.Warn().Interface("rejected", rej.Map()).Uint64("refused_by_role", sum.Core.Rejected).Msg("messages were rejected")
 	}

@@ -1,5 +1,7 @@
 package data
 
+import "fmt"
+
 // Batch is a minibatch in compressed sparse row (CSR) form.
 //
 // Row r has label Labels[r] and the nonzeros Indices[Offsets[r]:Offsets[r+1]]
@@ -15,10 +17,51 @@ type Batch struct {
 	Offsets []int // len(Labels)+1 entries, Offsets[0] == 0
 	Indices []uint32
 	Values  []float32
+	// Span is where the rows were read: the places of the first and the
+	// last (zero when the source does not say, as for rows made in
+	// memory). The files' readers set it as they append rows.
+	Span Span
+}
+
+// Span is where a batch's rows were read: the place of its first row and
+// of its last. Between them lie the batch's rows and, in the same files,
+// the lines it did not take: other parts' rows (Options.Part), bad lines
+// skipped (Options.SkipBad), blank and comment lines. Lines are exact for
+// libsvm and Criteo text; IDX places are record numbers, and a cache's
+// (*.gtc) are its row numbers, since a cache keeps no lines.
+type Span struct {
+	First, Last Place
+}
+
+// IsZero reports whether the span says nothing.
+func (s Span) IsZero() bool { return s.First.File == "" && s.Last.File == "" }
+
+// String formats the span as "train.svm:1201-1300" (one file),
+// "train.svm:1201" (one row) or "a.svm:1201-b.svm:40" (two files); "" for
+// the zero span.
+func (s Span) String() string {
+	switch {
+	case s.IsZero():
+		return ""
+	case s.First == s.Last || s.Last.File == "":
+		return s.First.String()
+	case s.First.File == s.Last.File:
+		return fmt.Sprintf("%s:%d-%d", s.First.File, s.First.Line, s.Last.Line)
+	}
+	return s.First.String() + "-" + s.Last.String()
+}
+
+// mark records that the row just completed (EndRow) was read at p.
+func (b *Batch) mark(p Place) {
+	if len(b.Labels) == 1 {
+		b.Span.First = p
+	}
+	b.Span.Last = p
 }
 
 // Reset empties b, keeping its capacity.
 func (b *Batch) Reset() {
+	b.Span = Span{}
 	b.Labels = b.Labels[:0]
 	b.Offsets = append(b.Offsets[:0], 0)
 	b.Indices = b.Indices[:0]
@@ -69,6 +112,13 @@ func (b *Batch) Row(r int) ([]uint32, []float32) {
 func (b *Batch) AppendRows(o *Batch) {
 	if len(b.Offsets) == 0 {
 		b.Offsets = append(b.Offsets, 0)
+	}
+	switch {
+	case o.Rows() == 0:
+	case b.Rows() == 0:
+		b.Span = o.Span
+	default:
+		b.Span.Last = o.Span.Last
 	}
 	base := len(b.Indices)
 	b.Labels = append(b.Labels, o.Labels...)

@@ -53,14 +53,17 @@ const (
 // cacheHeader records what a cache was built from: the inputs and every
 // option that changes the rows.
 type cacheHeader struct {
-	Format    string      `json:"format"`
-	ZeroBased bool        `json:"zero_based"`
-	Dim       uint64      `json:"dim"`
-	Classes   int         `json:"classes"`
-	LabelBase int         `json:"label_base"`
-	Part      int         `json:"part"`
-	Parts     int         `json:"parts"`
-	Inputs    []cacheFile `json:"inputs"`
+	Format    string `json:"format"`
+	ZeroBased bool   `json:"zero_based"`
+	Dim       uint64 `json:"dim"`
+	Classes   int    `json:"classes"`
+	LabelBase int    `json:"label_base"`
+	Part      int    `json:"part"`
+	Parts     int    `json:"parts"`
+	// MaxValue is Options.MaxValue, left out when 0 so caches built
+	// before it existed stay valid.
+	MaxValue float64     `json:"max_value,omitempty"`
+	Inputs   []cacheFile `json:"inputs"`
 }
 
 // cacheFile identifies an input file by absolute path, size and mtime.
@@ -88,6 +91,7 @@ func newCacheHeader(inputs []input, opt Options) ([]byte, error) {
 	h := cacheHeader{
 		Format: inputs[0].format.String(), ZeroBased: opt.ZeroBased, Dim: opt.Dim,
 		Classes: opt.Classes, LabelBase: opt.LabelBase, Part: opt.Part, Parts: opt.Parts,
+		MaxValue: opt.MaxValue,
 	}
 	for _, in := range inputs {
 		if in.format == FormatCache {
@@ -219,7 +223,8 @@ func checkCache(path string, want []byte, skipBad bool) error {
 // manner of Vowpal Wabbit's --cache_file. If cachePath holds a finished
 // cache whose header matches the inputs (paths, sizes and modification
 // times) and the options that shape the rows (format, ZeroBased, Dim,
-// Classes, LabelBase, Part, Parts) it is read instead of the inputs.
+// Classes, LabelBase, Part, Parts, MaxValue) it is read instead of the
+// inputs.
 // Otherwise the inputs are parsed and the cache is written while they
 // stream: to a temporary file beside cachePath that is synced and renamed
 // over cachePath only when every row was read without error. An error, or
@@ -745,6 +750,7 @@ func (r *cacheReader) row(b *Batch, keep bool) error {
 		return nil
 	}
 	b.EndRow(float32(label))
+	b.mark(Place{r.name, r.nrows})
 	if r.sh.raw {
 		r.sh.rawLabels = append(r.sh.rawLabels, float64(label))
 	}

@@ -132,7 +132,7 @@ func TestCacheStale(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Another option that shapes rows makes it stale.
-	for _, opt := range []Options{{Dim: 5}, {ZeroBased: true}, {Part: 1, Parts: 2}, {Classes: 3}, {Classes: 3, LabelBase: 1}} {
+	for _, opt := range []Options{{Dim: 5}, {ZeroBased: true}, {Part: 1, Parts: 2}, {Classes: 3}, {Classes: 3, LabelBase: 1}, {MaxValue: 10}} {
 		if err := CheckCache([]string{in}, opt, cache); !errors.Is(err, ErrStaleCache) {
 			t.Errorf("%+v: %v, want stale", opt, err)
 		}

@@ -126,6 +126,7 @@ func (r *criteoReader) read(b *Batch, max int) (int, error) {
 			return n, badLine(r.st.name, r.lr.line, line, r.lr.ahead(256), f, &r.sh.opt)
 		}
 		b.EndRow(label)
+		b.mark(Place{r.st.name, r.lr.line})
 		if r.sh.raw {
 			r.sh.rawLabels = append(r.sh.rawLabels, r.lab.last)
 			r.sh.rawPlaces = append(r.sh.rawPlaces, Place{r.st.name, r.lr.line})

@@ -150,6 +150,10 @@ func TestCriteoBadLines(t *testing.T) {
 		{criteoLine("1", []string{"99999999999999999999"}, nil), `bad token "99999999999999999999": column I1 is not an integer`, errInteger},
 		{criteoLine("2", nil, nil), `bad token "2": binary label must be 0, 1, -1 or +1`, errLabelBinary},
 		{criteoLine("", nil, nil), `bad token "": label is not a number`, errLabelNotNumber},
+		{criteoLine("inf", nil, nil), `bad token "inf": label is not a number`, errLabelNotNumber},
+		{criteoLine("NaN", nil, nil), `bad token "NaN": label is not a number`, errLabelNotNumber},
+		{criteoLine("1", []string{"inf"}, nil), `bad token "inf": column I1 is not an integer`, errInteger},
+		{criteoLine("1", []string{"", "1e39"}, nil), `bad token "1e39": column I2 is not an integer`, errInteger},
 	}
 	for _, tc := range tests {
 		p := writeFile(t, t.TempDir(), "a.tsv", criteoLine("1", nil, nil)+"\n"+tc.line+"\n")

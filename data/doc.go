@@ -88,6 +88,13 @@
 // other parts are skipped without being parsed, so a bad line in another
 // part is not reported.
 //
+// Values must be finite float32s: NaN, infinities and numbers beyond
+// float32 range (1e39) are bad tokens, as is a libsvm value over
+// Options.MaxValue when it is set (TestLibSVMBadLines). A label is a
+// number too: "inf" or "1e400" is not one. Every batch says where its rows
+// were read (Batch.Span), so a trainer can name the lines of a batch whose
+// finite values still overflow its gradient (3e38 + 3e38).
+//
 // # Speed
 //
 // Measured on one pinned core (GOMAXPROCS=1) of a shared 2-core VM with

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"math"
 	"sort"
 )
 
@@ -47,6 +48,7 @@ type libsvmReader struct {
 	lab      labelMapper
 	limit    uint64
 	oneBased bool
+	maxValue float64 // Options.MaxValue: 0 checks nothing
 	sorter   pairSorter
 }
 
@@ -59,6 +61,7 @@ func newLibSVMReader(sh *shared, st *stream) *libsvmReader {
 		lab:      newLabelMapper(&sh.opt, sh.raw),
 		limit:    featureLimit(&sh.opt),
 		oneBased: !sh.opt.ZeroBased,
+		maxValue: sh.opt.MaxValue,
 	}
 }
 
@@ -94,6 +97,7 @@ func (r *libsvmReader) read(b *Batch, max int) (int, error) {
 			return n, badLine(r.st.name, r.lr.line, line, r.lr.ahead(256), f, &r.sh.opt)
 		}
 		b.EndRow(label)
+		b.mark(Place{r.st.name, r.lr.line})
 		if r.sh.raw {
 			r.sh.rawLabels = append(r.sh.rawLabels, r.lab.last)
 			r.sh.rawPlaces = append(r.sh.rawPlaces, Place{r.st.name, r.lr.line})
@@ -189,6 +193,9 @@ func (r *libsvmReader) parse(line []byte, i int, b *Batch) (float32, fault) {
 			if v, code = parseFloat32(line[vs:i]); code != fOK {
 				return 0, fault{code: code, start: start, end: i}
 			}
+		}
+		if r.maxValue > 0 && math.Abs(float64(v)) > r.maxValue {
+			return 0, fault{code: fValueBound, start: start, end: i}
 		}
 		if idx > 1<<32-1 {
 			return 0, fault{code: fIndexRange, start: start, end: i}

@@ -3,6 +3,7 @@ package data
 import (
 	"errors"
 	"io"
+	"math"
 	"reflect"
 	"slices"
 	"strings"
@@ -38,6 +39,9 @@ func TestLibSVMGoodLines(t *testing.T) {
 		{"multiclass float spelling", "3.0 1:1", Options{Classes: 4}, row{3, []uint32{0}, []float32{1}}},
 		{"multiclass negative base", "-1 1:1", Options{Classes: 3, LabelBase: -1}, row{0, []uint32{0}, []float32{1}}},
 		{"crlf", "1 1:1\r", Options{}, row{1, []uint32{0}, []float32{1}}},
+		{"largest float32", "1 6:3.4028234e38", Options{}, row{1, []uint32{5}, []float32{math.MaxFloat32}}},
+		{"at the bound", "1 6:-1e6 7:1e6", Options{MaxValue: 1e6}, row{1, []uint32{5, 6}, []float32{-1e6, 1e6}}},
+		{"tiny underflows to zero", "1 6:1e-50", Options{}, row{1, []uint32{5}, []float32{0}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -69,6 +73,15 @@ func TestLibSVMBadLines(t *testing.T) {
 		{"1 3:nan", Options{}, `bad token "3:nan": value is NaN or infinite`, errValueNaN},
 		{"1 3:-Inf", Options{}, `bad token "3:-Inf": value is NaN or infinite`, errValueNaN},
 		{"1 3:1e39", Options{}, `bad token "3:1e39": value is out of float32 range`, errValueRange},
+		{"1 3:-3.5e38", Options{}, `bad token "3:-3.5e38": value is out of float32 range`, errValueRange},
+		{"1 3:+Inf", Options{}, `bad token "3:+Inf": value is NaN or infinite`, errValueNaN},
+		{"1 3:infinity", Options{}, `bad token "3:infinity": value is NaN or infinite`, errValueNaN},
+		{"1 3:NaN", Options{}, `bad token "3:NaN": value is NaN or infinite`, errValueNaN},
+		{"inf 1:1", Options{}, `bad token "inf": label is not a number`, errLabelNotNumber},
+		{"-Inf 1:1", Options{Classes: 3}, `bad token "-Inf": label is not a number`, errLabelNotNumber},
+		{"1e400 1:1", Options{Classes: 3}, `bad token "1e400": label is not a number`, errLabelNotNumber},
+		{"1 6:3e38", Options{MaxValue: 1e6}, `bad token "6:3e38": |value| is over the bound 1e+06 (--max-value)`, errValueBound},
+		{"1 6:-1000001", Options{MaxValue: 1e6}, `bad token "6:-1000001": |value| is over the bound 1e+06 (--max-value)`, errValueBound},
 		{"1 3", Options{}, `bad token "3": want index:value`, errNoColon},
 		{"1 a:1", Options{}, `bad token "a:1": index is not a number`, errIndexNotNumber},
 		{"1 -3:1", Options{}, `bad token "-3:1": index is negative: feature indices start at 1 (0 with --zero-based)`, errIndexNegative},
@@ -242,5 +255,99 @@ func TestNotTextNotGzipNotZstd(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), p) || !errors.Is(err, ErrFormat) {
 			t.Errorf("%s: error %v, want ErrFormat naming the file and %q", tc.name, err, tc.want)
 		}
+	}
+}
+
+// Every row of a batch is placed: Span names the file and line of its
+// first and last rows, exactly, across comment lines, other parts' rows,
+// skipped bad lines and files; a trainer quotes it for a batch whose
+// gradient overflows.
+func TestBatchSpan(t *testing.T) {
+	dir := t.TempDir()
+	a := writeFile(t, dir, "a.svm", "# comment\n1 1:1\n0 2:1\n\n1 3:x\n1 3:1\n0 4:1\n")
+	b := writeFile(t, dir, "b.svm", "1 5:1\n0 6:1\n")
+	spans := func(opt Options, max int) []string {
+		t.Helper()
+		src, err := Open([]string{a, b}, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer src.Close()
+		var out []string
+		var batch Batch
+		for {
+			n, err := src.Next(&batch, max)
+			if n > 0 {
+				out = append(out, batch.Span.String())
+			}
+			if err == io.EOF {
+				return out
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, tc := range []struct {
+		opt  Options
+		max  int
+		want []string
+	}{
+		{Options{SkipBad: true}, 2, []string{a + ":2-3", a + ":6-7", b + ":1-2"}},
+		{Options{SkipBad: true}, 3, []string{a + ":2-6", a + ":7-" + b + ":2"}},
+		{Options{SkipBad: true}, 1, []string{a + ":2", a + ":3", a + ":6", a + ":7", b + ":1", b + ":2"}},
+		// Part 2 of 2 keeps data rows 2, 4 and 6, the bad line counted
+		// (lines 3 and 6 of a, 1 of b).
+		{Options{SkipBad: true, Part: 2, Parts: 2}, 2, []string{a + ":3-6", b + ":1"}},
+	} {
+		if got := spans(tc.opt, tc.max); !slices.Equal(got, tc.want) {
+			t.Errorf("%+v in batches of %d: spans %q, want %q", tc.opt, tc.max, got, tc.want)
+		}
+	}
+	// readAll's AppendRows keeps the first row's place and the last's.
+	src, err := Open([]string{a, b}, Options{SkipBad: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, err := readAll(src, 2)
+	src.Close()
+	if err != nil || all.Span.String() != a+":2-"+b+":2" {
+		t.Errorf("all rows: span %q (%v), want %s:2-%s:2", all.Span.String(), err, a, b)
+	}
+	var empty Batch
+	empty.Reset()
+	if !empty.Span.IsZero() || empty.Span.String() != "" {
+		t.Errorf("a batch of no rows has span %q", empty.Span.String())
+	}
+}
+
+// With SkipBad the values no float32 holds and the values over MaxValue
+// are counted with the other bad lines, and the rows around them kept.
+func TestSkipBadCountsNonFiniteValues(t *testing.T) {
+	p := writeFile(t, t.TempDir(), "a.svm", "1 1:1\n1 6:inf\n0 6:3e38\n1 6:1e39\nnan 1:1\n0 2:1\n")
+	src, err := Open([]string{p}, Options{SkipBad: true, MaxValue: 1e30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	b, err := readAll(src, 10)
+	if err != nil || b.Rows() != 2 || src.Stats().BadLines != 4 {
+		t.Fatalf("%d rows, %d bad lines, err %v; want 2 rows and 4 bad lines", b.Rows(), src.Stats().BadLines, err)
+	}
+	// The bound applies to the fast path of "1" too.
+	q := writeFile(t, t.TempDir(), "b.svm", "1 6:0.5\n1 6:1\n")
+	src2, err := Open([]string{q}, Options{MaxValue: 0.5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src2.Close()
+	if _, err := readAll(src2, 10); err == nil || err.Error() != q+`:2: bad token "6:1": |value| is over the bound 0.5 (--max-value)` {
+		t.Errorf("MaxValue 0.5: %v, want the value 1 on line 2 refused", err)
+	}
+	if _, err := Open([]string{p}, Options{MaxValue: -1}); !errors.Is(err, ErrOptions) {
+		t.Errorf("MaxValue -1: %v, want ErrOptions", err)
+	}
+	if _, err := Open([]string{p}, Options{MaxValue: math.Inf(1)}); !errors.Is(err, ErrOptions) {
+		t.Errorf("MaxValue +Inf: %v, want ErrOptions", err)
 	}
 }

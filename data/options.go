@@ -2,6 +2,7 @@ package data
 
 import (
 	"fmt"
+	"math"
 	"strings"
 )
 
@@ -120,6 +121,13 @@ type Options struct {
 	// SkipBad counts bad lines in Stats.BadLines and skips them instead of
 	// stopping with a *LineError.
 	SkipBad bool
+	// MaxValue, when > 0, makes a libsvm feature value whose magnitude is
+	// over it a bad line, as a value that is not a number is: a finite
+	// float32 such as 3e38 passes the parser but overflows a gradient (0
+	// checks nothing beyond float32 range; NaN and infinities are always
+	// bad). Criteo and IDX values are counts and pixels the reader makes
+	// (at most 39 and 1), and are not checked.
+	MaxValue float64
 	// Part and Parts split the rows between peers: with both set, the
 	// source keeps row r (0-based over all inputs in order, counting data
 	// lines only) when r % Parts == Part-1. Part is 1-based. 0/0 keeps
@@ -159,6 +167,8 @@ func (o Options) Validate() error {
 		return fmt.Errorf("%w: Part %d of Parts %d: set both or neither", ErrOptions, o.Part, o.Parts)
 	case o.Part > o.Parts:
 		return fmt.Errorf("%w: Part %d of Parts %d: Part must be in 1..%d", ErrOptions, o.Part, o.Parts, o.Parts)
+	case o.MaxValue < 0 || math.IsNaN(o.MaxValue) || math.IsInf(o.MaxValue, 0):
+		return fmt.Errorf("%w: MaxValue %g: want 0 (no bound) or a finite bound > 0", ErrOptions, o.MaxValue)
 	case o.BufferSize < 0:
 		return fmt.Errorf("%w: BufferSize %d is negative", ErrOptions, o.BufferSize)
 	case o.BufferSize > maxLine:

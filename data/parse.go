@@ -25,6 +25,7 @@ var (
 	errValueNotNumber = errors.New("value is not a number")
 	errValueNaN       = errors.New("value is NaN or infinite")
 	errValueRange     = errors.New("value is out of float32 range")
+	errValueBound     = errors.New("value is over the bound on values")
 	errDuplicate      = errors.New("index appears twice in the line")
 	errColumns        = errors.New("wrong number of columns")
 	errInteger        = errors.New("column is not an integer")
@@ -51,6 +52,7 @@ const (
 	fColumns
 	fInteger
 	fIndexNegative
+	fValueBound
 )
 
 // fault locates a bad token in a line without allocating: the error is
@@ -106,6 +108,8 @@ func (f fault) reason(o *Options) error {
 		return errValueNaN
 	case fValueRange:
 		return errValueRange
+	case fValueBound:
+		return reasonError{errValueBound, fmt.Sprintf("|value| is over the bound %g (--max-value)", o.MaxValue)}
 	case fDuplicate:
 		return errDuplicate
 	case fColumns:

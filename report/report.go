@@ -133,6 +133,9 @@ type Summary struct {
 	ModelNonzeros int64  `json:"model_nonzeros"`
 	ModelHash     string `json:"model_hash,omitempty"`
 	BadLines      int64  `json:"bad_lines"`
+	// BatchesSkippedNonFinite counts the batches left out because their
+	// gradient or loss was not finite (--nonfinite skip).
+	BatchesSkippedNonFinite int64 `json:"batches_skipped_nonfinite"`
 	Resources
 	// Distributed figures; zero on a single peer.
 	Peers         int     `json:"peers"`             // workers in the run (1 for a single peer)

@@ -42,7 +42,9 @@
 // baseline the distributed modes are measured against), built that way:
 // a goroutine reads and prepares batches ahead while the step gathers,
 // computes and applies on Config.Threads goroutines. It has periodic
-// evaluation, progress hooks and cancellation. Evaluate and Evaluator
+// evaluation, progress hooks and cancellation, and never applies a
+// gradient that is not finite (CheckFinite, Config.NonFinite: finite
+// values can overflow a batch's sum). Evaluate and Evaluator
 // compute Metrics on a data.Source; Predict gives one example's
 // probabilities.
 //

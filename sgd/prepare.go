@@ -27,6 +27,9 @@ import (
 type Prepared struct {
 	// Keys are the model rows of the working set, ascending (see above).
 	Keys []uint32
+	// Span is where the batch's rows were read (data.Batch.Span), for an
+	// error about the batch (CheckFinite).
+	Span data.Span
 
 	shape    shape
 	examples int
@@ -107,6 +110,7 @@ func (pr *Preparer) Prepare(b *data.Batch, p *Prepared) {
 		panic(fmt.Sprintf("sgd: batch of %d nonzeros, at most 2^32-2", nnz))
 	}
 	p.shape, p.examples, p.feats = s, rows, 0
+	p.Span = b.Span
 	p.Keys = p.Keys[:0]
 	p.labels = slices.Grow(p.labels[:0], rows)[:rows]
 	p.rowOff = slices.Grow(p.rowOff[:0], rows+1)[:rows+1]

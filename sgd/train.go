@@ -49,6 +49,11 @@ type Config struct {
 	// (runtime.GOMAXPROCS, which follows a cgroup CPU limit). Any value
 	// gives the same model, bit for bit.
 	Threads int
+	// NonFinite is what a batch whose gradient or loss is not finite does
+	// (CheckFinite): stop training with a *NonFiniteError naming its rows
+	// (FailNonFinite, the default), or be skipped and counted
+	// (SkipNonFinite).
+	NonFinite NonFinite
 	// Now is the clock; nil means time.Now. Tests inject a fake one.
 	Now func() time.Time
 }
@@ -85,6 +90,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: progress interval %v, want > 0", ErrConfig, c.ProgressEvery)
 	case c.Threads < 0:
 		return fmt.Errorf("%w: threads %d, want >= 0 (0 = one per CPU)", ErrConfig, c.Threads)
+	case c.NonFinite > SkipNonFinite:
+		return fmt.Errorf("%w: non-finite policy %v", ErrConfig, c.NonFinite)
 	}
 	return nil
 }
@@ -98,6 +105,13 @@ type Progress struct {
 	TrainLoss float64 // mean log-loss of the examples since the previous report, at the weights each was trained on
 	// ExamplesPerSec is the training rate since the previous report.
 	ExamplesPerSec float64
+	// Waiting, when not "", says what a distributed peer that trained
+	// nothing since the previous report waits for ("round 12: a reply
+	// from peer01 to its push of round 11"), and Idle how many seconds ago
+	// it last trained an example (node/trainer; Train trains between any
+	// two reports).
+	Waiting string
+	Idle    float64
 }
 
 // EvalPoint is one evaluation on the test set, passed to Hooks.Eval.
@@ -114,6 +128,9 @@ type EvalPoint struct {
 type Hooks struct {
 	Progress func(Progress)  // about every Config.ProgressEvery
 	Eval     func(EvalPoint) // after every evaluation, the final one included
+	// Skipped is told of every batch skipped as not finite
+	// (SkipNonFinite).
+	Skipped func(*NonFiniteError)
 }
 
 // Summary is what a Train run did.
@@ -139,6 +156,10 @@ type Summary struct {
 	Evaluated bool
 	// Final holds the metrics of the last evaluation; zero if none ran.
 	Final Metrics
+	// SkippedNonFinite counts the batches skipped because their gradient
+	// or loss was not finite (SkipNonFinite); their rows are in neither
+	// Examples nor TrainLoss.
+	SkippedNonFinite int64
 }
 
 // Train runs the local (single-peer) SGD loop on m, which it makes own every
@@ -158,7 +179,9 @@ type Summary struct {
 // ctx: on cancellation Train trains on the batches read before it (at
 // most readAhead) and returns what was done with ctx.Err(). A source error
 // stops training and is returned wrapped; so is an epoch with no rows
-// (ErrNoData).
+// (ErrNoData). A batch whose gradient or loss is not finite is never
+// applied: it stops training with a *NonFiniteError naming its rows, or
+// with cfg.NonFinite SkipNonFinite it is skipped and counted.
 func Train(ctx context.Context, m *model.Model, cfg Config, open func(epoch int) (data.Source, error),
 	test func() (data.Source, error), h Hooks) (Summary, error) {
 	if err := cfg.Validate(); err != nil {
@@ -508,13 +531,26 @@ func (t *trainer) open() (data.Source, error) {
 }
 
 // stepPrepared trains on the prepared batch p: Gather, Compute, Apply,
-// each split over the worker's goroutines.
+// each split over the worker's goroutines. A gradient or loss that is not
+// finite is never applied: the batch fails the run or is skipped
+// (Config.NonFinite; TestTrainNonFiniteBatch).
 func (t *trainer) stepPrepared(p *Prepared) error {
 	n := p.Examples()
 	size := len(p.Keys) * t.m.Layout.Width
 	t.ws, t.gv = growTo(t.ws, size), growTo(t.gv, size)
 	t.wk.Gather(t.m, p.Keys, t.ws)
 	loss := t.wk.Compute(p, t.ws, t.gv)
+	if e := CheckFinite(p, t.gv[:size], loss); e != nil {
+		e.Epoch, e.FirstRow = t.epoch+1, t.epochRows-int64(n)+1
+		if t.cfg.NonFinite != SkipNonFinite {
+			return e
+		}
+		t.sum.SkippedNonFinite++
+		if t.h.Skipped != nil {
+			t.h.Skipped(e)
+		}
+		return nil
+	}
 	t.grad.Idx, t.grad.Val = p.Keys, t.gv
 	t.wk.Apply(t.m, &t.grad, n, t.m.Steps)
 	t.grad = model.Sparse{}

@@ -4,7 +4,9 @@
 // prepares batches ahead of the core's needs, computes the gradients the
 // core asks for on a pool of goroutines (sgd.Worker), evaluates the model
 // by fetching only the rows the test set uses, and reports progress,
-// rounds and configuration changes to hooks.
+// rounds and configuration changes to hooks. It never pushes a gradient
+// that is not finite (Config.NonFinite), and a run that stops moving
+// fails after Config.StallTimeout (ErrStalled) rather than hang.
 //
 // Everything the protocol decides is in node/train, which the simulator
 // tests under every fault; this package only moves data between the core,
@@ -72,12 +74,44 @@ type Config struct {
 	Resume *CheckpointInfo
 	// Log receives the trainer's own lines.
 	Log zerolog.Logger
-	// StallAfter is how long a run may show no progress (no example
-	// trained, no round, no configuration) before the trainer logs what
-	// its core waits for, and again every StallAfter while it does not
-	// move: a run that waits that long waits for a crash to be noticed
-	// (--dead-after) or is stuck, and the line says which.
+	// StallAfter is how long a run may show no progress (see
+	// StallTimeout) before the trainer logs what its core waits for, and
+	// again every StallAfter while it does not move: a run that waits
+	// that long waits for a crash to be noticed (--dead-after) or is
+	// stuck, and the line says which.
 	StallAfter time.Duration
+	// StallTimeout is how long a run may show no progress at all before
+	// Run fails with ErrStalled, naming what the core waits for and from
+	// whom; 0 waits for ever. Progress is an example trained, a round
+	// pushed or applied (this peer's own or, as an owner, another's), a
+	// configuration, a shard handed over or received, a fetch answered, a
+	// checkpoint written. Waits on this peer's own work do not count
+	// against it: a gradient being computed, an evaluation, the test set
+	// being read, the training data being read (a resumed run skipping to
+	// its checkpoint), and the end of a run once this peer has its final
+	// values and evaluation (the others may evaluate longer).
+	StallTimeout time.Duration
+	// NonFinite is what a batch whose gradient or loss is not finite
+	// does (sgd.CheckFinite; such a gradient would make the owners'
+	// weights NaN or Inf, and the core link refuses it, so its round
+	// would never end). Whatever it says, the batch's gradient never
+	// leaves this peer: the worker pushes a zero gradient for its round
+	// instead, so the round goes on. With sgd.FailNonFinite (the default)
+	// the peer then leaves the run, its shards handed over as on Leave
+	// (it trains on until the leave takes effect, as a leaver does), and
+	// Run returns the *sgd.NonFiniteError naming the batch's rows; with
+	// sgd.SkipNonFinite it trains on and counts the batch
+	// (Summary.SkippedNonFinite), whose rows are not in Summary.Examples.
+	//
+	// The zero gradient is not quite "no contribution": the core fixes a
+	// round's rows and examples when it is given the batch, so the push
+	// carries the batch's rows as zeros and claims its examples. Owners
+	// divide the round's sum by those examples too (in sync mode that
+	// round's step is smaller by the batch's share) and take an optimizer
+	// step on the zero rows (an L2 shrink of their weights). A push of no
+	// rows and no examples needs a core call for it (train.Core.Computed
+	// with no gradient), which node/train does not have yet.
+	NonFinite sgd.NonFinite
 }
 
 // DefaultConfig returns the defaults.
@@ -93,7 +127,11 @@ func DefaultConfig() Config {
 		Tick:          10 * time.Millisecond,
 		ProgressEvery: time.Second,
 		StallAfter:    30 * time.Second,
-		Log:           zerolog.Nop(),
+		// Far longer than any wait of a healthy run that is not progress
+		// (--dead-after's 5 s to notice a crash, a raft election), short
+		// enough that a stuck peer does not hold a job for long.
+		StallTimeout: 2 * time.Minute,
+		Log:          zerolog.Nop(),
 	}
 }
 
@@ -169,7 +207,18 @@ type Summary struct {
 var (
 	// ErrLeft: Run ended because this peer left the run (Leave).
 	ErrLeft = errors.New("left the training job")
+	// ErrStalled: nothing moved for Config.StallTimeout; the error says
+	// what the core waited for and from whom.
+	ErrStalled = errors.New("the run made no progress")
 )
+
+// leaveAfterFailure bounds how long a peer that failed (a batch whose
+// gradient is not finite) tries to leave the run gracefully before Run
+// returns its error anyway: a leave takes a configuration change and the
+// handoff of its shards, seconds even for a large model. One that cannot
+// leave (it is alone, or the run lost its quorum) is then gone as if it
+// crashed, and the others take its shards over from their replicas.
+const leaveAfterFailure = 30 * time.Second
 
 // Trainer runs one peer's core. Deliver, SetAlive and Leave may be called
 // from any goroutine; Run from one.
@@ -204,6 +253,10 @@ func New(cfg Config, hooks Hooks, link Link) (*Trainer, error) {
 		return nil, fmt.Errorf("%w: tick %v and progress interval %v must be > 0", train.ErrConfig, cfg.Tick, cfg.ProgressEvery)
 	case cfg.EvalBatch < 1 || cfg.EvalEvery < 0:
 		return nil, fmt.Errorf("%w: evaluation batch %d (want >= 1), every %d (want >= 0)", train.ErrConfig, cfg.EvalBatch, cfg.EvalEvery)
+	case cfg.StallTimeout < 0 || cfg.StallAfter < 0:
+		return nil, fmt.Errorf("%w: stall timeout %v and stall interval %v must be >= 0 (0: never)", train.ErrConfig, cfg.StallTimeout, cfg.StallAfter)
+	case cfg.NonFinite > sgd.SkipNonFinite:
+		return nil, fmt.Errorf("%w: non-finite policy %v", train.ErrConfig, cfg.NonFinite)
 	case link == nil:
 		return nil, fmt.Errorf("%w: no link", train.ErrConfig)
 	}
@@ -273,6 +326,7 @@ type prepared struct {
 type computeJob struct {
 	round   uint64
 	p       *sgd.Prepared
+	pos     Position // the data position before the batch
 	weights []float32
 }
 
@@ -282,6 +336,7 @@ type computeDone struct {
 	loss     float64
 	examples int
 	p        *sgd.Prepared
+	bad      *sgd.NonFiniteError // the gradient or loss is not finite
 }
 
 // Fetch IDs of the end of the run.
@@ -326,11 +381,17 @@ type run struct {
 	covered   int     // shards whose final hash arrived
 	progAt    time.Time
 	progEx    int64
-	// stuckAt and stuckSig: when the run's progress (examples, rounds,
-	// configuration, final) was last seen to change, and what it was
+	// stuckAt and stuckSig: when the run's progress (stallSig) was last
+	// seen to change, and what it was; warnedAt: the last stall line
 	// (stalled).
 	stuckAt    time.Time
-	stuckSig   [4]int64
+	stuckSig   stallSig
+	warnedAt   time.Time
+	fetchesIn  int64     // fetch answers received
+	trainedAt  time.Time // the latest example was trained then (the start before any)
+	skipped    int64     // batches whose gradient was not finite, pushed as zeros
+	failErr    error     // this peer failed (a gradient not finite): it leaves, then Run returns this
+	failAt     time.Time
 	progLoss   float64
 	progSteps  int64
 	nextEvalAt int64
@@ -383,7 +444,7 @@ func (t *Trainer) Run(ctx context.Context, open func(epoch int) (data.Source, er
 	if rs := t.cfg.Resume; rs != nil {
 		r.nextPos = rs.Position
 	}
-	r.progAt, r.askedAt = r.start, r.start
+	r.progAt, r.askedAt, r.trainedAt = r.start, r.start, r.start
 	core, err := train.New(t.cfg.Core)
 	if err != nil {
 		return Summary{}, err
@@ -411,14 +472,27 @@ func (t *Trainer) Run(ctx context.Context, open func(epoch int) (data.Source, er
 		if err := r.handle(); err != nil {
 			return r.summary(), err
 		}
+		if r.failErr != nil && r.finishing && !r.holdsShards() {
+			// Failed, and the run went final before its leave took
+			// effect: nobody needs anything of this peer any more (a
+			// leaver outside the final configuration would wait for
+			// ever for the fetches and finish messages of members).
+			return r.summary(), r.failErr
+		}
 		if r.left {
 			if r.leftRows != nil {
 				t.m.SetRows(r.leftRows) // the core has stopped: the storage is ours
 				r.fetchedModel = true
 			}
+			if r.failErr != nil {
+				return r.summary(), r.failErr
+			}
 			return r.summary(), ErrLeft
 		}
 		if r.done {
+			if r.failErr != nil {
+				return r.summary(), r.failErr
+			}
 			if r.readErr != nil {
 				return r.summary(), r.readErr
 			}
@@ -436,7 +510,13 @@ func (t *Trainer) Run(ctx context.Context, open func(epoch int) (data.Source, er
 		case <-tick.C:
 			core.Tick()
 			r.progress(false)
-			r.stalled()
+			if err := r.stalled(); err != nil {
+				return r.summary(), err
+			}
+			if r.failErr != nil && t.now().Sub(r.failAt) >= leaveAfterFailure {
+				t.log.Error().Dur("tried_for", leaveAfterFailure).Msg("could not leave the run gracefully: stopping (the others take this peer's shards over from their replicas once they notice it gone)")
+				return r.summary(), r.failErr
+			}
 		case res := <-r.results:
 			r.computed(res)
 		case b := <-r.batchesWanted():
@@ -457,6 +537,16 @@ func (t *Trainer) Run(ctx context.Context, open func(epoch int) (data.Source, er
 			}
 		}
 	}
+}
+
+// holdsShards reports whether this peer holds any shard.
+func (r *run) holdsShards() bool {
+	for s := range r.t.m.Layout.Shards {
+		if r.core.Holds(s) {
+			return true
+		}
+	}
+	return false
 }
 
 // startLeave leaves the run; with FetchModel it first fetches every row of
@@ -508,17 +598,68 @@ func (r *run) takeBatch(b prepared) {
 	}
 }
 
-// computed hands the core a gradient.
+// computed hands the core a gradient. One that is not finite (or whose
+// loss is not) never leaves this peer: the round gets a zero gradient,
+// and the batch is counted, or fails the peer (Config.NonFinite;
+// TestNonFiniteBatchFailsOnlyItsPeer, TestNonFiniteBatchSkipped).
 func (r *run) computed(res computeDone) {
-	r.core.Computed(res.round, res.grad, res.loss)
-	r.examples += int64(res.examples)
+	grad, loss, examples := res.grad, res.loss, res.examples
+	if e := res.bad; e != nil {
+		// The core fixed the round's keys and examples when it was given
+		// the batch, so the push carries zero rows that claim them (see
+		// Config.NonFinite).
+		clear(grad)
+		loss, examples = 0, 0
+		r.skipped++
+		if r.t.cfg.NonFinite == sgd.FailNonFinite && r.failErr == nil {
+			r.fail(e)
+		} else {
+			r.logSkipped(e)
+		}
+	}
+	r.core.Computed(res.round, grad, loss)
+	r.examples += int64(examples)
+	if examples > 0 {
+		r.trainedAt = r.t.now()
+	}
 	r.rounds++
-	r.lossSum += res.loss
-	r.progLoss += res.loss
+	r.lossSum += loss
+	r.progLoss += loss
 	r.progSteps++
 	r.waiting = true
 	r.askedAt = r.t.now()
 	r.free.put(res.p)
+}
+
+// maxSkipLines is how many skipped batches are logged one by one; the
+// rest are counted (Summary.SkippedNonFinite).
+const maxSkipLines = 10
+
+func (r *run) logSkipped(e *sgd.NonFiniteError) {
+	log := r.t.log
+	switch {
+	case r.skipped <= maxSkipLines:
+		msg := "skipped a batch whose gradient is not finite (--nonfinite skip): nothing of it left this peer"
+		if r.failErr != nil {
+			msg = "another batch whose gradient is not finite: nothing of it left this peer, which is leaving"
+		}
+		log.Warn().Str("rows", e.Where()).Str("why", e.What()).Int64("skipped", r.skipped).Msg(msg)
+	case r.skipped == maxSkipLines+1:
+		log.Warn().Msg("more batches whose gradient is not finite: they are skipped and counted, no longer logged one by one")
+	}
+}
+
+// fail stops this peer's training on err: it leaves the run as on Leave
+// (its shards go to their new holders, so the others lose nothing), and
+// Run returns err once it has left.
+func (r *run) fail(err error) {
+	t := r.t
+	r.failErr, r.failAt = err, t.now()
+	t.log.Error().Err(err).Msg("this peer stops: it hands its shards over and leaves the run, which goes on without it")
+	if !r.leaving {
+		r.leaving = true
+		r.core.Leave()
+	}
 }
 
 // handle acts on what the core decided, until it decides nothing more.
@@ -555,7 +696,7 @@ func (r *run) handle() error {
 				r.waitSec += now.Sub(r.askedAt).Seconds()
 			}
 			r.waiting = false
-			r.jobs <- computeJob{round: c.Round, p: p, weights: c.Weights}
+			r.jobs <- computeJob{round: c.Round, p: p, pos: r.pos[i], weights: c.Weights}
 		}
 		for _, e := range rd.Events {
 			r.event(e)
@@ -614,6 +755,13 @@ func (r *run) event(e train.Event) {
 		}
 	case train.EvFinal:
 		r.final = true
+		if r.failErr != nil {
+			// A peer that failed needs no final values: it says it is
+			// done, and goes once it holds no shard (Run).
+			r.finishing = true
+			r.core.Finish()
+			return
+		}
 		if r.ev != nil {
 			r.pending[fetchEval] = true
 			r.core.Fetch(fetchEval, r.ev.keys, false)
@@ -633,6 +781,7 @@ func (r *run) event(e train.Event) {
 
 func (r *run) fetched(f *train.FetchResult) {
 	t := r.t
+	r.fetchesIn++
 	switch f.ID {
 	case fetchEval:
 		delete(r.pending, f.ID)
@@ -730,30 +879,80 @@ func (r *run) maybeFinish() {
 	r.core.Finish()
 }
 
-// stalled logs the core's state, once per Config.StallAfter, while
-// nothing moves: no example trained, no round, no configuration, not
-// final.
-func (r *run) stalled() {
-	at := r.t.now()
-	sig := [4]int64{r.examples, r.rounds, int64(r.cfgID), 0}
-	if r.final {
-		sig[3] = 1
+// stallSig is what moves when a run progresses (Config.StallTimeout).
+type stallSig struct {
+	examples, rounds, clock, cfg                  int64
+	final                                         bool
+	pushed, applied, replicated, received, handed uint64
+	promoted, changes, lost                       uint64
+	fetches, checkpoints                          int64
+}
+
+func (r *run) signature() stallSig {
+	st := r.core.Stats()
+	return stallSig{
+		examples: r.examples, rounds: r.rounds, clock: int64(r.core.Round()), cfg: int64(r.cfgID), final: r.final,
+		pushed: st.Rounds, applied: st.Applied, replicated: st.Replicated, received: st.Received, handed: st.HandedOff,
+		promoted: st.Promoted, changes: st.ConfigChanges, lost: st.Lost,
+		fetches: r.fetchesIn, checkpoints: int64(r.ckptOK + r.ckptFail),
 	}
-	if sig != r.stuckSig || r.stuckAt.IsZero() {
-		r.stuckSig, r.stuckAt = sig, at
-		return
+}
+
+// busy reports whether this peer waits on its own work, which is not a
+// stall: a gradient being computed, an evaluation, the test set being
+// read at the end, the training data being read, or the end of the run
+// once this peer said it has everything (the others may still evaluate).
+func (r *run) busy() bool {
+	return !r.waiting || r.evalBusy || r.evPending && r.final || r.finishing ||
+		!r.dataDone && r.core.WantBatches() > 0
+}
+
+// stalled watches for a run that does not move (stallSig): it logs the
+// core's state once per Config.StallAfter, and after Config.StallTimeout
+// returns ErrStalled naming what the core waits for
+// (TestStalledRunLogsWhatItWaitsFor, TestStalledRunFailsNamingThePeer).
+func (r *run) stalled() error {
+	t := r.t
+	at := t.now()
+	if sig := r.signature(); sig != r.stuckSig || r.stuckAt.IsZero() || r.busy() {
+		r.stuckSig, r.stuckAt, r.warnedAt = sig, at, at
+		return nil
 	}
-	every := r.t.cfg.StallAfter
-	if every <= 0 || at.Sub(r.stuckAt) < every {
-		return
+	if every := t.cfg.StallAfter; every > 0 && at.Sub(r.warnedAt) >= every {
+		r.warnedAt = at
+		log := t.log
+		log.Warn().Dur("for", at.Sub(r.stuckAt).Round(time.Second)).Str("waiting_for", waitingFor(r.core.Debug(), 4)).Str("state", r.core.String()).
+			Msg("no progress: this peer waits for other peers (waiting_for and the state say for what; with --log-level debug every shard's follows)")
+		if e := log.Debug(); e.Enabled() {
+			e.Str("shards", r.core.Debug()).Msg("core state")
+		}
 	}
-	r.stuckAt = at
-	log := r.t.log
-	log.Warn().Dur("for", every).Str("state", r.core.String()).
-		Msg("no progress: this peer waits for other peers (the state says for what; with --log-level debug every shard's follows)")
-	if e := log.Debug(); e.Enabled() {
-		e.Str("shards", r.core.Debug()).Msg("core state")
+	if limit := t.cfg.StallTimeout; limit > 0 && at.Sub(r.stuckAt) >= limit {
+		what := waitingFor(r.core.Debug(), 8)
+		if what == "" {
+			what = "nothing it can name"
+		}
+		return fmt.Errorf("%w for %v (--stall-timeout): no example trained, no round pushed or applied, no configuration, no shard moved; "+
+			"this peer waits for %s; state: %s", ErrStalled, limit, what, r.core.String())
 	}
+	return nil
+}
+
+// waitingText says what a peer that trained nothing since the previous
+// progress report waits for.
+func (r *run) waitingText() string {
+	switch {
+	case r.finishing:
+		return "the other peers to finish the run"
+	case r.final:
+		return "the final values and evaluation"
+	case !r.waiting:
+		return fmt.Sprintf("round %d: its gradient being computed", r.core.Round())
+	}
+	if w := waitingFor(r.core.Debug(), 2); w != "" {
+		return fmt.Sprintf("round %d: %s", r.core.Round(), w)
+	}
+	return fmt.Sprintf("round %d: %s", r.core.Round(), r.core.String())
 }
 
 // progress calls Hooks.Progress every ProgressEvery (or now).
@@ -768,6 +967,8 @@ func (r *run) progress(now bool) {
 	if n := r.examples - r.progEx; n > 0 {
 		p.TrainLoss = r.progLoss / float64(n)
 		p.ExamplesPerSec = float64(n) / dt.Seconds()
+	} else {
+		p.Waiting, p.Idle = r.waitingText(), at.Sub(r.trainedAt).Seconds()
 	}
 	t.hooks.Progress(p)
 	r.progAt, r.progEx, r.progLoss, r.progSteps = at, r.examples, 0, 0
@@ -789,6 +990,7 @@ func (r *run) summary() Summary {
 		s.MaxStaleness = int64(s.Core.MaxStaleness)
 	}
 	s.Examples, s.Steps, s.Epochs, s.Seconds, s.EvalSeconds = r.examples, r.rounds, r.epoch+1, sec, r.evalSec
+	s.SkippedNonFinite = r.skipped
 	if train := sec - r.evalSec; train > 0 {
 		s.ExamplesPerSec = float64(r.examples) / train
 	}
@@ -888,8 +1090,12 @@ func (r *run) compute(ctx context.Context) {
 		case j := <-r.jobs:
 			grad := make([]float32, len(j.weights)) // the core keeps it until the round is pushed
 			loss := w.Compute(j.p, j.weights, grad)
+			bad := sgd.CheckFinite(j.p, grad, loss)
+			if bad != nil {
+				bad.Epoch, bad.FirstRow = j.pos.Epoch+1, j.pos.Rows+1
+			}
 			select {
-			case r.results <- computeDone{round: j.round, grad: grad, loss: loss, examples: j.p.Examples(), p: j.p}:
+			case r.results <- computeDone{round: j.round, grad: grad, loss: loss, examples: j.p.Examples(), p: j.p, bad: bad}:
 			case <-ctx.Done():
 				return
 			}

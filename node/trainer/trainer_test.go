@@ -135,6 +135,14 @@ func startPeersWith(t *testing.T, n int, mode train.Mode, gather train.Gather, r
 // are done).
 func startPeersSetup(t *testing.T, n int, mode train.Mode, gather train.Gather, replicas int, also func(context.Context, *memLink, []train.Member), change setup) ([]Summary, []error) {
 	t.Helper()
+	return startPeersOn(t, n, mode, gather, replicas, also, change, nil)
+}
+
+// startPeersOn is startPeersSetup where peer i reads open(i) (nil: the
+// planted rows of seed i+1, 600 of them).
+func startPeersOn(t *testing.T, n int, mode train.Mode, gather train.Gather, replicas int, also func(context.Context, *memLink, []train.Member), change setup,
+	open func(i int) func(int) (data.Source, error)) ([]Summary, []error) {
+	t.Helper()
 	const dim = 500
 	ml := &memLink{peers: map[string]*Trainer{}}
 	names := make([]string, n)
@@ -180,10 +188,13 @@ func startPeersSetup(t *testing.T, n int, mode train.Mode, gather train.Gather, 
 			ids[j] = initial[j].ID
 		}
 		tr.SetAlive(ids)
+		src := func(int) (data.Source, error) { return &rowsSource{b: rows}, nil }
+		if open != nil {
+			src = open(i)
+		}
 		wg.Go(func() {
-			open := func(int) (data.Source, error) { return &rowsSource{b: rows}, nil }
 			testSrc := func() (data.Source, error) { return &rowsSource{b: test}, nil }
-			sums[i], errs[i] = tr.Run(ctx, open, ReadTestSet(tr.m, testSrc))
+			sums[i], errs[i] = tr.Run(ctx, src, ReadTestSet(tr.m, testSrc))
 		})
 	}
 	var side sync.WaitGroup
