@@ -347,7 +347,10 @@ func (c *Core) EndOfData() {
 }
 
 // Computed gives the gradient of ComputeReq round (len(Keys)*Width values,
-// the sum over the batch's examples) and its summed loss.
+// the sum over the batch's examples) and its summed loss. A nil gradient
+// says the batch contributes nothing (the driver dropped it: its gradient
+// was not finite): the round's push carries no rows and no examples, so
+// owners divide by the other workers' examples only.
 func (c *Core) Computed(round uint64, grad []float32, loss float64) {
 	if c.lingering() {
 		return

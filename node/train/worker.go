@@ -421,7 +421,10 @@ func (w *worker) tryPush() bool {
 	width := c.xw // (a window's rows are wide: weights and optimizer state)
 	var examples uint64
 	flags := wire.CoreFlags(0)
-	if b != nil {
+	if b != nil && g.grad == nil {
+		// A batch the driver dropped: a push of nothing, so the round
+		// goes on without its examples (Computed).
+	} else if b != nil {
 		examples = uint64(b.examples)
 		for i, k := range b.keys {
 			w.split[idx[c.shardOf(k)]].Append(k, g.grad[i*width:(i+1)*width])
@@ -452,7 +455,7 @@ func (w *worker) tryPush() bool {
 			id: w.newReq(), to: o, op: wire.CorePush, flags: flags, round: g.round, through: w.throughFor(next),
 			examples: examples, shards: slices.Clone(w.shardBuf[i]), ws: ws,
 		}
-		if b != nil {
+		if b != nil && g.grad != nil {
 			r.rows = model.Sparse{Idx: slices.Clone(w.split[i].Idx), Val: slices.Clone(w.split[i].Val)}
 		}
 		if ws != nil && c.cfg.Gather == Need {

@@ -95,22 +95,15 @@ type Config struct {
 	// does (sgd.CheckFinite; such a gradient would make the owners'
 	// weights NaN or Inf, and the core link refuses it, so its round
 	// would never end). Whatever it says, the batch's gradient never
-	// leaves this peer: the worker pushes a zero gradient for its round
-	// instead, so the round goes on. With sgd.FailNonFinite (the default)
+	// leaves this peer: the worker pushes nothing for its round instead,
+	// so the round goes on. With sgd.FailNonFinite (the default)
 	// the peer then leaves the run, its shards handed over as on Leave
 	// (it trains on until the leave takes effect, as a leaver does), and
 	// Run returns the *sgd.NonFiniteError naming the batch's rows; with
 	// sgd.SkipNonFinite it trains on and counts the batch
 	// (Summary.SkippedNonFinite), whose rows are not in Summary.Examples.
-	//
-	// The zero gradient is not quite "no contribution": the core fixes a
-	// round's rows and examples when it is given the batch, so the push
-	// carries the batch's rows as zeros and claims its examples. Owners
-	// divide the round's sum by those examples too (in sync mode that
-	// round's step is smaller by the batch's share) and take an optimizer
-	// step on the zero rows (an L2 shrink of their weights). A push of no
-	// rows and no examples needs a core call for it (train.Core.Computed
-	// with no gradient), which node/train does not have yet.
+	// The round's push carries no rows and no examples (train.Core.Computed
+	// with no gradient): owners divide by the other workers' examples.
 	NonFinite sgd.NonFinite
 }
 
@@ -389,7 +382,7 @@ type run struct {
 	warnedAt   time.Time
 	fetchesIn  int64     // fetch answers received
 	trainedAt  time.Time // the latest example was trained then (the start before any)
-	skipped    int64     // batches whose gradient was not finite, pushed as zeros
+	skipped    int64     // batches whose gradient was not finite, pushed as nothing
 	failErr    error     // this peer failed (a gradient not finite): it leaves, then Run returns this
 	failAt     time.Time
 	progLoss   float64
@@ -599,17 +592,14 @@ func (r *run) takeBatch(b prepared) {
 }
 
 // computed hands the core a gradient. One that is not finite (or whose
-// loss is not) never leaves this peer: the round gets a zero gradient,
+// loss is not) never leaves this peer: the round gets none,
 // and the batch is counted, or fails the peer (Config.NonFinite;
 // TestNonFiniteBatchFailsOnlyItsPeer, TestNonFiniteBatchSkipped).
 func (r *run) computed(res computeDone) {
 	grad, loss, examples := res.grad, res.loss, res.examples
 	if e := res.bad; e != nil {
-		// The core fixed the round's keys and examples when it was given
-		// the batch, so the push carries zero rows that claim them (see
-		// Config.NonFinite).
-		clear(grad)
-		loss, examples = 0, 0
+		// The round's push carries nothing (Config.NonFinite).
+		grad, loss, examples = nil, 0, 0
 		r.skipped++
 		if r.t.cfg.NonFinite == sgd.FailNonFinite && r.failErr == nil {
 			r.fail(e)
