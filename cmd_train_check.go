@@ -25,6 +25,8 @@ type distSettings struct {
 	values    wire.Values
 	rowGrad   float64 // --max-row-grad: 0 auto, < 0 off (train.Config.MaxRowGrad)
 	combine   train.Combine
+	// localSteps is --local-steps: batches in a window (1: none).
+	localSteps int
 }
 
 // maxRowGrad is the bound on a pushed gradient row's norm per example for
@@ -78,6 +80,16 @@ func checkDistFlags(tf *trainFlags) (distSettings, error) {
 	}
 	if s.combine, err = train.ParseCombine(d.combine); err != nil {
 		return s, usageErr("combine", "%q: want sum or trimmed", d.combine)
+	}
+	if d.localSteps < 1 || d.localSteps > 1<<16 {
+		return s, usageErr("local-steps", "%d: want 1 (exchange every batch) up to 65536", d.localSteps)
+	}
+	s.localSteps = d.localSteps
+	if s.localSteps > 1 && s.gather != train.Need {
+		return s, usageErr("local-steps", "windows of local steps need --gather need: a full read copy keeps no optimizer state to train on")
+	}
+	if s.localSteps > 1 && s.combine != train.Sum {
+		return s, usageErr("combine", "trimmed combines one batch's gradients; with --local-steps %d workers push a window's changes: use --combine sum", s.localSteps)
 	}
 	if s.combine == train.Trimmed && s.mode != train.Sync {
 		return s, usageErr("combine", "trimmed needs --mode sync: ssp and async owners apply each push as it comes, with nothing to trim against")

@@ -52,7 +52,9 @@ func NewWindow(m *model.Model, w *Worker) *Window {
 // takes SGD step step0+h. It writes each row's change (its value after the
 // last batch minus wide's) into delta, shaped as wide, and returns the
 // batches' summed log-loss (each batch's at the weights it was trained on).
-func (wd *Window) Run(batches []*Prepared, keys []uint32, wide, delta []float32, step0 int64) (loss float64) {
+// A batch whose gradient or loss is not finite (CheckFinite) takes no step
+// and adds no loss; the first such is returned (the others train on).
+func (wd *Window) Run(batches []*Prepared, keys []uint32, wide, delta []float32, step0 int64) (loss float64, bad *NonFiniteError) {
 	width := wd.shape.width
 	spw := wd.opt.Kind.StatePerWeight()
 	sw := width * (1 + spw)
@@ -96,7 +98,14 @@ func (wd *Window) Run(batches []*Prepared, keys []uint32, wide, delta []float32,
 		for i, lr := range wd.pos {
 			copy(wd.weights[i*width:(i+1)*width], m.Row(lr))
 		}
-		loss += wd.w.Compute(p, wd.weights, wd.grad)
+		l := wd.w.Compute(p, wd.weights, wd.grad)
+		if e := CheckFinite(p, wd.grad, l); e != nil {
+			if bad == nil {
+				bad = e
+			}
+			continue
+		}
+		loss += l
 		wd.g.Idx, wd.g.Val = wd.pos, wd.grad
 		wd.w.Apply(m, &wd.g, p.examples, step0+int64(h))
 		wd.g = model.Sparse{}
@@ -116,7 +125,7 @@ func (wd *Window) Run(batches []*Prepared, keys []uint32, wide, delta []float32,
 			}
 		}
 	}
-	return loss
+	return loss, bad
 }
 
 // localRow is the local row of global row k, the i-th of the window's keys.

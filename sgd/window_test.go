@@ -91,7 +91,9 @@ func TestWindowIsLocalSteps(t *testing.T) {
 					wide = start.AppendWide(wide, k)
 				}
 				delta := make([]float32, len(wide))
-				NewWindow(start, w).Run(batches, keys, wide, delta, step0)
+				if _, bad := NewWindow(start, w).Run(batches, keys, wide, delta, step0); bad != nil {
+					t.Fatal(bad)
+				}
 				win.AddDeltas(&model.Sparse{Idx: keys, Val: delta})
 				for k := range uint32(start.Layout.Features) {
 					a, b := lone.AppendWide(nil, k), win.AppendWide(nil, k)

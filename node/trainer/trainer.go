@@ -319,6 +319,7 @@ type prepared struct {
 type computeJob struct {
 	round   uint64
 	p       *sgd.Prepared
+	win     *window  // instead of p, with windows of local steps
 	pos     Position // the data position before the batch
 	weights []float32
 }
@@ -329,6 +330,7 @@ type computeDone struct {
 	loss     float64
 	examples int
 	p        *sgd.Prepared
+	win      *window
 	bad      *sgd.NonFiniteError // the gradient or loss is not finite
 }
 
@@ -353,6 +355,9 @@ type run struct {
 	readErr  error
 	given    uint64                   // batches given to the core
 	queue    map[uint64]*sgd.Prepared // by the order they were given
+	windows  map[uint64]*window       // the same, when rounds are windows of local steps (window.go)
+	win      windower
+	winStart Position // the data position before the window under way
 	epoch    int
 	pos      map[uint64]Position // data position before each batch given and not yet computed
 	nextPos  Position            // after the last batch given
@@ -430,13 +435,15 @@ func (t *Trainer) Run(ctx context.Context, open func(epoch int) (data.Source, er
 		t: t, start: t.now(),
 		batches: make(chan prepared, 4),
 		jobs:    make(chan computeJob, 1), results: make(chan computeDone, 1),
-		queue: map[uint64]*sgd.Prepared{}, evalDone: make(chan evalResult, 1),
+		queue: map[uint64]*sgd.Prepared{}, windows: map[uint64]*window{}, evalDone: make(chan evalResult, 1),
 		pending: map[uint64]bool{}, nextEvalAt: t.cfg.EvalEvery, waiting: true,
 		pos: map[uint64]Position{}, ckpts: make(chan ckptJob, 1), ckptRes: make(chan ckptResult, 4),
 	}
 	if rs := t.cfg.Resume; rs != nil {
 		r.nextPos = rs.Position
 	}
+	r.win.h = t.cfg.Core.LocalSteps
+	r.free.max = max(8, 2*r.win.h+4) // every batch of a window or two in flight
 	r.progAt, r.askedAt, r.trainedAt = r.start, r.start, r.start
 	core, err := train.New(t.cfg.Core)
 	if err != nil {
@@ -575,11 +582,32 @@ func (r *run) takeBatch(b prepared) {
 	case b.err != nil:
 		r.readErr = b.err
 		r.t.log.Error().Err(b.err).Msg("reading the training data failed: this peer stops training (the others go on)")
+		r.giveWindow(r.win.flush())
 		r.dataDone = true
 		r.core.EndOfData()
 	case b.end:
+		r.giveWindow(r.win.flush())
 		r.dataDone = true
 		r.core.EndOfData()
+	case r.win.h > 1:
+		r.epoch = b.epoch
+		if r.win.cur == nil || r.win.cur.epoch != b.epoch {
+			r.winStart = Position{Epoch: b.epoch, Rows: b.row, Examples: r.nextPos.Examples}
+		}
+		start := r.winStart
+		n := int64(b.p.Examples())
+		r.nextPos = Position{Epoch: b.epoch, Rows: b.row + n, Examples: r.nextPos.Examples + n}
+		if done := r.win.add(b.p, b.epoch, b.row); done != nil {
+			if done.epoch != b.epoch {
+				// The new epoch's first batch closed the window before it,
+				// and starts the next.
+				prev := r.winStart
+				r.winStart = Position{Epoch: b.epoch, Rows: b.row, Examples: r.nextPos.Examples - n}
+				r.giveWindowAt(done, prev)
+				return
+			}
+			r.giveWindowAt(done, start)
+		}
 	default:
 		r.epoch = b.epoch
 		r.queue[r.given] = b.p
@@ -597,7 +625,17 @@ func (r *run) takeBatch(b prepared) {
 // TestNonFiniteBatchFailsOnlyItsPeer, TestNonFiniteBatchSkipped).
 func (r *run) computed(res computeDone) {
 	grad, loss, examples := res.grad, res.loss, res.examples
-	if e := res.bad; e != nil {
+	if e := res.bad; e != nil && res.win != nil {
+		// A window's batch: its step was not taken (sgd.Window.Run); the
+		// window's other batches go (Config.NonFinite).
+		examples -= e.Examples
+		r.skipped++
+		if r.t.cfg.NonFinite == sgd.FailNonFinite && r.failErr == nil {
+			r.fail(e)
+		} else {
+			r.logSkipped(e)
+		}
+	} else if e != nil {
 		// The round's push carries nothing (Config.NonFinite).
 		grad, loss, examples = nil, 0, 0
 		r.skipped++
@@ -618,7 +656,29 @@ func (r *run) computed(res computeDone) {
 	r.progSteps++
 	r.waiting = true
 	r.askedAt = r.t.now()
+	if res.win != nil {
+		for _, p := range res.win.batches {
+			r.free.put(p)
+		}
+		return
+	}
 	r.free.put(res.p)
+}
+
+// giveWindow gives the core a window (nil: none) whose first batch is the
+// batch after the last one given.
+func (r *run) giveWindow(w *window) {
+	if w != nil {
+		r.giveWindowAt(w, r.winStart)
+	}
+}
+
+// giveWindowAt gives the core window w, which starts at data position at.
+func (r *run) giveWindowAt(w *window, at Position) {
+	r.windows[r.given] = w
+	r.pos[r.given] = at
+	r.given++
+	r.core.Batch(w.keys, w.examples)
 }
 
 // maxSkipLines is how many skipped batches are logged one by one; the
@@ -673,11 +733,12 @@ func (r *run) handle() error {
 		}
 		if c := rd.Compute; c != nil {
 			i := c.Round - r.core.FirstRound()
-			p := r.queue[i]
-			if p == nil {
+			p, win := r.queue[i], r.windows[i]
+			if p == nil && win == nil {
 				return fmt.Errorf("trainer: the core asked for round %d, batch %d, which it was not given", c.Round, i)
 			}
 			delete(r.queue, i)
+			delete(r.windows, i)
 			if i >= 4 {
 				delete(r.pos, i-4) // a checkpoint is scheduled after the round being computed
 			}
@@ -686,7 +747,7 @@ func (r *run) handle() error {
 				r.waitSec += now.Sub(r.askedAt).Seconds()
 			}
 			r.waiting = false
-			r.jobs <- computeJob{round: c.Round, p: p, pos: r.pos[i], weights: c.Weights}
+			r.jobs <- computeJob{round: c.Round, p: p, win: win, pos: r.pos[i], weights: c.Weights}
 		}
 		for _, e := range rd.Events {
 			r.event(e)
@@ -1073,11 +1134,30 @@ func (r *run) read(ctx context.Context, open func(epoch int) (data.Source, error
 func (r *run) compute(ctx context.Context) {
 	w := sgd.NewWorker(r.t.m, r.t.cfg.Threads)
 	defer w.Close()
+	var wd *sgd.Window
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case j := <-r.jobs:
+			if j.win != nil {
+				// A window: its batches trained on the wide rows fetched,
+				// the rows' changes pushed.
+				if wd == nil {
+					wd = sgd.NewWindow(r.t.m, w)
+				}
+				delta := make([]float32, len(j.weights)) // the core keeps it until the round is pushed
+				loss, bad := wd.Run(j.win.batches, j.win.keys, j.weights, delta, int64(j.round)*int64(r.win.h))
+				if bad != nil {
+					bad.Epoch = j.pos.Epoch + 1
+				}
+				select {
+				case r.results <- computeDone{round: j.round, grad: delta, loss: loss, examples: j.win.examples, win: j.win, bad: bad}:
+				case <-ctx.Done():
+					return
+				}
+				continue
+			}
 			grad := make([]float32, len(j.weights)) // the core keeps it until the round is pushed
 			loss := w.Compute(j.p, j.weights, grad)
 			bad := sgd.CheckFinite(j.p, grad, loss)
@@ -1099,8 +1179,9 @@ func (r *run) compute(ctx context.Context) {
 // returned has been evicted by every batch since (a peer keeps several in
 // flight). Safe for concurrent use.
 type preparedPool struct {
-	mu sync.Mutex
-	s  []*sgd.Prepared
+	mu  sync.Mutex
+	s   []*sgd.Prepared
+	max int // batches kept (0: 8)
 }
 
 // get returns the batch put last, or a new one.
@@ -1120,7 +1201,7 @@ func (pp *preparedPool) get() *sgd.Prepared {
 func (pp *preparedPool) put(p *sgd.Prepared) {
 	pp.mu.Lock()
 	defer pp.mu.Unlock()
-	if len(pp.s) < 8 {
+	if len(pp.s) < max(8, pp.max) {
 		pp.s = append(pp.s, p)
 	}
 }
