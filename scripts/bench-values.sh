@@ -1,5 +1,5 @@
 #!/bin/bash
-# Interleaved A/B of the gradient value format, as docs/scaling.md ("Stop 20")
+# Interleaved A/B of the gradient value format, as docs/scaling.md ("Gradient values: f32 or raw")
 # measured it: five pairs of 'bench' runs, --values raw then --values f32,
 # 4 peers capped at 0.4 core each (root: cgroups), ring, sync and async, each
 # run two interleaved repetitions against one lone peer. Prints each run's
