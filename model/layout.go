@@ -11,7 +11,7 @@ import (
 // A model has Features parameter rows of Width float32 each (Width is 1 for
 // binary logistic regression and the number of classes for softmax). Rows are
 // grouped into Shards virtual shards: feature k belongs to shard k mod Shards
-// and sits in slot k / Shards of that shard (design.md, "Keys, shards, ring").
+// and sits in slot k / Shards of that shard (docs/contracts.md, "Features, bias, shards").
 // Every shard is one contiguous range of the flat parameter slice, so a shard
 // can be copied, checkpointed or handed to another peer as one slice with no
 // gather step.

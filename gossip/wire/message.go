@@ -102,7 +102,8 @@ type WorkerClock struct {
 
 // Ack is the progress an owner announces with its new values
 // (KindParamsAck). The wire does not interpret the clocks; their meaning is
-// the training protocol's (docs/protocol.md: "through" and flow control).
+// the training protocol's. (The gossipsub exchange that used it was replaced
+// by the protocol core's link: docs/history.md.)
 type Ack struct {
 	// Through is the owner's through clock: it has applied every live
 	// worker's gradients up to it.

@@ -182,8 +182,8 @@ type Config struct {
 	// Contacts are more members to ask, in turn, when the one asked has
 	// been silent for two retry intervals: a contact that admitted this
 	// peer and crashed before it said so would otherwise leave it asking
-	// a dead peer while the run waits for it (a sync/full-churn schedule
-	// of stop 28).
+	// a dead peer while the run waits for it (docs/protocol.md,
+	// "Membership changes", rule M3).
 	Contacts []string
 	// Voters bounds the raft voters; the other members are learners, so
 	// agreement costs the same with hundreds of peers.

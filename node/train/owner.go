@@ -726,8 +726,8 @@ func (o *owner) lazyTakeover(shards []uint32, r uint64) {
 			// before its answers went, which waited for a replica that
 			// missed the round). A copy from that replica alone applied
 			// round r a second time without the crashed worker's
-			// contribution, and the shard forked (sync/chaos seed 295 in
-			// stop 29's schedule).
+			// contribution, and the shard forked (docs/protocol.md,
+			// "Handoff", rule H12; TestFixedSeeds sync/chaos 295).
 			if p, t := c.cs.routeConf(s, old.round-1); p != c.cfg.Self && !slices.ContainsFunc(a.from, func(x Member) bool { return x.Peer == p }) {
 				if m, ok := t.member(p); ok && !c.cs.crashed[m.ID] {
 					a.from = append(a.from, m)
@@ -1058,7 +1058,8 @@ func (o *owner) applySync() bool {
 	o.scanned = c.tick
 	// A round no contribution will ever come for: every worker of its
 	// configuration crashed. Applied with none, so the shards it holds
-	// up go on (sync/fast-chaos seed 438 in stop 29's schedule: the two
+	// up go on (docs/protocol.md, "Handoff", rule H20; TestFixedSeeds
+	// sync/fast-chaos 438: the two
 	// workers of a round crashed, one after the other, before the peer a
 	// handoff had made its route got either push, and the run waited for
 	// it forever).
@@ -1094,8 +1095,8 @@ func (o *owner) applySync() bool {
 // (applyRound), and the simulator checks that no live peer's copy has
 // them (TraceLost). Also when a handoff as of the round after was awaited
 // from this round's route, which a crash made this peer: it would wait for
-// itself (sync/fast-chaos seed 1545 in stop 29's schedule, where another
-// member had the shard further on).
+// itself (docs/protocol.md, "Handoff", rule H21; TestFixedSeeds
+// sync/fast-chaos 1545, where another member had the shard further on).
 func (o *owner) lostCheck(s int) {
 	c := o.c
 	r := o.through[s]

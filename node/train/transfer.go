@@ -241,7 +241,8 @@ func (o *owner) takeovers(oldRoute map[uint64][][]string, t *tconf) {
 				// the round). This peer applies round r no more, so that
 				// replica never gets it forwarded: where it holds the
 				// shard further on, it gets the copy from here
-				// (sync/full-churn seed 1046 in stop 29's schedule: the
+				// (docs/protocol.md, "Handoff", rule H19; TestFixedSeeds
+				// sync/full-churn 1046: the
 				// replica routed the next round and waited for round r
 				// forever).
 				after := c.cs.at(o.through[s])
@@ -1088,8 +1089,9 @@ func (o *owner) state(from string, msg *wire.Core) {
 		// round it missed (forward, "behind"). That peer forwards the
 		// rounds after it, and its answers wait for them, so the handoff
 		// waits for this replica to catch up: installed, it goes on
-		// waiting for the handoff (sync/chaos seed 1226 in stop 29's
-		// schedule took it for a copy sent again, and the run stalled).
+		// waiting for the handoff (docs/protocol.md, "Handoff", rule H19;
+		// TestFixedSeeds sync/chaos 1226 took it for a copy sent again, and
+		// the run stalled).
 		if !o.importState(s, msg) {
 			return
 		}
