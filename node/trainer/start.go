@@ -429,8 +429,7 @@ func (s *Starter) resumeDecision(ms []startMember, answers []startAnswer, minPee
 		s.mu.Unlock()
 		return Entry{}, true, fmt.Errorf("%w: %w (%s)", ErrCannotResume, ErrNoCheckpoint, msg)
 	}
-	var problems []string
-	var passed []string // why newer rounds were passed over
+	var problems []string // why each newer round cannot resume the run
 	for _, r := range rounds {
 		var workers []string
 		for _, ps := range points {
@@ -462,14 +461,13 @@ func (s *Starter) resumeDecision(ms []startMember, answers []startAnswer, minPee
 		p := s.coverage(points, first, r, place, nshards)
 		if len(p) == 0 {
 			ev := s.log.Info()
-			if len(passed) > 0 {
-				ev = s.log.Warn().Strs("newer_rounds_passed_over", passed)
+			if len(problems) > 0 {
+				ev = s.log.Warn().Strs("newer_rounds_passed_over", problems)
 			}
 			ev.Uint64("round", r).Int("members", len(first)).Msg("--resume: resuming the run from its newest complete checkpoint")
 			return s.decide(first, r), true, nil
 		}
 		problems = append(problems, p...)
-		passed = append(passed, p...)
 	}
 	msg := strings.Join(problems, "; ")
 	s.mu.Lock()
