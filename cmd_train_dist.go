@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -43,6 +44,7 @@ type distFlags struct {
 	checkpointDir   string
 	checkpointEvery time.Duration
 	resume          bool
+	resumeOrStart   bool // --resume=auto
 	waitTimeout     time.Duration
 	maxRowGrad      string
 	combine         string
@@ -58,7 +60,7 @@ func (f *distFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.reportRounds, "report-rounds", 1, "write a round line to --report every `N` rounds")
 	fs.StringVar(&f.checkpointDir, "checkpoint-dir", "", "where this peer writes its part of each checkpoint: `DIR`/<peer ID>/round-<R>.ckpt\n(the shards it holds, with optimizer state, and its data position; the newest 2 are kept)")
 	fs.DurationVar(&f.checkpointEvery, "checkpoint-every", 0, "checkpoint the whole job this often (0: never): the raft leader schedules a round R and\nevery peer writes its shards as of the end of round R-1 (sync), or as of every worker's cut\n(ssp, async: the workers pause for a round trip while the cut is taken)")
-	fs.BoolVar(&f.resume, "resume", false, "restart the job from its newest checkpoint that every peer of it has whole: start\nevery peer again with --resume (same --identity, data and flags); the run continues at\nround R (sync: exactly as if it had not stopped; ssp/async: every example trained once)")
+	fs.Var(resumeFlag{&f.resume, &f.resumeOrStart}, "resume", "restart the job from its newest checkpoint that every peer of it has whole: start\nevery peer again with --resume (same --identity, data and flags); the run continues at\nround R (sync: exactly as if it had not stopped; ssp/async: every example trained once).\nEach file is read through first: a damaged or cut-short one is passed over (logged) for\nthe round before. With no checkpoint on any peer --resume fails; --resume=auto starts a\nnew run from round 0 then. A peer that finds the run under way joins it")
 	registerWaitFlag(fs, &f.waitTimeout)
 	fs.StringVar(&f.maxRowGrad, "max-row-grad", "auto", "owners drop a pushed gradient row whose L2 norm is over this `bound` times its push's examples\n(a worker's bug or an overflow must not wreck the shared model): auto is 10 for logreg and\nsoftmax (honest rows of unit-scaled features stay under 1) and 1000 for the mlp; off turns\nit off. Raise it for features of large raw values (distributed runs do not --scale): owners\nlog every row they drop. Every peer of the job uses the same value")
 	fs.IntVar(&f.localSteps, "local-steps", 1, "`H` batches a worker trains on its own copy of the rows they touch before it exchanges: a\nround is then a window of H batches, and each row's change travels once a window instead of a\ngradient every batch (fewer, larger messages: less CPU per example on the message path).\n1 exchanges every batch. Every peer of the job uses the same value; needs --gather need")
@@ -178,13 +180,14 @@ func (j *trainJob) runDistributed(tf *trainFlags) error {
 	if tf.dist.checkpointDir != "" {
 		ckptDir = filepath.Join(tf.dist.checkpointDir, self)
 	}
+	var scan trainer.ResumeScan
 	if tf.dist.resume {
-		points, err := resumePoints(ckptDir, ncfg.Job, j.model)
-		if err != nil {
-			return err
+		if scan, err = trainer.ScanResume(ckptDir, ncfg.Job, j.model); err != nil {
+			return usageErr("checkpoint-dir", "%v", err)
 		}
-		log.Info().Str("dir", ckptDir).Int("checkpoints", len(points)).Msg("--resume: this peer's checkpoints")
-		starter.SetResume(points, place, j.model.Layout.Shards)
+		scan.LogSkipped(log)
+		log.Info().Str("dir", ckptDir).Int("checkpoints", len(scan.Points)).Int("passed_over", len(scan.Skipped)).Msg("--resume: this peer's checkpoints")
+		starter.SetResume(scan.Points, place, j.model.Layout.Shards, tf.dist.resumeOrStart)
 	}
 	entry, err := starter.Enter(startCtx, func() trainer.View {
 		v := n.View()
@@ -194,6 +197,9 @@ func (j *trainJob) runDistributed(tf *trainFlags) error {
 	if err != nil {
 		if cause := context.Cause(ctx); cause != nil {
 			return cause
+		}
+		if errors.Is(err, trainer.ErrNoCheckpoint) {
+			return usageErr("checkpoint-dir", "--resume: %v; this peer's %s. Give --resume=auto to start a new run from round 0 when there is none", err, scan.Describe())
 		}
 		return err
 	}
@@ -225,6 +231,7 @@ func (j *trainJob) runDistributed(tf *trainFlags) error {
 	}
 	switch {
 	case entry.Resume > 0:
+		scan.LogResuming(log, entry.Resume)
 		info, err := trainer.LoadCheckpoint(filepath.Join(ckptDir, fmt.Sprintf("round-%d.ckpt", entry.Resume)), j.model)
 		if err != nil {
 			return fmt.Errorf("--resume: %w", err)
@@ -611,18 +618,32 @@ func shortIDs(ids []string) []string {
 	return out
 }
 
-// resumePoints lists the checkpoints of dir that this job and model can
-// resume from.
-func resumePoints(dir, job string, m *model.Model) ([]trainer.ResumePoint, error) {
-	list, err := trainer.ListCheckpoints(dir)
+// resumeFlag is --resume: a bool flag (--resume, --resume=false) that
+// also takes auto (--resume=auto: start from round 0 when no peer has a
+// checkpoint, TestTrainResumeWithoutCheckpoints).
+type resumeFlag struct{ on, orStart *bool }
+
+func (r resumeFlag) IsBoolFlag() bool { return true }
+
+func (r resumeFlag) String() string {
+	switch {
+	case r.on == nil || !*r.on:
+		return "false"
+	case *r.orStart:
+		return "auto"
+	}
+	return "true"
+}
+
+func (r resumeFlag) Set(s string) error {
+	if s == "auto" {
+		*r.on, *r.orStart = true, true
+		return nil
+	}
+	b, err := strconv.ParseBool(s)
 	if err != nil {
-		return nil, usageErr("checkpoint-dir", "%v", err)
+		return errors.New("want --resume, --resume=auto or --resume=false")
 	}
-	var out []trainer.ResumePoint
-	for _, c := range list {
-		if c.Job == job && c.Worker {
-			out = append(out, trainer.ResumePoint{Round: c.Round, Members: c.Members, Shards: c.Shards})
-		}
-	}
-	return out, nil
+	*r.on, *r.orStart = b, false
+	return nil
 }

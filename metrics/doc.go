@@ -31,4 +31,10 @@
 // so `go tool pprof http://ADDR/debug/pprof/profile?seconds=10` profiles a
 // peer in the middle of a run. The address is logged ("metrics server
 // listening") and returned; port 0 picks a free port.
+//
+// Requests must name the server by IP address or localhost (AllowHosts:
+// a DNS name is answered 421, so a web page cannot read a peer's profiles
+// by DNS rebinding; a Prometheus target is given as IP:PORT), and every
+// connection is bounded in time and header size (HTTPLimits). node's
+// status and dashboard server applies both too.
 package metrics

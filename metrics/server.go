@@ -25,9 +25,9 @@ type Config struct {
 	// command line and memory contents, to the network: prefer 127.0.0.1 or
 	// a private interface.
 	Addr string
-	// ReadHeaderTimeout bounds how long a client may take to send its
-	// request headers, so idle half-open connections cannot pile up.
-	ReadHeaderTimeout time.Duration
+	// HTTPLimits bound what one client may cost (ReadHeaderTimeout,
+	// ReadTimeout, WriteTimeout, IdleTimeout, MaxHeaderBytes).
+	HTTPLimits
 	// ShutdownTimeout is how long Close waits for requests in flight (a
 	// 30-second CPU profile, say) before it closes their connections.
 	ShutdownTimeout time.Duration
@@ -39,10 +39,10 @@ type Config struct {
 // the loopback interface.
 func DefaultConfig() Config {
 	return Config{
-		Addr:              "127.0.0.1:0",
-		ReadHeaderTimeout: 10 * time.Second, // generous for a scraper, short for a stuck client
-		ShutdownTimeout:   time.Second,      // a peer that is leaving should not wait for a profile
-		Log:               zerolog.Nop(),
+		Addr:            "127.0.0.1:0",
+		HTTPLimits:      DefaultHTTPLimits(),
+		ShutdownTimeout: time.Second, // a peer that is leaving should not wait for a profile
+		Log:             zerolog.Nop(),
 	}
 }
 
@@ -58,8 +58,8 @@ func (c Config) Validate() error {
 	if host != "" && net.ParseIP(host) == nil && host != "localhost" {
 		return fmt.Errorf("metrics: %w: Addr %q: host %q is not an IP address or localhost", ErrConfig, c.Addr, host)
 	}
-	if c.ReadHeaderTimeout <= 0 {
-		return fmt.Errorf("metrics: %w: ReadHeaderTimeout %v: want > 0", ErrConfig, c.ReadHeaderTimeout)
+	if err := c.HTTPLimits.Validate(); err != nil {
+		return fmt.Errorf("metrics: %w: %v", ErrConfig, err)
 	}
 	if c.ShutdownTimeout < 0 {
 		return fmt.Errorf("metrics: %w: ShutdownTimeout %v: want >= 0", ErrConfig, c.ShutdownTimeout)
@@ -96,7 +96,10 @@ type Server struct {
 	done    chan error
 }
 
-// Serve listens on cfg.Addr and serves Handler(m) until Close.
+// Serve listens on cfg.Addr and serves Handler(m) until Close, to
+// requests that name it by IP address or localhost (AllowHosts: pprof
+// shows memory and the command line, so a web page must not read it by
+// DNS rebinding), within cfg.HTTPLimits.
 func Serve(cfg Config, m *Metrics) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -106,7 +109,7 @@ func Serve(cfg Config, m *Metrics) (*Server, error) {
 		return nil, fmt.Errorf("metrics: listen on %s: %w", cfg.Addr, err)
 	}
 	s := &Server{
-		srv:     &http.Server{Handler: Handler(m), ReadHeaderTimeout: cfg.ReadHeaderTimeout},
+		srv:     cfg.HTTPLimits.Server(AllowHosts(cfg.Addr, Handler(m))),
 		addr:    ln.Addr().String(),
 		timeout: cfg.ShutdownTimeout,
 		done:    make(chan error, 1),

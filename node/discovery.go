@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,6 +21,7 @@ import (
 	"github.com/libp2p/go-libp2p/p2p/discovery/mdns"
 	drouting "github.com/libp2p/go-libp2p/p2p/discovery/routing"
 	"github.com/libp2p/go-libp2p/p2p/net/swarm"
+	ma "github.com/multiformats/go-multiaddr"
 	"github.com/rs/zerolog"
 )
 
@@ -93,14 +95,18 @@ const (
 // before it is forgotten.
 const foundTries = 4
 
-// target is one peer the dialer keeps connected.
+// target is one peer the dialer keeps connected. info.Addrs are found
+// (bootstrap, mDNS, DHT: add) and announced (the peer's own latest beat:
+// announce), without repeats.
 type target struct {
-	info     peer.AddrInfo
-	want     int
-	backoff  time.Duration
-	next     time.Time
-	dialing  bool
-	failures int
+	info      peer.AddrInfo
+	found     []ma.Multiaddr
+	announced []ma.Multiaddr
+	want      int
+	backoff   time.Duration
+	next      time.Time
+	dialing   bool
+	failures  int
 }
 
 // dialer keeps wanted peers connected: it dials new ones at once and, when
@@ -165,12 +171,46 @@ func (d *dialer) add(ai peer.AddrInfo, why int) {
 	}
 	t.want |= why
 	for _, a := range ai.Addrs {
-		if !containsAddr(t.info.Addrs, a.String()) {
-			t.info.Addrs = append(t.info.Addrs, a)
+		if !containsAddr(t.found, a.String()) {
+			t.found = append(t.found, a)
 		}
 	}
+	t.mergeAddrs()
 	d.mu.Unlock()
 	d.wake()
+}
+
+// announce makes addrs the addresses member id announced for itself,
+// replacing those it announced before (so a member that changes its
+// addresses again and again keeps as many as one announcement holds:
+// driver.go's dialableAddrs caps them), and marks it a member.
+func (d *dialer) announce(id peer.ID, addrs []ma.Multiaddr) {
+	if id == d.h.ID() || id == "" {
+		return
+	}
+	d.mu.Lock()
+	t := d.targets[id]
+	if t == nil {
+		t = &target{info: peer.AddrInfo{ID: id}, backoff: d.min}
+		d.targets[id] = t
+	}
+	t.want |= wantMember
+	t.announced = slices.Clone(addrs)
+	t.mergeAddrs()
+	d.mu.Unlock()
+	d.wake()
+}
+
+// mergeAddrs sets info.Addrs to found then announced, without repeats.
+func (t *target) mergeAddrs() {
+	t.info.Addrs = t.info.Addrs[:0:0]
+	for _, l := range [][]ma.Multiaddr{t.found, t.announced} {
+		for _, a := range l {
+			if !containsAddr(t.info.Addrs, a.String()) {
+				t.info.Addrs = append(t.info.Addrs, a)
+			}
+		}
+	}
 }
 
 func containsAddr[T fmt.Stringer](list []T, s string) bool {

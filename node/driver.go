@@ -2,12 +2,14 @@ package node
 
 import (
 	"fmt"
+	"net/netip"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/libp2p/go-libp2p/core/peer"
+	ma "github.com/multiformats/go-multiaddr"
 
 	"github.com/gossiptrain/gossiptrain/gossip/wire"
 	"github.com/gossiptrain/gossiptrain/node/membership"
@@ -296,7 +298,11 @@ func (n *Node) drive(m *membership.Membership) {
 				n.localDrops.Add(1) // the publisher is stuck; a later beat replaces this one
 			}
 		}
-		n.apply(m, &rd, members)
+		from := ""
+		if in != nil {
+			from = in.beat.From
+		}
+		n.apply(m, &rd, members, from)
 		if lv != nil && lv.done != nil {
 			if in != nil && !slices.Contains(in.beat.Members, self) {
 				delete(lv.pending, in.beat.From)
@@ -325,8 +331,10 @@ func (n *Node) drive(m *membership.Membership) {
 	}
 }
 
-// apply acts on one Ready: logs, ring, dials, state, events.
-func (n *Node) apply(m *membership.Membership, rd *membership.Ready, members map[peer.ID]bool) {
+// apply acts on one Ready: logs, ring, dials, state, events. from is the
+// sender of the beat the Ready answers ("" for a tick or a leave): every
+// address in rd.Dial comes from its beat.
+func (n *Node) apply(m *membership.Membership, rd *membership.Ready, members map[peer.ID]bool, from string) {
 	for _, id := range rd.Joined {
 		n.log.Info().Str("peer", id).Msg("member joined")
 	}
@@ -342,10 +350,8 @@ func (n *Node) apply(m *membership.Membership, rd *membership.Ready, members map
 	for _, r := range rd.Rejected {
 		n.log.Debug().Str("from", r.From).Str("reason", r.Reason.String()).Err(r.Err).Msg("membership rejected a beat")
 	}
-	for _, a := range rd.Dial {
-		if ai, err := ParsePeerAddr(a); err == nil {
-			n.dialer.add(ai, wantMember)
-		}
+	if len(rd.Dial) > 0 {
+		n.dialAnnounced(from, rd.Dial, rd.View.Members)
 	}
 
 	n.mu.Lock()
@@ -422,6 +428,121 @@ func (n *Node) protectMembers(ids []string, members map[peer.ID]bool) {
 		members[id] = true
 	}
 	n.dialer.setMembers(now)
+}
+
+// maxDialAddrs caps the addresses of one member the dialer tries: a beat
+// may carry 16 (membership's MaxAddrs), and every member dials them all
+// and redials them while the sender is a member, so a hostile member
+// could aim the cluster's dials at 16 addresses of its choosing. Up to
+// maxRelayedAddrs of them are relay circuits (a peer behind NAT lists its
+// direct addresses first, and they may all be unreachable).
+const (
+	maxDialAddrs    = 8
+	maxRelayedAddrs = 2
+)
+
+// dialAnnounced hands the dialer the addresses from's beat announced,
+// when from is a member of the view (members), keeping only those
+// dialableAddrs allows. Addresses another peer announced on someone
+// else's behalf are never dialled (TestForgedBeatAddressesNotDialled).
+func (n *Node) dialAnnounced(from string, addrs, members []string) {
+	id, err := peer.Decode(from)
+	if err != nil || id == n.self || !slices.Contains(members, from) {
+		return
+	}
+	n.mu.RLock()
+	loopbackOK := len(n.beatAddrs) > 0 && !slices.ContainsFunc(n.beatAddrs, func(a string) bool { return !isLoopbackAddr(a) })
+	n.mu.RUnlock()
+	ok, refused := dialableAddrs(id, addrs, loopbackOK)
+	if len(refused) > 0 {
+		n.log.Debug().Str("peer", from).Strs("refused", refused).Int("dialled", len(ok)).Msg("addresses a member announced that are not dialled")
+	}
+	n.dialer.announce(id, ok)
+}
+
+// dialableAddrs picks, from the addresses a beat of id announced, those
+// the dialer may try, and says why it refused the others:
+//
+//   - an address must end in /p2p/<id>: a peer announces its own
+//     addresses, never another's (that would aim the cluster's dials, and
+//     a peer's identity, at an address of the sender's choosing);
+//   - it must start with an IP address: a /dns name would make every
+//     member resolve and dial a name the sender picked, and an honest
+//     peer announces its listen IPs only (fullAddrs);
+//   - not 0.0.0.0 or ::, multicast, broadcast or link-local (169.254/16
+//     holds cloud metadata services; fe80::/10 cannot be dialled without
+//     a zone); loopback only when loopbackOK (this peer's own addresses
+//     are loopback: a cluster on one machine; otherwise a loopback address
+//     would reach a service of this machine, not the sender);
+//   - at most maxDialAddrs, maxRelayedAddrs of them relay circuits,
+//     direct ones first, each once.
+//
+// The address family is not checked against this peer's listen
+// addresses: dialling out over IPv6 works from a peer that listens on
+// IPv4 only, and a dial that fails costs one attempt.
+func dialableAddrs(id peer.ID, addrs []string, loopbackOK bool) (ok []ma.Multiaddr, refused []string) {
+	var direct, relayed []ma.Multiaddr
+	for _, s := range addrs {
+		why := ""
+		ai, err := ParsePeerAddr(s)
+		switch {
+		case err != nil:
+			why = "not a peer address"
+		case ai.ID != id:
+			why = "another peer's"
+		default:
+			why = notDialable(ai.Addrs[0], loopbackOK)
+		}
+		if why != "" {
+			refused = append(refused, fmt.Sprintf("%.120s: %s", s, why))
+			continue
+		}
+		a := ai.Addrs[0]
+		l := &direct
+		if _, err := a.ValueForProtocol(ma.P_CIRCUIT); err == nil {
+			l = &relayed
+		}
+		if !containsAddr(*l, a.String()) {
+			*l = append(*l, a)
+		}
+	}
+	found := len(direct) + len(relayed)
+	relayed = relayed[:min(len(relayed), maxRelayedAddrs)]
+	direct = direct[:min(len(direct), maxDialAddrs-len(relayed))]
+	if n := len(direct) + len(relayed); n < found {
+		refused = append(refused, fmt.Sprintf("%d more: at most %d addresses of one member are dialled, %d of them relayed", found-n, maxDialAddrs, maxRelayedAddrs))
+	}
+	return append(direct, relayed...), refused
+}
+
+// notDialable says why a (transport) address announced in a beat is not
+// dialled, or "".
+func notDialable(a ma.Multiaddr, loopbackOK bool) string {
+	if len(a) == 0 {
+		return "empty"
+	}
+	c := a[0]
+	if p := c.Protocol().Code; p != ma.P_IP4 && p != ma.P_IP6 {
+		return "not an IP address (/" + c.Protocol().Name + ")"
+	}
+	ip, err := netip.ParseAddr(c.Value())
+	if err != nil {
+		return "not an IP address"
+	}
+	ip = ip.Unmap()
+	switch {
+	case ip.IsUnspecified():
+		return "unspecified address"
+	case ip.IsMulticast():
+		return "multicast address"
+	case ip == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
+		return "broadcast address"
+	case ip.IsLinkLocalUnicast():
+		return "link-local address"
+	case ip.IsLoopback() && !loopbackOK:
+		return "loopback address (this peer is not on loopback only)"
+	}
+	return ""
 }
 
 // hex64 formats a hash as 16 hex digits with a 0x prefix.

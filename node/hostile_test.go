@@ -5,11 +5,13 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/gossiptrain/gossiptrain/node/membership"
 )
@@ -129,5 +131,89 @@ func TestHostileBeatsRejectedAndCounted(t *testing.T) {
 		if s.PubSub.Rejected == 0 {
 			t.Errorf("%s: the pubsub tracer counted no rejected message", s.PeerID)
 		}
+	}
+}
+
+// dialAddrs is what n's dialer would dial for id ("" entries: none).
+func dialAddrs(n *Node, id string) []string {
+	pid, err := peer.Decode(id)
+	if err != nil {
+		return nil
+	}
+	n.dialer.mu.Lock()
+	defer n.dialer.mu.Unlock()
+	t := n.dialer.targets[pid]
+	if t == nil {
+		return nil
+	}
+	var out []string
+	for _, a := range t.info.Addrs {
+		out = append(out, a.String())
+	}
+	return out
+}
+
+// TestForgedBeatAddressesNotDialled: a member whose signed beat announces
+// an address for another member, DNS names, a link-local (cloud metadata)
+// address and a pile of addresses gets none of the others' dialled and at
+// most maxDialAddrs of its own; a peer that is not in the view gets none.
+func TestForgedBeatAddressesNotDialled(t *testing.T) {
+	log, _ := testLog(t)
+	cfg := fastConfig("forged-addrs")
+	nodes := startCluster(t, 3, cfg, log)
+	waitFor(t, 30*time.Second, agreed(nodes))
+	honest, bad := nodes[:2], nodes[2]
+	badID, victim := bad.Self().String(), honest[0].Self().String()
+	v := bad.View()
+	forgedForVictim := "/ip4/127.0.0.2/tcp/9/p2p/" + victim
+	addrs := []string{
+		forgedForVictim,
+		"/dns4/evil.example/tcp/4001/p2p/" + badID,
+		"/ip4/169.254.169.254/tcp/80/p2p/" + badID,
+	}
+	for i := range 13 {
+		addrs = append(addrs, fmt.Sprintf("/ip4/127.0.0.1/tcp/%d/p2p/%s", 1+i, badID))
+	}
+	b := membership.Beat{
+		Job: cfg.Job, From: badID, Incarnation: bad.Status().Incarnation, Seq: 1 << 40,
+		Epoch: v.Epoch, SetHash: v.SetHash, Members: v.Members, Addrs: addrs, Kind: membership.Alive,
+	}
+	signed, err := signBeat(bad.key, encode(t, b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bad.members.Publish(context.Background(), signed); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range honest {
+		waitFor(t, 10*time.Second, func() (bool, string) {
+			got := dialAddrs(n, badID)
+			return slices.Contains(got, "/ip4/127.0.0.1/tcp/1"), fmt.Sprintf("%s dials %v for the hostile member", n.Self(), got)
+		})
+		got := dialAddrs(n, badID)
+		if len(got) > maxDialAddrs+1 { // + the address it was first dialled on, if any
+			t.Errorf("%s dials %d addresses for one member: %v", n.Self(), len(got), got)
+		}
+		for _, a := range got {
+			if strings.Contains(a, "evil.example") || strings.Contains(a, "169.254") {
+				t.Errorf("%s dials %s, announced in a beat", n.Self(), a)
+			}
+		}
+		for _, a := range dialAddrs(n, victim) {
+			if strings.Contains(a, "127.0.0.2") {
+				t.Errorf("%s dials %s for %s: an address another member announced for it", n.Self(), a, victim)
+			}
+		}
+		for _, a := range n.Host().Peerstore().Addrs(honest[0].Self()) {
+			if strings.Contains(a.String(), "127.0.0.2") {
+				t.Errorf("%s's peerstore holds %s for %s", n.Self(), a, victim)
+			}
+		}
+	}
+	// A peer that is not in the view: nothing of its beat is dialled.
+	_, stranger := newKey(t)
+	honest[1].dialAnnounced(stranger.String(), []string{"/ip4/10.9.9.9/tcp/4001/p2p/" + stranger.String()}, honest[1].View().Members)
+	if got := dialAddrs(honest[1], stranger.String()); len(got) != 0 {
+		t.Errorf("the dialer took %v for a peer outside the view", got)
 	}
 }

@@ -159,9 +159,17 @@ func (n *Node) Status() Status {
 // Config.StatusAddr is empty).
 func (n *Node) StatusAddr() string { return n.statusAddr }
 
+// statusLimits bound what one client may cost the status server (tests
+// shorten them).
+var statusLimits = metrics.DefaultHTTPLimits()
+
 // startStatus serves GET /status and the dashboard (GET /, see
 // metrics.Dashboard) on Config.StatusAddr, and answers the other members'
-// dashboards over FiguresProtocol.
+// dashboards over FiguresProtocol. Like the metrics server it answers only
+// requests that name it by IP address or localhost (metrics.AllowHosts: a
+// web page must not read a peer's status by DNS rebinding), within
+// statusLimits (TestStatusServerRefusesOtherHosts,
+// TestStatusServerCutsOffSlowHeaders).
 func (n *Node) startStatus() error {
 	ln, err := net.Listen("tcp", n.cfg.StatusAddr)
 	if err != nil {
@@ -184,7 +192,7 @@ func (n *Node) startStatus() error {
 		_ = json.NewEncoder(w).Encode(n.Status())
 	})
 	mux.Handle("/", n.dash.Handler())
-	n.statusSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	n.statusSrv = statusLimits.Server(metrics.AllowHosts(n.cfg.StatusAddr, mux))
 	n.statusSrv.RegisterOnShutdown(stopFetches)
 	n.statusAddr = ln.Addr().String()
 	n.wg.Go(func() {
@@ -309,12 +317,27 @@ const maxStatus = 8 << 20
 var statusClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 
 // FetchStatus asks the status server at addr (host:port or URL) for its
-// status. Errors wrap ErrStatus and name the URL.
+// status. A status server answers requests that name it by IP address
+// only (metrics.AllowHosts), so a host name other than localhost is
+// resolved here and the request goes to its first address. Errors wrap
+// ErrStatus and name the URL.
 func FetchStatus(ctx context.Context, addr string) (*Status, error) {
 	u := statusURL(addr)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", ErrStatus, u, err)
+	}
+	if host := req.URL.Hostname(); req.URL.Scheme == "http" && net.ParseIP(host) == nil && !strings.EqualFold(host, "localhost") {
+		ips, err := net.DefaultResolver.LookupHost(ctx, host)
+		if err != nil || len(ips) == 0 {
+			return nil, fmt.Errorf("%w: %s: cannot resolve %s: %v", ErrStatus, u, host, err)
+		}
+		port := req.URL.Port()
+		if port == "" {
+			port = "80"
+		}
+		req.URL.Host = net.JoinHostPort(ips[0], port)
+		req.Host = req.URL.Host
 	}
 	resp, err := statusClient.Do(req)
 	if err != nil {

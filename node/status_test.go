@@ -5,11 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 func sampleStatus() Status {
@@ -125,5 +129,108 @@ func TestStatusWriteText(t *testing.T) {
 		if !lines[want] {
 			t.Errorf("text output lacks the line %q:\n%s", want, out)
 		}
+	}
+}
+
+// getWithHost sends GET url with the Host header host.
+func getWithHost(t *testing.T, url, host string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Host = host
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// The status server answers only requests that name it by IP address or
+// localhost: a web page on evil.example rebound to the peer's address
+// gets 421 for the status, the dashboard and its feed, so it cannot read
+// them. FetchStatus given a host name resolves it and asks by address.
+func TestStatusServerRefusesOtherHosts(t *testing.T) {
+	log, _ := testLog(t)
+	cfg := fastConfig("hosts")
+	cfg.StatusAddr = "127.0.0.1:0"
+	n := startNode(t, cfg, log, "n0")
+	addr := n.StatusAddr()
+	_, port, _ := net.SplitHostPort(addr)
+	for _, path := range []string{"/status", "/", "/dashboard.json"} {
+		for host, ok := range map[string]bool{
+			"127.0.0.1:" + port: true, "localhost:" + port: true, "[::1]:" + port: true,
+			"evil.example": false, "evil.example:" + port: false,
+		} {
+			code, body := getWithHost(t, "http://"+addr+path, host)
+			if ok && code != http.StatusOK || !ok && (code != http.StatusMisdirectedRequest || strings.Contains(body, n.Self().String())) {
+				t.Errorf("GET %s with Host %q: %d, want allowed=%v:\n%.200s", path, host, code, ok, body)
+			}
+		}
+	}
+	ctx := context.Background()
+	if st, err := FetchStatus(ctx, "localhost:"+port); err != nil || st.PeerID != n.Self().String() {
+		t.Errorf("FetchStatus(localhost:%s) = %+v, %v", port, st, err)
+	}
+	// This machine's name, when it resolves to a loopback address (it
+	// does on Debian, through /etc/hosts), reaches the server too.
+	name, _ := os.Hostname()
+	ips, _ := net.LookupHost(name)
+	if len(ips) == 0 || !net.ParseIP(ips[0]).IsLoopback() {
+		t.Logf("%q does not resolve to a loopback address (%v): FetchStatus by name not checked", name, ips)
+		return
+	}
+	if st, err := FetchStatus(ctx, name+":"+port); err != nil || st.PeerID != n.Self().String() {
+		t.Errorf("FetchStatus(%s:%s) = %+v, %v: want the status, asked by address", name, port, st, err)
+	}
+}
+
+// A client that sends its headers a line at a time and never finishes
+// them (slowloris) is cut off after the status server's
+// ReadHeaderTimeout, while it still sends.
+func TestStatusServerCutsOffSlowHeaders(t *testing.T) {
+	saved := statusLimits
+	statusLimits.ReadHeaderTimeout = 300 * time.Millisecond
+	t.Cleanup(func() { statusLimits = saved })
+	log, _ := testLog(t)
+	cfg := fastConfig("slowloris")
+	cfg.StatusAddr = "127.0.0.1:0"
+	n := startNode(t, cfg, log, "n0")
+	c, err := net.Dial("tcp", n.StatusAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	start := time.Now()
+	closed := make(chan struct{})
+	go func() {
+		io.Copy(io.Discard, c) // the server closes without answering
+		close(closed)
+	}()
+	line := "GET /status HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+	for {
+		if _, err := c.Write([]byte(line)); err != nil {
+			break
+		}
+		line = "X-Slow: x\r\n"
+		select {
+		case <-closed:
+		case <-time.After(50 * time.Millisecond):
+			if time.Since(start) < 5*time.Second {
+				continue
+			}
+		}
+		break
+	}
+	select {
+	case <-closed:
+	default:
+		t.Fatalf("a client trickling its headers for %v is still connected; want it cut off after about 300ms", time.Since(start))
+	}
+	if took := time.Since(start); took > 3*time.Second {
+		t.Errorf("a client trickling its headers was cut off after %v; want about 300ms", took)
 	}
 }

@@ -18,6 +18,12 @@ package trainer
 // already there intact and never a file that looks complete but is not.
 // The newest Keep files stay; older ones are removed once a newer one is
 // in place.
+//
+// A file can still be damaged later (a disk error, a copy cut short, an
+// edit by hand): VerifyCheckpoint reads one whole and checks its layout and
+// checksum, and ListCheckpoints and ScanResume list only files that pass,
+// so --resume goes on from an older whole checkpoint instead of failing to
+// load the newest (TestScanSkipsDamagedCheckpoints).
 
 import (
 	"bufio"
@@ -162,18 +168,26 @@ func writeCheckpoint(dir string, info CheckpointInfo, shards map[int][]byte, kee
 		d.Close()
 	}
 	if keep > 0 {
-		list, _ := ListCheckpoints(dir)
-		for i := 0; i+keep < len(list); i++ {
-			os.Remove(list[i].Path)
+		// By the rounds in the file names: reading the files would cost
+		// a read of every kept checkpoint per write, and a file whose
+		// header is damaged must go too.
+		files, _ := checkpointFiles(dir)
+		for i := 0; i+keep < len(files); i++ {
+			os.Remove(files[i].path)
 		}
 	}
 	return nil
 }
 
-// ListCheckpoints returns the headers of the checkpoint files in dir,
-// oldest round first. A file whose header cannot be read is skipped (a
-// full check happens when one is loaded); a missing dir has none.
-func ListCheckpoints(dir string) ([]CheckpointInfo, error) {
+// ckptFile is a file named like a checkpoint, and the round in its name.
+type ckptFile struct {
+	path  string
+	round uint64
+}
+
+// checkpointFiles lists dir's files named round-<R>.ckpt, oldest round
+// first; a missing dir has none.
+func checkpointFiles(dir string) ([]ckptFile, error) {
 	ents, err := os.ReadDir(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
@@ -181,20 +195,59 @@ func ListCheckpoints(dir string) ([]CheckpointInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	var out []CheckpointInfo
+	var out []ckptFile
 	for _, e := range ents {
-		n := e.Name()
-		if !strings.HasPrefix(n, ckptPrefix) || !strings.HasSuffix(n, ckptSuffix) {
-			continue
+		if r, ok := roundOfName(e.Name()); ok && e.Type().IsRegular() {
+			out = append(out, ckptFile{filepath.Join(dir, e.Name()), r})
 		}
-		info, err := readCheckpointHeader(filepath.Join(dir, n))
-		if err != nil {
-			continue
-		}
-		out = append(out, info)
 	}
-	slices.SortFunc(out, func(a, b CheckpointInfo) int { return cmpU64(a.Round, b.Round) })
+	slices.SortFunc(out, func(a, b ckptFile) int { return cmpU64(a.round, b.round) })
 	return out, nil
+}
+
+// roundOfName is R of a file named round-<R>.ckpt.
+func roundOfName(name string) (uint64, bool) {
+	if !strings.HasPrefix(name, ckptPrefix) || !strings.HasSuffix(name, ckptSuffix) {
+		return 0, false
+	}
+	r, err := strconv.ParseUint(name[len(ckptPrefix):len(name)-len(ckptSuffix)], 10, 64)
+	return r, err == nil
+}
+
+// ListCheckpoints returns the headers of the checkpoint files in dir
+// that are whole (VerifyCheckpoint), oldest round first; a missing dir has
+// none. ScanCheckpoints also says which files are damaged, and how.
+func ListCheckpoints(dir string) ([]CheckpointInfo, error) {
+	list, _, err := ScanCheckpoints(dir)
+	return list, err
+}
+
+// DamagedCheckpoint is a checkpoint file that cannot be resumed from:
+// Round is the round its name says, Err what is wrong with it.
+type DamagedCheckpoint struct {
+	Path  string
+	Round uint64
+	Err   error
+}
+
+// ScanCheckpoints reads every checkpoint file of dir whole
+// (VerifyCheckpoint): it returns the headers of those that pass and the
+// others with what is wrong, each oldest round first. A missing dir has
+// none; an error is only one of reading the directory itself.
+func ScanCheckpoints(dir string) (whole []CheckpointInfo, damaged []DamagedCheckpoint, err error) {
+	files, err := checkpointFiles(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, f := range files {
+		info, err := VerifyCheckpoint(f.path)
+		if err != nil {
+			damaged = append(damaged, DamagedCheckpoint{Path: f.path, Round: f.round, Err: err})
+			continue
+		}
+		whole = append(whole, info)
+	}
+	return whole, damaged, nil
 }
 
 func cmpU64(a, b uint64) int {
@@ -205,17 +258,6 @@ func cmpU64(a, b uint64) int {
 		return 1
 	}
 	return 0
-}
-
-func readCheckpointHeader(path string) (CheckpointInfo, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return CheckpointInfo{}, err
-	}
-	defer f.Close()
-	info, err := readHeader(bufio.NewReader(f))
-	info.Path = path
-	return info, err
 }
 
 func readHeader(r *bufio.Reader) (CheckpointInfo, error) {
@@ -236,6 +278,72 @@ func readHeader(r *bufio.Reader) (CheckpointInfo, error) {
 		return info, fmt.Errorf("%w: header: %v", ErrCheckpoint, err)
 	}
 	return info, nil
+}
+
+// VerifyCheckpoint reads the checkpoint file at path whole and checks
+// it without a model: its header, every shard's length, that nothing
+// follows the last shard, that the round in its header is the one in its
+// name, and its checksum. It returns the header. The file is streamed, not
+// held in memory. The shards' contents are checked against a model only by
+// LoadCheckpoint. Errors wrap ErrCheckpoint and name the file and what is
+// wrong ("truncated ...", "checksum mismatch ...").
+func VerifyCheckpoint(path string) (CheckpointInfo, error) {
+	bad := func(format string, a ...any) (CheckpointInfo, error) {
+		return CheckpointInfo{}, fmt.Errorf("%w: %s: %s", ErrCheckpoint, path, fmt.Sprintf(format, a...))
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return CheckpointInfo{}, fmt.Errorf("%w: %v", ErrCheckpoint, err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return CheckpointInfo{}, fmt.Errorf("%w: %v", ErrCheckpoint, err)
+	}
+	size := st.Size()
+	if size < int64(len(ckptMagic))+8 {
+		return bad("truncated: %d bytes, less than any checkpoint", size)
+	}
+	body := size - 8
+	h := xxhash.New()
+	r := bufio.NewReaderSize(io.TeeReader(io.LimitReader(f, body), h), 1<<20)
+	info, err := readHeader(r)
+	if err != nil {
+		return bad("%v", unwrapCkpt(err))
+	}
+	info.Path = path
+	for i, s := range info.Shards {
+		n, err := binary.ReadUvarint(r)
+		if err != nil {
+			return bad("truncated: the file ends before shard %d (%d of %d in the header)", s, i+1, len(info.Shards))
+		}
+		if n > uint64(body) {
+			return bad("shard %d: length %d, more than the file's %d bytes", s, n, size)
+		}
+		if got, _ := r.Discard(int(n)); uint64(got) < n {
+			return bad("truncated: the file ends inside shard %d (%d of %d in the header), %d bytes short", s, i+1, len(info.Shards), n-uint64(got))
+		}
+	}
+	if extra, _ := io.Copy(io.Discard, r); extra > 0 {
+		return bad("%d bytes after its last shard (damaged, or not written by gossiptrain)", extra)
+	}
+	var sum [8]byte
+	if _, err := io.ReadFull(f, sum[:]); err != nil {
+		return bad("reading its checksum: %v", err)
+	}
+	if h.Sum64() != binary.LittleEndian.Uint64(sum[:]) {
+		return bad("checksum mismatch (the file is damaged)")
+	}
+	if r, ok := roundOfName(filepath.Base(path)); ok && r != info.Round {
+		return bad("it holds round %d, its name says %d (renamed by hand?)", info.Round, r)
+	}
+	return info, nil
+}
+
+// unwrapCkpt drops readHeader's ErrCheckpoint prefix, for messages that
+// add their own.
+func unwrapCkpt(err error) string {
+	return strings.TrimPrefix(err.Error(), ErrCheckpoint.Error()+": ")
 }
 
 // LoadCheckpoint reads the checkpoint file at path into m: every shard it
@@ -261,7 +369,7 @@ func LoadCheckpoint(path string, m *model.Model) (CheckpointInfo, error) {
 	r := bufio.NewReader(strings.NewReader(string(body)))
 	info, err := readHeader(r)
 	if err != nil {
-		return bad("%v", err)
+		return bad("%v", unwrapCkpt(err))
 	}
 	info.Path = path
 	if want := modelDesc(m); info.Model != want {

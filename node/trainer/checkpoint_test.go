@@ -1,6 +1,7 @@
 package trainer
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/gossiptrain/gossiptrain/data"
 	"github.com/gossiptrain/gossiptrain/node/ring"
@@ -359,5 +362,137 @@ func TestCheckpointResumeSSPAndAsync(t *testing.T) {
 			}
 			t.Logf("%v: resumed at %d (examples before the cut %v): log-loss %.4f, uninterrupted %.4f", mode, r, before, resumed[0].Final.LogLoss, ref[0].Final.LogLoss)
 		})
+	}
+}
+
+// damageFile cuts the file at path in half or flips one byte in its
+// middle.
+func damageFile(t *testing.T, path, how string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	switch how {
+	case "cut in half":
+		b = b[:len(b)/2]
+	case "a byte flipped":
+		b[len(b)/2] ^= 0x10
+	default:
+		t.Fatalf("damage %q?", how)
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// writeRounds writes a worker's checkpoint of each round to dir, keeping
+// them all.
+func writeRounds(t *testing.T, dir, job string, rounds ...uint64) {
+	t.Helper()
+	m := newModel(t, 500)
+	shards := map[int][]byte{}
+	for sh := range 3 {
+		m.Own(sh)
+		shards[sh] = m.AppendShard(nil, sh, true)
+	}
+	for _, r := range rounds {
+		info := CheckpointInfo{Job: job, Peer: "p", Round: r, Members: []string{"p"}, Worker: true, Model: modelDesc(m)}
+		if err := writeCheckpoint(dir, info, shards, 0, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A checkpoint cut short or with a byte flipped is not listed (its body is
+// read and checked, not only its header), ScanResume says which file and
+// what is wrong, the warning names it once, and the line logged when the
+// run resumes from the round before says so. Another job's file is passed
+// over with its reason; a file whose name says another round than its
+// header is not trusted.
+func TestScanSkipsDamagedCheckpoints(t *testing.T) {
+	for _, tc := range []struct{ damage, why string }{
+		{"cut in half", "truncated"},
+		{"a byte flipped", "checksum mismatch"},
+	} {
+		t.Run(tc.damage, func(t *testing.T) {
+			dir := t.TempDir()
+			writeRounds(t, dir, "job", 40, 80)
+			damageFile(t, ckptPath(dir, 80), tc.damage)
+			list, err := ListCheckpoints(dir)
+			if err != nil || len(list) != 1 || list[0].Round != 40 {
+				t.Fatalf("ListCheckpoints = %+v, %v: want round 40 only", list, err)
+			}
+			whole, damaged, err := ScanCheckpoints(dir)
+			if err != nil || len(whole) != 1 || len(damaged) != 1 || damaged[0].Round != 80 ||
+				!errors.Is(damaged[0].Err, ErrCheckpoint) || !contains(damaged[0].Err, tc.why) || !contains(damaged[0].Err, "round-80.ckpt") {
+				t.Fatalf("ScanCheckpoints = %+v, %+v, %v: want round 80 damaged (%s)", whole, damaged, err, tc.why)
+			}
+			sc, err := ScanResume(dir, "job", newModel(t, 500))
+			if err != nil || len(sc.Points) != 1 || sc.Points[0].Round != 40 || len(sc.Skipped) != 1 || !sc.Skipped[0].Damaged {
+				t.Fatalf("ScanResume = %+v, %v: want round 40 resumable, round 80 skipped as damaged", sc, err)
+			}
+			var logs bytes.Buffer
+			log := zerolog.New(&logs)
+			sc.LogSkipped(log)
+			sc.LogResuming(log, 40)
+			out := logs.String()
+			if n := strings.Count(out, `"file":"`+ckptPath(dir, 80)+`"`); n != 2 || !strings.Contains(out, `"level":"warn"`) {
+				t.Errorf("want one warning naming the file at the scan and one at the resume, got:\n%s", out)
+			}
+			if want := "checkpoint round-80.ckpt is damaged (" + sc.Skipped[0].Why + "): resuming from round 40"; !strings.Contains(out, want) {
+				t.Errorf("the log lacks %q:\n%s", want, out)
+			}
+		})
+	}
+	t.Run("another job, a renamed file, an empty dir", func(t *testing.T) {
+		dir := t.TempDir()
+		writeRounds(t, dir, "other-job", 40)
+		writeRounds(t, dir, "job", 50)
+		if err := os.Rename(ckptPath(dir, 50), ckptPath(dir, 90)); err != nil {
+			t.Fatal(err)
+		}
+		sc, err := ScanResume(dir, "job", newModel(t, 500))
+		if err != nil || len(sc.Points) != 0 || len(sc.Skipped) != 2 {
+			t.Fatalf("ScanResume = %+v, %v: want nothing resumable and 2 files skipped", sc, err)
+		}
+		if s := sc.Skipped[0]; s.Round != 40 || s.Damaged || !strings.Contains(s.Why, `job "other-job"`) {
+			t.Errorf("another job's file skipped as %+v", s)
+		}
+		if s := sc.Skipped[1]; s.Round != 90 || !s.Damaged || !strings.Contains(s.Why, "holds round 50, its name says 90") {
+			t.Errorf("a renamed file skipped as %+v", s)
+		}
+		if d := sc.Describe(); !strings.Contains(d, dir) || !strings.Contains(d, "none this run can resume from") || !strings.Contains(d, "round-90.ckpt: ") {
+			t.Errorf("Describe() = %q", d)
+		}
+		empty := t.TempDir()
+		sc, err = ScanResume(filepath.Join(empty, "missing"), "job", newModel(t, 500))
+		if err != nil || len(sc.Points)+len(sc.Skipped) != 0 || !strings.Contains(sc.Describe(), "holds no checkpoint") {
+			t.Errorf("a missing dir: %+v, %v, %q", sc, err, sc.Describe())
+		}
+	})
+}
+
+// Old checkpoints are removed by the round in their names, so a file
+// whose header is damaged is pruned too instead of staying for ever.
+func TestCheckpointPruneRemovesDamagedOldFiles(t *testing.T) {
+	dir := t.TempDir()
+	writeRounds(t, dir, "job", 10)
+	os.WriteFile(ckptPath(dir, 10), []byte("not a checkpoint"), 0o644)
+	m := newModel(t, 500)
+	m.Own(0)
+	shards := map[int][]byte{0: m.AppendShard(nil, 0, true)}
+	for _, r := range []uint64{20, 30} {
+		if err := writeCheckpoint(dir, CheckpointInfo{Job: "job", Round: r, Model: modelDesc(m)}, shards, 2, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ents, _ := os.ReadDir(dir)
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	if !slices.Equal(names, []string{"round-20.ckpt", "round-30.ckpt"}) {
+		t.Errorf("after writing rounds 20 and 30 with keep 2 the dir holds %v", names)
 	}
 }

@@ -28,7 +28,12 @@ package trainer
 // round (Entry.Resume); the peers load their files. When the check fails,
 // it says which peer lacks which shards, and every peer that asks fails
 // with that message: a resumed run with a shard missing would be wrong,
-// not slower.
+// not slower. A peer lists only files it read whole (ScanResume), so a
+// newest file that is damaged on one peer makes the run resume from the
+// round before it. When no peer has a checkpoint at all, the coordinator
+// fails the start (ErrNoCheckpoint: --resume means "go on", and silently
+// starting over would lose the run) unless the peers were told to start a
+// new run then (--resume=auto: SetResume's orStart).
 
 import (
 	"context"
@@ -36,6 +41,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -43,6 +49,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/gossiptrain/gossiptrain/model"
 	"github.com/gossiptrain/gossiptrain/node/train"
 )
 
@@ -76,6 +83,108 @@ type ResumePoint struct {
 	Shards  []int    `json:"shards"`
 }
 
+// ResumeScan is what --resume found in this peer's checkpoint directory:
+// the points it can resume from, and the files it passed over.
+type ResumeScan struct {
+	Dir     string
+	Points  []ResumePoint
+	Skipped []SkippedCheckpoint // oldest round first
+}
+
+// SkippedCheckpoint is a file of the directory that cannot resume this
+// run: damaged (Damaged: VerifyCheckpoint failed; Why is its error), or
+// whole but of another job or model, or without this worker's data
+// position.
+type SkippedCheckpoint struct {
+	Path    string
+	Round   uint64
+	Damaged bool
+	Why     string
+}
+
+// ScanResume lists the checkpoints of dir that resume job with model m:
+// files that are whole (VerifyCheckpoint reads each one through), hold
+// m's kind and layout, and a worker's data position. The others are in
+// Skipped, with why. An error is only one of reading dir itself.
+func ScanResume(dir, job string, m *model.Model) (ResumeScan, error) {
+	sc := ResumeScan{Dir: dir}
+	whole, damaged, err := ScanCheckpoints(dir)
+	if err != nil {
+		return sc, err
+	}
+	for _, d := range damaged {
+		why := strings.TrimPrefix(unwrapCkpt(d.Err), d.Path+": ")
+		sc.Skipped = append(sc.Skipped, SkippedCheckpoint{Path: d.Path, Round: d.Round, Damaged: true, Why: why})
+	}
+	want := modelDesc(m)
+	for _, c := range whole {
+		why := ""
+		switch {
+		case c.Job != job:
+			why = fmt.Sprintf("it is of job %q, this is %q", c.Job, job)
+		case c.Model != want:
+			why = fmt.Sprintf("it holds a model of %s, this run trains %s", c.Model, want)
+		case !c.Worker:
+			why = "it holds shards only: this peer's data position at that round was not known when it was written"
+		default:
+			sc.Points = append(sc.Points, ResumePoint{Round: c.Round, Members: c.Members, Shards: c.Shards})
+			continue
+		}
+		sc.Skipped = append(sc.Skipped, SkippedCheckpoint{Path: c.Path, Round: c.Round, Why: why})
+	}
+	slices.SortFunc(sc.Skipped, func(a, b SkippedCheckpoint) int { return cmpU64(a.Round, b.Round) })
+	return sc, nil
+}
+
+// LogSkipped logs each skipped file once: a warning for a damaged one or
+// another model's, an info line for another job's or one without a data
+// position.
+func (sc ResumeScan) LogSkipped(log zerolog.Logger) {
+	for _, s := range sc.Skipped {
+		ev := log.Info()
+		what := "cannot resume this run"
+		if s.Damaged {
+			ev, what = log.Warn(), "is damaged: not resumable"
+		} else if strings.Contains(s.Why, "model") {
+			ev = log.Warn()
+		}
+		ev.Str("file", s.Path).Str("why", s.Why).Msgf("--resume: checkpoint %s %s", filepath.Base(s.Path), what)
+	}
+}
+
+// LogResuming says, once the run resumes at round at, why this peer's
+// newer files were passed over: "checkpoint round-R.ckpt is damaged
+// (...): resuming from round Q".
+func (sc ResumeScan) LogResuming(log zerolog.Logger, at uint64) {
+	for _, s := range sc.Skipped {
+		if s.Round <= at {
+			continue
+		}
+		what := "cannot resume this run"
+		if s.Damaged {
+			what = "is damaged"
+		}
+		log.Warn().Str("file", s.Path).Uint64("round", at).
+			Msgf("checkpoint %s %s (%s): resuming from round %d", filepath.Base(s.Path), what, s.Why, at)
+	}
+}
+
+// Describe says what the directory holds, for the error of a --resume
+// that found no checkpoint anywhere.
+func (sc ResumeScan) Describe() string {
+	if len(sc.Points) > 0 {
+		return fmt.Sprintf("%s holds %d checkpoints this run can resume from", sc.Dir, len(sc.Points))
+	}
+	if len(sc.Skipped) == 0 {
+		return fmt.Sprintf("%s holds no checkpoint", sc.Dir)
+	}
+	why := make([]string, len(sc.Skipped))
+	for i, s := range sc.Skipped {
+		why[i] = filepath.Base(s.Path) + ": " + s.Why
+	}
+	return fmt.Sprintf("%s holds %d checkpoint files and none this run can resume from (%s)", sc.Dir, len(sc.Skipped), strings.Join(why, "; "))
+}
+
 // Start states, as probes answer them.
 const (
 	stateWaiting  = "waiting"  // this process has not decided yet
@@ -93,8 +202,11 @@ type startAnswer struct {
 	ResumeAt uint64        `json:"resume_at,omitempty"` // with Members: the round they start at
 	Points   []ResumePoint `json:"checkpoints,omitempty"`
 	Failed   string        `json:"failed,omitempty"`
-	from     string        // who answered (not on the wire)
-	err      error         // the probe failed
+	// NoCheckpoint, with state failed: it failed because no peer has a
+	// checkpoint (ErrNoCheckpoint).
+	NoCheckpoint bool   `json:"no_checkpoint,omitempty"`
+	from         string // who answered (not on the wire)
+	err          error  // the probe failed
 }
 
 type startMember struct {
@@ -118,8 +230,10 @@ type Starter struct {
 	members  []startMember // the first set this peer bootstrapped with
 	resumeAt uint64        // and the round it starts at
 	failed   string
+	noCkpt   bool // failed for want of any checkpoint
 
 	resume  bool // SetResume was called
+	orStart bool // with no checkpoint anywhere, start from round 0
 	serving bool // the probe handler is registered (Enter)
 	points  []ResumePoint
 	place   train.PlaceFunc
@@ -127,12 +241,14 @@ type Starter struct {
 }
 
 // SetResume makes this peer resume from a checkpoint when it starts a run:
-// points are the checkpoints it has (its files), place the run's placement
-// of the model's shards.
-func (s *Starter) SetResume(points []ResumePoint, place train.PlaceFunc, shards int) {
+// points are the checkpoints it has (its whole files: ScanResume), place
+// the run's placement of the model's shards. When no peer has any
+// checkpoint, a coordinator with orStart starts a new run from round 0;
+// without, it fails, and Enter returns ErrNoCheckpoint on every peer.
+func (s *Starter) SetResume(points []ResumePoint, place train.PlaceFunc, shards int, orStart bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.resume, s.points, s.place, s.nshards = true, points, place, shards
+	s.resume, s.points, s.place, s.nshards, s.orStart = true, points, place, shards, orStart
 }
 
 // NewStarter makes the starter of this process; self and id are its peer
@@ -147,7 +263,7 @@ func NewStarter(tr Requester, job, self string, id uint64, log zerolog.Logger) *
 
 func (s *Starter) serve(_ context.Context, _ string, _ []byte, w io.Writer) error {
 	s.mu.Lock()
-	a := startAnswer{Job: s.job, State: s.state, Members: s.members, ResumeAt: s.resumeAt, Points: s.points, Failed: s.failed}
+	a := startAnswer{Job: s.job, State: s.state, Members: s.members, ResumeAt: s.resumeAt, Points: s.points, Failed: s.failed, NoCheckpoint: s.noCkpt}
 	s.mu.Unlock()
 	return json.NewEncoder(w).Encode(a)
 }
@@ -198,6 +314,8 @@ func (s *Starter) Enter(ctx context.Context, view func() View, minPeers int, ret
 		for _, a := range answers {
 			switch {
 			case a.err != nil || a.Job != s.job:
+			case a.State == stateFailed && a.NoCheckpoint:
+				return Entry{}, fmt.Errorf("%w: %w (%s; says %s)", ErrCannotResume, ErrNoCheckpoint, a.Failed, short(a.from))
 			case a.State == stateFailed:
 				return Entry{}, fmt.Errorf("%w: %s (says %s)", ErrCannotResume, a.Failed, a.from)
 			case a.State == stateEnded:
@@ -268,6 +386,10 @@ func (s *Starter) decide(ms []startMember, resumeAt uint64) Entry {
 // ErrCannotResume: the peers' checkpoints cannot resume the run.
 var ErrCannotResume = errors.New("cannot resume from the checkpoints")
 
+// ErrNoCheckpoint: started with --resume, no peer has a checkpoint of the
+// run it can resume from (it also matches ErrCannotResume).
+var ErrNoCheckpoint = errors.New("no peer has a checkpoint to resume from")
+
 // resumeDecision is the coordinator's decision when resuming: ok when this
 // peer decided (or failed). ms are the peers that answered and this one.
 func (s *Starter) resumeDecision(ms []startMember, answers []startAnswer, minPeers int) (Entry, bool, error) {
@@ -294,13 +416,20 @@ func (s *Starter) resumeDecision(ms []startMember, answers []startAnswer, minPee
 	slices.Sort(rounds)
 	slices.Reverse(rounds)
 	if len(rounds) == 0 {
-		if len(ms) >= minPeers && ms[0].Peer == s.self {
-			s.log.Warn().Int("members", len(ms)).Msg("--resume: no peer has a checkpoint: starting a new run from round 0")
+		if len(ms) < minPeers || ms[0].Peer != s.self {
+			return Entry{}, false, nil
+		}
+		if s.orStart {
+			s.log.Warn().Int("members", len(ms)).Msg("--resume=auto: no peer has a checkpoint: starting a new run from round 0")
 			return s.decide(ms, 0), true, nil
 		}
-		return Entry{}, false, nil
+		msg := fmt.Sprintf("peers: %s", strings.Join(shortPeers(peersOf(ms)), ", "))
+		s.mu.Lock()
+		s.state, s.failed, s.noCkpt = stateFailed, msg, true
+		s.mu.Unlock()
+		return Entry{}, true, fmt.Errorf("%w: %w (%s)", ErrCannotResume, ErrNoCheckpoint, msg)
 	}
-	var problems []string
+	var problems []string // why each newer round cannot resume the run
 	for _, r := range rounds {
 		var workers []string
 		for _, ps := range points {
@@ -331,7 +460,11 @@ func (s *Starter) resumeDecision(ms []startMember, answers []startAnswer, minPee
 		}
 		p := s.coverage(points, first, r, place, nshards)
 		if len(p) == 0 {
-			s.log.Info().Uint64("round", r).Int("members", len(first)).Msg("--resume: resuming the run from its newest complete checkpoint")
+			ev := s.log.Info()
+			if len(problems) > 0 {
+				ev = s.log.Warn().Strs("newer_rounds_passed_over", problems)
+			}
+			ev.Uint64("round", r).Int("members", len(first)).Msg("--resume: resuming the run from its newest complete checkpoint")
 			return s.decide(first, r), true, nil
 		}
 		problems = append(problems, p...)
@@ -359,7 +492,7 @@ func (s *Starter) coverage(points map[string][]ResumePoint, first []startMember,
 	for _, p := range peers {
 		i := slices.IndexFunc(points[p], func(pt ResumePoint) bool { return pt.Round == r })
 		if i < 0 {
-			problems = append(problems, fmt.Sprintf("%s has no checkpoint of round %d (started without --resume, or its --checkpoint-dir lost it)", short(p), r))
+			problems = append(problems, fmt.Sprintf("%s has no whole checkpoint of round %d (started without --resume, or its --checkpoint-dir lost it, or holds it damaged: see that peer's log)", short(p), r))
 			continue
 		}
 		have := points[p][i].Shards
@@ -381,6 +514,14 @@ func short(p string) string {
 		return "…" + p[len(p)-6:]
 	}
 	return p
+}
+
+func peersOf(ms []startMember) []string {
+	out := make([]string, len(ms))
+	for i, m := range ms {
+		out[i] = m.Peer
+	}
+	return out
 }
 
 func shortPeers(ps []string) []string {

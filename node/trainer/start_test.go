@@ -117,8 +117,9 @@ func (p modPlace) Owners(s int) []string { return []string{p[s%len(p)]} }
 
 func placeMod(members []string) (train.Placement, error) { return modPlace(members), nil }
 
-// enterAll runs a starter per peer with --resume and the given points.
-func enterAll(t *testing.T, peers []string, points map[string][]ResumePoint) ([]Entry, []error) {
+// enterAll runs a starter per peer with --resume (--resume=auto with
+// orStart) and the given points.
+func enterAll(t *testing.T, peers []string, points map[string][]ResumePoint, orStart bool) ([]Entry, []error) {
 	t.Helper()
 	net := newNet(t)
 	incs := make([]uint64, len(peers))
@@ -133,7 +134,7 @@ func enterAll(t *testing.T, peers []string, points map[string][]ResumePoint) ([]
 	var wg sync.WaitGroup
 	for i, p := range peers {
 		s := NewStarter(net.NewNode(p), "job", p, train.MemberID(p, incs[i]), zerolog.Nop())
-		s.SetResume(points[p], placeMod, 6)
+		s.SetResume(points[p], placeMod, 6, orStart)
 		wg.Go(func() { entries[i], errs[i] = s.Enter(ctx, view, len(peers), 10*time.Millisecond) })
 	}
 	wg.Wait()
@@ -142,7 +143,7 @@ func enterAll(t *testing.T, peers []string, points map[string][]ResumePoint) ([]
 
 // Peers started with --resume agree on the newest checkpoint round that
 // every worker of it has, whole: a round one peer did not finish writing
-// is passed over; with none, they start a new run.
+// is passed over; with none anywhere, --resume=auto starts a new run.
 func TestStartersResumeFromTheNewestCompleteCheckpoint(t *testing.T) {
 	peers := []string{"peer-a", "peer-b", "peer-c"}
 	pt := func(r uint64, shards ...int) ResumePoint {
@@ -160,10 +161,10 @@ func TestStartersResumeFromTheNewestCompleteCheckpoint(t *testing.T) {
 	}{
 		{"all have 80", full, 80},
 		{"peer-c was killed writing 80", map[string][]ResumePoint{"peer-a": full["peer-a"], "peer-b": full["peer-b"], "peer-c": full["peer-c"][:1]}, 40},
-		{"no checkpoint anywhere", nil, 0},
+		{"no checkpoint anywhere, --resume=auto", nil, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			entries, errs := enterAll(t, peers, tc.points)
+			entries, errs := enterAll(t, peers, tc.points, true)
 			for i, e := range entries {
 				if errs[i] != nil {
 					t.Fatalf("%s: %v", peers[i], errs[i])
@@ -185,7 +186,7 @@ func TestStartersRefuseAnIncompleteCheckpoint(t *testing.T) {
 		"peer-b": {{Round: 40, Members: peers, Shards: []int{1}}},
 		"peer-c": {{Round: 40, Members: peers, Shards: []int{2, 5}}},
 	}
-	_, errs := enterAll(t, peers, pts)
+	_, errs := enterAll(t, peers, pts, false)
 	for i, err := range errs {
 		if !errors.Is(err, ErrCannotResume) || !strings.Contains(err.Error(), "peer-b lacks shards [4] of round 40") {
 			t.Errorf("%s: %v, want ErrCannotResume naming peer-b's missing shard 4", peers[i], err)
@@ -219,16 +220,95 @@ func TestStartersWaitForAPeerStillReadingItsCheckpoints(t *testing.T) {
 	// peer-a (the coordinator) and peer-c enter; peer-b has not listed its
 	// checkpoints yet.
 	for _, i := range []int{0, 2} {
-		ss[i].SetResume(pts[peers[i]], placeMod, 6)
+		ss[i].SetResume(pts[peers[i]], placeMod, 6, false)
 		wg.Go(func() { entries[i], errs[i] = ss[i].Enter(ctx, view, len(peers), 5*time.Millisecond) })
 	}
 	time.Sleep(100 * time.Millisecond) // (twenty probe rounds)
-	ss[1].SetResume(pts["peer-b"], placeMod, 6)
+	ss[1].SetResume(pts["peer-b"], placeMod, 6, false)
 	wg.Go(func() { entries[1], errs[1] = ss[1].Enter(ctx, view, len(peers), 5*time.Millisecond) })
 	wg.Wait()
 	for i, e := range entries {
 		if errs[i] != nil || len(e.Initial) != 3 || e.Resume != 40 {
 			t.Errorf("%s enters with %+v, %v: want the 3 peers resuming at round 40", peers[i], e, errs[i])
 		}
+	}
+}
+
+// --resume when no peer has a checkpoint (an empty --checkpoint-dir, or
+// only damaged files) fails on every peer with ErrNoCheckpoint instead of
+// starting over from round 0; --resume=auto starts over
+// (TestStartersResumeFromTheNewestCompleteCheckpoint).
+func TestStartersWithoutAnyCheckpointFail(t *testing.T) {
+	peers := []string{"peer-a", "peer-b", "peer-c"}
+	entries, errs := enterAll(t, peers, nil, false)
+	for i, err := range errs {
+		if !errors.Is(err, ErrNoCheckpoint) || !errors.Is(err, ErrCannotResume) || entries[i].Initial != nil {
+			t.Errorf("%s: %+v, %v: want ErrNoCheckpoint and no entry", peers[i], entries[i], err)
+		}
+	}
+}
+
+// The coordinator's choice from real files: a newest checkpoint that is
+// cut short on one peer, or has a byte flipped, is not listed by that
+// peer (ScanResume), and the peers resume from the round before it
+// instead of failing to load it.
+func TestStartersResumeFromTheRoundBeforeADamagedFile(t *testing.T) {
+	peers := []string{"peer-a", "peer-b", "peer-c"}
+	for _, damage := range []string{"cut in half", "a byte flipped"} {
+		t.Run(damage, func(t *testing.T) {
+			m := newModel(t, 500)
+			points := map[string][]ResumePoint{}
+			for i, p := range peers {
+				dir := t.TempDir()
+				shards := map[int][]byte{}
+				for _, sh := range []int{i, i + 3} { // placeMod's shards of peer i
+					m.Own(sh)
+					shards[sh] = m.AppendShard(nil, sh, true)
+				}
+				for _, r := range []uint64{40, 80} {
+					info := CheckpointInfo{Job: "job", Peer: p, Round: r, Members: peers, Worker: true, Model: modelDesc(m)}
+					if err := writeCheckpoint(dir, info, shards, 2, nil); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if p == "peer-b" {
+					damageFile(t, ckptPath(dir, 80), damage)
+				}
+				sc, err := ScanResume(dir, "job", m)
+				if err != nil {
+					t.Fatal(err)
+				}
+				points[p] = sc.Points
+			}
+			if len(points["peer-b"]) != 1 {
+				t.Fatalf("peer-b lists %+v, want round 40 only", points["peer-b"])
+			}
+			entries, errs := enterAll(t, peers, points, false)
+			for i, e := range entries {
+				if errs[i] != nil || len(e.Initial) != 3 || e.Resume != 40 {
+					t.Errorf("%s enters with %+v, %v: want the 3 peers resuming at round 40", peers[i], e, errs[i])
+				}
+			}
+		})
+	}
+}
+
+// A peer started with --resume that has no checkpoint, and finds the run
+// under way, joins it: the no-checkpoint failure is the coordinator's
+// decision when starting a run, not a check of this peer's own files.
+func TestStarterWithResumeAndNoCheckpointJoinsARunUnderWay(t *testing.T) {
+	net := newNet(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	a := NewStarter(net.NewNode("peer-a"), "job", "peer-a", train.MemberID("peer-a", 1), zerolog.Nop())
+	if _, err := a.Enter(ctx, viewOf([]string{"peer-a"}, []uint64{1}), 1, time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	a.Running()
+	z := NewStarter(net.NewNode("peer-0"), "job", "peer-0", train.MemberID("peer-0", 1), zerolog.Nop())
+	z.SetResume(nil, placeMod, 6, false)
+	e, err := z.Enter(ctx, viewOf([]string{"peer-0", "peer-a"}, []uint64{1, 1}), 1, time.Millisecond)
+	if err != nil || e.Contact != "peer-a" {
+		t.Fatalf("a --resume peer without checkpoints enters with %+v, %v: want to join through peer-a", e, err)
 	}
 }
