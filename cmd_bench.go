@@ -33,9 +33,16 @@ const benchDefaultBatch = 1000
 type benchConfig struct {
 	topology, mode string
 	batch          int
+	localSteps     int // batches a window (1: a gradient every batch)
 }
 
-func (b benchConfig) dirName() string { return fmt.Sprintf("%s-%s-b%d", b.topology, b.mode, b.batch) }
+func (b benchConfig) dirName() string {
+	name := fmt.Sprintf("%s-%s-b%d", b.topology, b.mode, b.batch)
+	if b.localSteps > 1 {
+		name += fmt.Sprintf("-h%d", b.localSteps)
+	}
+	return name
+}
 
 func benchCmd() *command {
 	c := newCommand("bench", "run several configurations on the same data and report on them (report.md, bench.json, plots)",
@@ -46,26 +53,32 @@ func benchCmd() *command {
 		topologies  = defaultList{vals: []string{"master", "ring"}}
 		modes       = defaultList{vals: []string{"sync"}}
 		batches     = defaultList{vals: []string{strconv.Itoa(benchDefaultBatch)}}
+		localSteps  = defaultList{vals: []string{"1"}}
 		examples    int64
 		out         string
 		nf          netFlags
 		lf          logFlags
 		stopOnError bool
 		repeat      int
+		target      float64
+		evalPoints  int
 	)
 	c.group("Benchmark", func(fs *flag.FlagSet) {
 		fs.Var(&peersList, "peers", "local peer `processes` in every configuration, or a list of counts for a scaling series\n(1,2,4,8): 1 is one plain train process alone on all the data, the baseline of the\nreport's speedup and efficiency columns and plot")
 		fs.Var(&topologies, "topologies", "`list` of topologies to run: master (every shard on peer 0: the parameter server) and/or ring")
 		fs.Var(&modes, "modes", "`list` of modes to run: sync, ssp (with --staleness) and/or async")
 		fs.Var(&batches, "batches", "`list` of batch sizes (examples per peer and step) to run, e.g. 1,100,1000,10000")
+		fs.Var(&localSteps, "local-steps", "`list` of window sizes to run (train's --local-steps: batches a worker trains on its own\ncopy between exchanges), e.g. 1,4,16; 1 exchanges every batch")
 		fs.Int64Var(&examples, "examples", 1_000_000, "training examples of every configuration (all peers together): the generated data set's\nrows, or whole passes over --train (--epochs) that add up to at least this many")
 		fs.StringVar(&out, "out", "", "output `DIR`: data/ (generated), runs/<configuration>/ (reports, logs), report.md,\nbench.json and the plots (default ./gossiptrain-runs/<time>-bench)")
 		fs.BoolVar(&stopOnError, "stop-on-error", false, "stop at the first configuration that fails (default: report it and go on)")
+		fs.Float64Var(&target, "target-logloss", 0, "time every configuration to this test `log-loss` (time to accuracy: the training seconds until\nit first gets there); 0 is one peer alone's final test log-loss plus 0.5% (with --peers 1,N)")
+		fs.IntVar(&evalPoints, "eval-points", 20, "evaluations of the test set along the way, for the curves and time to accuracy: `N` evenly\nspaced in the training examples (one peer of a cluster evaluates, so the others do not pay\nfor it; every peer evaluates at the end); --eval-every overrides")
 		fs.IntVar(&repeat, "repeat", 1, "run the whole plan `N` times, interleaved (every configuration once, then all again), and print\neach configuration's examples/s and speedup in every repetition and their median (also in\nDIR/repeats.md): on a shared machine one run moves by 15% or more. report.md is the first\nrepetition's; the others are in DIR/repeats/<k>/")
 	})
 	c.group("VM emulation", cf.register)
 	c.group("Network emulation", nf.register)
-	tp := registerTrainFlags(c, mergeSkip(clusterSkipFlags, "batch", "topology", "mode", "epochs", "save"))
+	tp := registerTrainFlags(c, mergeSkip(clusterSkipFlags, "batch", "topology", "mode", "epochs", "save", "local-steps"))
 	c.group("Logging", lf.register)
 	c.help = `
 Run every combination of --topologies, --modes and --batches as a cluster of
@@ -121,6 +134,12 @@ VMs (root; C x N should fit in the machine's cores).`
 		if repeat < 1 {
 			return usageErr("repeat", "want at least 1, got %d", repeat)
 		}
+		if target < 0 || math.IsNaN(target) || math.IsInf(target, 0) {
+			return usageErr("target-logloss", "%v: want a log-loss > 0, or 0 for one peer alone's final plus 0.5%%", target)
+		}
+		if evalPoints < 0 {
+			return usageErr("eval-points", "want 0 or more, got %d", evalPoints)
+		}
 		slices.Sort(counts)
 		clusterCounts := counts
 		if series {
@@ -141,7 +160,13 @@ VMs (root; C x N should fit in the machine's cores).`
 					if err != nil || n < 1 {
 						return usageErr("batches", "%q is not a batch size (a whole number >= 1)", b)
 					}
-					cfgs = append(cfgs, benchConfig{topology: t, mode: m, batch: n})
+					for _, hs := range localSteps.vals {
+						h, err := strconv.Atoi(hs)
+						if err != nil || h < 1 || h > 1<<16 {
+							return usageErr("local-steps", "%q is not a window size (a whole number 1..65536)", hs)
+						}
+						cfgs = append(cfgs, benchConfig{topology: t, mode: m, batch: n, localSteps: h})
+					}
 				}
 			}
 		}
@@ -229,13 +254,23 @@ VMs (root; C x N should fit in the machine's cores).`
 		// runFlags are the flags of a run of n peers (or one alone).
 		runFlags := func(n int) []string {
 			a := append(append([]string(nil), resolved...), "--epochs", strconv.Itoa(epochs), "--log-level", lf.level)
-			if !c.set("eval-every") {
-				// Four evaluations along the way and the final one: the
-				// curves of the report. Eval lines count a peer's own
-				// examples.
-				a = append(a, "--eval-every", strconv.FormatInt(max(examples*int64(epochs)/int64(n)/4, 1), 10))
+			if !c.set("eval-every") && evalPoints > 0 {
+				// evalPoints evaluations along the way and the final one:
+				// the curves of the report and the time to accuracy. Eval
+				// lines count a peer's own examples.
+				a = append(a, "--eval-every", strconv.FormatInt(max(examples*int64(epochs)/int64(n)/int64(evalPoints), 1), 10))
 			}
 			return a
+		}
+		// evalOnlyFirst: in a cluster only peer 0 evaluates along the way
+		// (its model is every peer's in sync, and a good estimate in ssp
+		// and async); the others evaluate once, at the end, so the
+		// cluster pays for one peer's evaluations as the lone peer does.
+		evalOnlyFirst := func(i int) []string {
+			if i == 0 || c.set("eval-every") {
+				return nil
+			}
+			return []string{"--eval-every", "0"}
 		}
 		splits := map[int]peerSplit{}
 		for _, n := range clusterCounts {
@@ -311,8 +346,9 @@ VMs (root; C x N should fit in the machine's cores).`
 				cf.apply(&cfg)
 				cfg.Job = "bench-" + name
 				cfg.TrainArgs = append(append(append(withoutFlag(pass, "train"), split.common...), runFlags(r.peers)...),
-					"--topology", r.bc.topology, "--mode", r.bc.mode, "--batch", strconv.Itoa(r.bc.batch))
-				cfg.PeerArgs = func(i int) []string { return append(split.own(i), tp.perPeer(i)...) }
+					"--topology", r.bc.topology, "--mode", r.bc.mode, "--batch", strconv.Itoa(r.bc.batch),
+					"--local-steps", strconv.Itoa(r.bc.localSteps))
+				cfg.PeerArgs = func(i int) []string { return append(append(split.own(i), tp.perPeer(i)...), evalOnlyFirst(i)...) }
 				cfg.ProgressEvery = progressEvery(tp)
 				res, err = cluster.Run(ctx, cfg)
 			}
@@ -372,6 +408,13 @@ VMs (root; C x N should fit in the machine's cores).`
 		if len(groups) == 0 {
 			return errors.New(strings.Join(failures, "; "))
 		}
+		summarize := func(g []*report.Config) []report.BenchConfig {
+			bs := report.Summarize(g)
+			if target > 0 {
+				report.AddTimeToTarget(bs, target, 0)
+			}
+			return bs
+		}
 		title := fmt.Sprintf("gossiptrain bench: %d peers", maxPeers)
 		if series {
 			title = fmt.Sprintf("gossiptrain bench: scaling series of %s peers", joinInts(counts))
@@ -382,16 +425,16 @@ VMs (root; C x N should fit in the machine's cores).`
 		if netns != nil {
 			title += ", links " + netns.String()
 		}
-		if err := report.WriteBench(out, groups, report.WithCommand(cmdline), report.WithTitle(title), report.WithWarnings(failures...)); err != nil {
+		if err := report.WriteBench(out, groups, report.WithCommand(cmdline), report.WithTitle(title), report.WithWarnings(failures...), report.WithTarget(target)); err != nil {
 			return fmt.Errorf("--out %s: %w", out, err)
 		}
-		if err := report.WriteSummaryTable(c.stdout(), report.Summarize(groups)); err != nil {
+		if err := report.WriteSummaryTable(c.stdout(), summarize(groups)); err != nil {
 			return err
 		}
 		if repeat > 1 {
 			reps := make([][]report.BenchConfig, repeat)
 			for i, dirs := range repDirs {
-				if reps[i], err = summarizeRuns(dirs, series); err != nil {
+				if reps[i], err = summarizeRuns(dirs, series, target); err != nil {
 					return err
 				}
 			}
@@ -445,7 +488,7 @@ func firstLine(s string) string {
 
 // summarizeRuns summarizes one repetition's run directories (a scaling
 // series groups each run on its own, as the main report does).
-func summarizeRuns(dirs []string, series bool) ([]report.BenchConfig, error) {
+func summarizeRuns(dirs []string, series bool, target float64) ([]report.BenchConfig, error) {
 	var sets [][]*report.Run
 	var all []*report.Run
 	for _, dir := range dirs {
@@ -471,7 +514,11 @@ func summarizeRuns(dirs []string, series bool) ([]report.BenchConfig, error) {
 	if err != nil {
 		return nil, err
 	}
-	return report.Summarize(groups), nil
+	bs := report.Summarize(groups)
+	if target > 0 {
+		report.AddTimeToTarget(bs, target, 0)
+	}
+	return bs, nil
 }
 
 // writeRepeats writes, for each configuration of the first repetition,
@@ -488,6 +535,12 @@ func writeRepeats(w io.Writer, reps [][]report.BenchConfig) {
 		}
 		return float64(b.Speedup)
 	}
+	toTarget := func(b report.BenchConfig) float64 {
+		if b.Baseline == "" {
+			return math.NaN()
+		}
+		return float64(b.SpeedupToTarget)
+	}
 	steady := func(b report.BenchConfig) float64 {
 		if !(b.Steady > 0) { // NaN: too few round lines (a plain train); 0: none summarized
 			return math.NaN()
@@ -501,6 +554,7 @@ func writeRepeats(w io.Writer, reps [][]report.BenchConfig) {
 	}{
 		{"examples/s", func(b report.BenchConfig) float64 { return float64(b.ExamplesPerSec) }, humanCount},
 		{"speedup", speedup, func(v float64) string { return fmt.Sprintf("%.2f", v) }},
+		{"speedup to target", toTarget, func(v float64) string { return fmt.Sprintf("%.2f", v) }},
 		{"steady rounds/s", steady, func(v float64) string { return fmt.Sprintf("%.1f", v) }},
 	}
 	// A column shows when some configuration of the first repetition has it.

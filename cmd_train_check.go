@@ -79,7 +79,7 @@ func checkDistFlags(tf *trainFlags) (distSettings, error) {
 		s.rowGrad = v
 	}
 	if s.combine, err = train.ParseCombine(d.combine); err != nil {
-		return s, usageErr("combine", "%q: want sum or trimmed", d.combine)
+		return s, usageErr("combine", "%q: want sum, trimmed or mean", d.combine)
 	}
 	if d.localSteps < 1 || d.localSteps > 1<<16 {
 		return s, usageErr("local-steps", "%d: want 1 (exchange every batch) up to 65536", d.localSteps)
@@ -88,8 +88,11 @@ func checkDistFlags(tf *trainFlags) (distSettings, error) {
 	if s.localSteps > 1 && s.gather != train.Need {
 		return s, usageErr("local-steps", "windows of local steps need --gather need: a full read copy keeps no optimizer state to train on")
 	}
-	if s.localSteps > 1 && s.combine != train.Sum {
-		return s, usageErr("combine", "trimmed combines one batch's gradients; with --local-steps %d workers push a window's changes: use --combine sum", s.localSteps)
+	if s.localSteps > 1 && s.combine == train.Trimmed {
+		return s, usageErr("combine", "trimmed combines one batch's gradients; with --local-steps %d workers push a window's changes: use --combine sum or mean", s.localSteps)
+	}
+	if s.localSteps <= 1 && s.combine == train.Mean {
+		return s, usageErr("combine", "mean averages windows' changes: it needs --local-steps above 1")
 	}
 	if s.combine == train.Trimmed && s.mode != train.Sync {
 		return s, usageErr("combine", "trimmed needs --mode sync: ssp and async owners apply each push as it comes, with nothing to trim against")

@@ -14,10 +14,38 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"syscall"
 )
+
+// cpuProfile writes a CPU profile of the whole command to
+// $GOSSIPTRAIN_CPUPROFILE_DIR/<command>-<pid>.prof when that variable is
+// set: every process of a cluster or bench run (they inherit it) profiles
+// itself, for 'go tool pprof'. A developer's tool, off by default; the
+// returned function stops and writes the profile.
+func cpuProfile(command string) func() {
+	dir := os.Getenv("GOSSIPTRAIN_CPUPROFILE_DIR")
+	if dir == "" {
+		return func() {}
+	}
+	f, err := os.Create(filepath.Join(dir, fmt.Sprintf("%s-%d.prof", command, os.Getpid())))
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "gossiptrain: GOSSIPTRAIN_CPUPROFILE_DIR: %v\n", err)
+		return func() {}
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		fmt.Fprintf(os.Stderr, "gossiptrain: GOSSIPTRAIN_CPUPROFILE_DIR: %v\n", err)
+		f.Close()
+		return func() {}
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}
+}
 
 // version is the binary's version: set at build time with -ldflags
 // "-X main.version=…", or else read from the build information Go embeds
@@ -124,6 +152,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	cmd.out = stdout
+	defer cpuProfile(cmd.name)()
 	err := cmd.run(cmd, cmd.flags.Args())
 	var code exitCode
 	switch {

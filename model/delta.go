@@ -25,22 +25,28 @@ func (m *Model) AppendWide(dst []float32, k uint32) []float32 {
 	if !l.Valid(k) {
 		panic(fmt.Sprintf("model: row %d out of range (%d rows)", k, l.Features))
 	}
-	dst = append(dst, m.Row(k)...)
-	spw := m.Opt.Kind.StatePerWeight()
-	if spw == 0 {
-		return dst
-	}
+	w, spw := l.Width, m.Opt.Kind.StatePerWeight()
+	off := l.Offset(k)
 	st := m.State[l.Shard(k)]
+	j := l.Slot(k) * w * spw
+	if w == 1 && spw == 1 && st != nil {
+		return append(dst, m.W[off], st[j]) // (logreg with AdaGrad: the common case, without two copies)
+	}
+	for _, v := range m.W[off : off+w] {
+		dst = append(dst, v)
+	}
 	if st == nil {
 		// A shard not owned here has no state: a read copy's row (or a
 		// row the owner has not installed yet) starts its history.
-		for range l.Width * spw {
+		for range w * spw {
 			dst = append(dst, 0)
 		}
 		return dst
 	}
-	j := l.Slot(k) * l.Width * spw
-	return append(dst, st[j:j+l.Width*spw]...)
+	for _, v := range st[j : j+w*spw] {
+		dst = append(dst, v)
+	}
+	return dst
 }
 
 // AddDeltas adds wide rows of changes (StateWidth(true) values per row,

@@ -17,17 +17,26 @@ var ErrConfig = errors.New("cannot group reports")
 // Config is one configuration: a training run of one or more peers with the
 // same topology, mode and batch, one report per peer.
 type Config struct {
-	Name     string // "ring/sync/b100": topology/mode/b<batch>
-	Topology string // "single", "master" or "ring"
-	Mode     string // "local", "sync", "ssp" or "async"
-	Batch    int    // examples per worker step
-	Peers    []*Run // ordered by peer ID, then file path
+	Name       string // "ring/sync/b100": topology/mode/b<batch>, then /h<local steps> with windows
+	Topology   string // "single", "master" or "ring"
+	Mode       string // "local", "sync", "ssp" or "async"
+	Batch      int    // examples per worker step
+	LocalSteps int    // batches in a window of local steps (0 and 1: a gradient every batch)
+	Peers      []*Run // ordered by peer ID, then file path
 }
 
 // ConfigName is the name GroupRuns gives the configuration of a topology,
 // mode and batch.
 func ConfigName(topology, mode string, batch int) string {
 	return fmt.Sprintf("%s/%s/b%d", topology, mode, batch)
+}
+
+// windowName is name with the local steps when there are windows.
+func windowName(name string, localSteps int) string {
+	if localSteps > 1 {
+		return fmt.Sprintf("%s/h%d", name, localSteps)
+	}
+	return name
 }
 
 // GroupRuns groups per-peer runs into configurations by (topology, mode,
@@ -49,10 +58,11 @@ func GroupRuns(runs []*Run) ([]*Config, error) {
 		if err != nil {
 			return nil, err
 		}
-		name := ConfigName(topo, mode, batch)
+		h := runLocalSteps(r)
+		name := windowName(ConfigName(topo, mode, batch), h)
 		c := byName[name]
 		if c == nil {
-			c = &Config{Name: name, Topology: topo, Mode: mode, Batch: batch}
+			c = &Config{Name: name, Topology: topo, Mode: mode, Batch: batch, LocalSteps: h}
 			byName[name] = c
 			cfgs = append(cfgs, c)
 		}
@@ -104,7 +114,24 @@ func configLess(a, b *Config) bool {
 	if a.Mode != b.Mode {
 		return a.Mode < b.Mode
 	}
-	return a.Batch < b.Batch
+	if a.Batch != b.Batch {
+		return a.Batch < b.Batch
+	}
+	return max(1, a.LocalSteps) < max(1, b.LocalSteps)
+}
+
+// runLocalSteps is a run's batches per window of local steps: its
+// summary's, else its start line's --local-steps (1 when neither says).
+func runLocalSteps(r *Run) int {
+	if r.Summary != nil && r.Summary.LocalSteps > 0 {
+		return r.Summary.LocalSteps
+	}
+	if r.Start != nil {
+		if v, err := strconv.Atoi(r.Start.Config["local-steps"]); err == nil && v > 0 {
+			return v
+		}
+	}
+	return 1
 }
 
 // runKey tells a run's configuration: summary first, start-line flags next.
@@ -212,11 +239,14 @@ type CurvePoint struct {
 // BenchConfig is the figures of one configuration, the unit of the report's
 // tables, plots and bench.json.
 type BenchConfig struct {
-	Name      string `json:"name"` // "ring/sync/b100"
-	Topology  string `json:"topology"`
-	Mode      string `json:"mode"`
-	Batch     int    `json:"batch"`
-	PeerCount int    `json:"peer_count"` // reports in the configuration
+	Name     string `json:"name"` // "ring/sync/b100"
+	Topology string `json:"topology"`
+	Mode     string `json:"mode"`
+	Batch    int    `json:"batch"`
+	// LocalSteps is the batches of a window of local steps (1: a gradient
+	// exchanged every batch).
+	LocalSteps int `json:"local_steps"`
+	PeerCount  int `json:"peer_count"` // reports in the configuration
 	// Workers is the run's peers: the most any summary line names (1 for
 	// a single peer), else PeerCount.
 	Workers         int     `json:"workers"`
@@ -233,6 +263,7 @@ type BenchConfig struct {
 	// each peer pays per example, flat when a cluster scales.
 	RecvBytesPerExample Num          `json:"recv_bytes_per_example_per_peer"`
 	Scaling                          // against the single-peer run of the same batch, when there is one
+	Accuracy                         // time to a target test log-loss, and its speedup against that run
 	RoundTimes                       // steady-state rounds/s and round-time percentiles, from the round lines
 	BusiestPeer         string       `json:"busiest_peer"`         // the peer that sent the most bytes
 	BusiestBytesSent    int64        `json:"busiest_bytes_sent"`   // what it sent
@@ -282,11 +313,12 @@ func Summarize(cfgs []*Config) []BenchConfig {
 		out = append(out, summarize(c))
 	}
 	addScaling(out)
+	AddTimeToTarget(out, 0, DefaultTargetTolerance)
 	return out
 }
 
 func summarize(c *Config) BenchConfig {
-	b := BenchConfig{Name: c.Name, Topology: c.Topology, Mode: c.Mode, Batch: c.Batch, PeerCount: len(c.Peers),
+	b := BenchConfig{Name: c.Name, Topology: c.Topology, Mode: c.Mode, Batch: c.Batch, LocalSteps: max(1, c.LocalSteps), PeerCount: len(c.Peers),
 		Peers: []BenchPeer{}, Curve: []CurvePoint{}, Warnings: []string{}} // JSON lists, never null
 	ref := -1
 	hashes := map[string][]string{} // hash -> peers
@@ -353,6 +385,7 @@ func summarize(c *Config) BenchConfig {
 	b.Workers = max(runPeers, len(c.Peers))
 	b.RecvBytesPerExample = recvPerExample(b.Peers)
 	b.Scaling = noScaling()
+	b.Accuracy = noAccuracy()
 	b.RoundTimes = roundTimes(c.Peers)
 	for i, p := range b.Peers {
 		if ref < 0 && p.Finished {
@@ -365,7 +398,16 @@ func summarize(c *Config) BenchConfig {
 	b.Metrics = undefinedMetrics()
 	if ref >= 0 {
 		b.Metrics = b.Peers[ref].Metrics
-		b.Curve = curve(c.Peers[ref], b.Peers[ref], b.Examples)
+		// The curve: the peer that evaluated most along the way (bench
+		// lets one peer of a cluster evaluate, so the others do not pay
+		// for it), its final figures the reference peer's model's.
+		cur := ref
+		for i, r := range c.Peers {
+			if p := b.Peers[i]; p.Finished && !p.Partial && len(r.Evals) > len(c.Peers[cur].Evals) {
+				cur = i
+			}
+		}
+		b.Curve = curve(c.Peers[cur], b.Peers[cur], b.Examples)
 	}
 	return b
 }

@@ -167,6 +167,9 @@ func GroupSeries(sets [][]*Run) ([]*Config, error) {
 		}
 		for _, c := range cfgs {
 			c.Name = SeriesName(c.Topology, c.Mode, c.Batch, configWorkers(c))
+			if c.Topology != "single" && c.LocalSteps > 1 {
+				c.Name = fmt.Sprintf("%s/%dp", windowName(ConfigName(c.Topology, c.Mode, c.Batch), c.LocalSteps), configWorkers(c))
+			}
 			if prev, ok := seen[c.Name]; ok {
 				return nil, fmt.Errorf("report: %w: two runs of %s (%s and %s): give one run per configuration and peer count",
 					ErrConfig, c.Name, prev, c.Peers[0].Path)

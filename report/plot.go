@@ -21,6 +21,7 @@ const (
 	PlotErrorVsExamples   = "error_vs_examples"
 	PlotErrorVsSeconds    = "error_vs_seconds"
 	PlotLogLossVsExamples = "logloss_vs_examples"
+	PlotLogLossVsSeconds  = "logloss_vs_seconds"
 	PlotThroughput        = "throughput"
 	PlotPeerNetOut        = "peer_net_out"
 	PlotThroughputVsBatch = "throughput_vs_batch"
@@ -74,6 +75,7 @@ func Plot(dir string, bs []BenchConfig, o Options) ([]PlotFile, error) {
 		{PlotErrorVsExamples, func(bs []BenchConfig, o Options) (*plot.Plot, error) { return curves(bs, o, testError, false) }},
 		{PlotErrorVsSeconds, func(bs []BenchConfig, o Options) (*plot.Plot, error) { return curves(bs, o, testError, true) }},
 		{PlotLogLossVsExamples, func(bs []BenchConfig, o Options) (*plot.Plot, error) { return curves(bs, o, testLogLoss, false) }},
+		{PlotLogLossVsSeconds, func(bs []BenchConfig, o Options) (*plot.Plot, error) { return curves(bs, o, testLogLoss, true) }},
 		{PlotThroughput, throughputBars},
 		{PlotPeerNetOut, peerNetOutBars},
 		{PlotThroughputVsBatch, throughputVsBatch},
@@ -124,8 +126,11 @@ var (
 
 // curves plots a test figure of every configuration's curve against
 // examples or seconds (see curveSeries for how coinciding curves stay
-// visible). The y axis starts at 0: an error of 21.2-21.3% drawn on an
-// axis of its own range made noise look like a trend.
+// visible). The error's y axis starts at 0: an error of 21.2-21.3% drawn
+// on an axis of its own range made noise look like a trend. The
+// log-loss's axis fits the curves (from 0 it flattened a fall from 0.50 to
+// 0.46 into a line), and against time it draws each configuration's
+// target (time to accuracy).
 func curves(bs []BenchConfig, o Options, m metric, seconds bool) (*plot.Plot, error) {
 	title, x := m.name+" vs training examples", "training examples, all peers"
 	if seconds {
@@ -134,6 +139,21 @@ func curves(bs []BenchConfig, o Options, m metric, seconds bool) (*plot.Plot, er
 	ss, hi := curveSeries(bs, m, seconds)
 	if len(ss) == 0 {
 		return nil, nil
+	}
+	lo := hi
+	for _, s := range ss {
+		for _, xy := range s.xys {
+			lo = math.Min(lo, xy.Y)
+		}
+	}
+	var targets []float64
+	if m.name == testLogLoss.name && seconds {
+		for _, b := range bs {
+			if t := float64(b.Target); t > 0 && !slices.Contains(targets, t) {
+				targets = append(targets, t)
+				lo, hi = math.Min(lo, t), math.Max(hi, t)
+			}
+		}
 	}
 	p := newPlot(title, x, m.axis)
 	p.X.Tick.Marker = siTicks{}
@@ -157,6 +177,26 @@ func curves(bs []BenchConfig, o Options, m metric, seconds bool) (*plot.Plot, er
 	}
 	if m.max > 0 {
 		p.Y.Max = math.Min(p.Y.Max, m.max)
+	}
+	if m.name == testLogLoss.name && hi > lo {
+		pad := 0.08 * (hi - lo)
+		p.Y.Min, p.Y.Max = math.Max(0, lo-pad), hi+pad
+	}
+	for _, t := range targets {
+		xmax := 0.0
+		for _, s := range ss {
+			for _, xy := range s.xys {
+				xmax = math.Max(xmax, xy.X)
+			}
+		}
+		l, err := plotter.NewLine(plotter.XYs{{X: 0, Y: t}, {X: xmax, Y: t}})
+		if err != nil {
+			return nil, err
+		}
+		l.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+		l.Color = color.Gray{Y: 100}
+		p.Add(l)
+		p.Legend.Add(fmt.Sprintf("target %.4f", t), l)
 	}
 	fitLegend(p, len(ss), o)
 	return p, nil

@@ -155,6 +155,9 @@ type Summary struct {
 	// ContributionsLost counts contributions lost with a crashed peer
 	// (ssp/async: buffered behind a gap that never filled).
 	ContributionsLost int64 `json:"contributions_lost"`
+	// LocalSteps is the batches of a window of local steps the run used
+	// (--local-steps; absent: 1, a gradient every batch).
+	LocalSteps int `json:"local_steps,omitempty"`
 	// RowsDropped counts gradient rows this peer's owner dropped as over
 	// --max-row-grad (a worker's bug or overflow, or features of large raw
 	// values).

@@ -142,7 +142,20 @@ func WriteSummaryTable(w io.Writer, bs []BenchConfig) error {
 	}
 	if hasScaling(bs) {
 		fmt.Fprintf(w, "\nscaling against one peer alone (plain train on all the data):\n")
-		return WriteScalingTable(w, bs)
+		if err := WriteScalingTable(w, bs); err != nil {
+			return err
+		}
+	}
+	if hasTarget(bs) {
+		fmt.Fprintf(w, "\ntime to accuracy (training seconds until the test log-loss first reached the target):\n")
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, strings.Join(accuracyHeader, "\t")+"\t")
+		for _, r := range accuracyRows(bs) {
+			fmt.Fprintln(tw, strings.Join(r, "\t")+"\t")
+		}
+		if err := tw.Flush(); err != nil {
+			return fmt.Errorf("report: %w", err)
+		}
 	}
 	return nil
 }
@@ -238,6 +251,17 @@ func WriteMarkdown(w io.Writer, cfgs []*Config, bs []BenchConfig, plots []PlotFi
 		pf("\n")
 	}
 	writeScalingMarkdown(bw, bs, plots)
+	if hasTarget(bs) {
+		pf("## Time to accuracy\n\n%s\n\n", accuracyText)
+		rows := accuracyRows(bs)
+		mdTable(bw, accuracyHeader, len(rows), func(i int) []string { return rows[i] })
+		pf("\n")
+		for _, p := range plots {
+			if p.Name == PlotLogLossVsSeconds {
+				pf("![%s](%s) ([SVG](%s))\n\n", p.Title, p.PNG, p.SVG)
+			}
+		}
+	}
 
 	var warns []string
 	warns = append(warns, o.Warnings...)

@@ -30,6 +30,10 @@ type Options struct {
 	// Plots turns the plots off when false (bench.json and report.md are
 	// still written): for tools that only want the figures.
 	Plots bool
+	// Target, when > 0, is the test log-loss every configuration is timed
+	// to (Accuracy); 0 times each to its baseline's final log-loss plus
+	// DefaultTargetTolerance.
+	Target float64
 }
 
 // DefaultOptions returns the options WriteBench uses when given none.
@@ -55,6 +59,10 @@ type Option func(*Options)
 
 // WithTitle sets report.md's title.
 func WithTitle(title string) Option { return func(o *Options) { o.Title = title } }
+
+// WithTarget times every configuration to test log-loss target (see
+// Options.Target).
+func WithTarget(target float64) Option { return func(o *Options) { o.Target = target } }
 
 // WithCommand records the command line in report.md's setup section.
 func WithCommand(cmd string) Option { return func(o *Options) { o.Command = cmd } }
@@ -92,6 +100,9 @@ func WriteBench(dir string, cfgs []*Config, opts ...Option) error {
 		return fmt.Errorf("report: %w", err)
 	}
 	bs := Summarize(cfgs)
+	if o.Target > 0 {
+		AddTimeToTarget(bs, o.Target, 0)
+	}
 	js, err := json.MarshalIndent(bs, "", "  ")
 	if err != nil {
 		return fmt.Errorf("report: encode %s: %w", BenchJSONFile, err)

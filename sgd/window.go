@@ -2,6 +2,7 @@ package sgd
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/gossiptrain/gossiptrain/model"
 )
@@ -54,7 +55,19 @@ func NewWindow(m *model.Model, w *Worker) *Window {
 // batches' summed log-loss (each batch's at the weights it was trained on).
 // A batch whose gradient or loss is not finite (CheckFinite) takes no step
 // and adds no loss; the first such is returned (the others train on).
-func (wd *Window) Run(batches []*Prepared, keys []uint32, wide, delta []float32, step0 int64) (loss float64, bad *NonFiniteError) {
+//
+// workers is the number of workers whose windows the owners add up. Each
+// starts from the same rows, so with AdaGrad a worker's steps are as
+// large as if it were alone, and N workers' changes added would move a
+// row √N times too far early on (N·H steps each as large as the first);
+// so the window trains as if each of its squared gradients had been seen
+// N times, as one peer taking every worker's steps in turn would: its
+// accumulator starts at G/N and its rate is LR/√N (the step
+// LR·g/√(G + N·Σg²) exactly), and the accumulator's change it returns is
+// Σg², which the owners sum to G's change. SGD needs nothing: N workers'
+// steps of one start add up, to first order, to one peer's N·H steps, and
+// FTRL's weight is computed from its summed z and n.
+func (wd *Window) Run(batches []*Prepared, keys []uint32, wide, delta []float32, step0 int64, workers int) (loss float64, bad *NonFiniteError) {
 	width := wd.shape.width
 	spw := wd.opt.Kind.StatePerWeight()
 	sw := width * (1 + spw)
@@ -67,13 +80,25 @@ func (wd *Window) Run(batches []*Prepared, keys []uint32, wide, delta []float32,
 	}
 	wd.ensure(feats)
 	m := wd.local
+	scale := float32(1) // AdaGrad's accumulator, as seen by N workers (above)
+	m.Opt.LR = wd.opt.LR
+	if wd.opt.Kind == model.AdaGrad && workers > 1 {
+		scale = 1 / float32(workers)
+		m.Opt.LR = wd.opt.LR / math.Sqrt(float64(workers))
+	}
 	// Load: row i of keys into its local row.
 	for i, k := range keys {
 		lr := wd.localRow(k, i)
 		copy(m.Row(lr), wide[i*sw:i*sw+width])
 		if spw > 0 {
 			j := int(lr) * width * spw
-			copy(m.State[0][j:j+width*spw], wide[i*sw+width:(i+1)*sw])
+			st := m.State[0][j : j+width*spw]
+			copy(st, wide[i*sw+width:(i+1)*sw])
+			if scale != 1 {
+				for c := range st {
+					st[c] *= scale
+				}
+			}
 		}
 	}
 	for h, p := range batches {
@@ -121,7 +146,7 @@ func (wd *Window) Run(batches []*Prepared, keys []uint32, wide, delta []float32,
 			j := int(lr) * width * spw
 			st := m.State[0][j : j+width*spw]
 			for c := range st {
-				delta[i*sw+width+c] = st[c] - wide[i*sw+width+c]
+				delta[i*sw+width+c] = st[c] - wide[i*sw+width+c]*scale
 			}
 		}
 	}

@@ -91,7 +91,7 @@ func TestWindowIsLocalSteps(t *testing.T) {
 					wide = start.AppendWide(wide, k)
 				}
 				delta := make([]float32, len(wide))
-				if _, bad := NewWindow(start, w).Run(batches, keys, wide, delta, step0); bad != nil {
+				if _, bad := NewWindow(start, w).Run(batches, keys, wide, delta, step0, 1); bad != nil {
 					t.Fatal(bad)
 				}
 				win.AddDeltas(&model.Sparse{Idx: keys, Val: delta})
@@ -135,8 +135,8 @@ func TestWindowAllocs(t *testing.T) {
 	}
 	delta := make([]float32, len(wide))
 	win := NewWindow(m, w)
-	win.Run(batches, keys, wide, delta, 0)
-	if n := testing.AllocsPerRun(20, func() { win.Run(batches, keys, wide, delta, 0) }); n != 0 {
+	win.Run(batches, keys, wide, delta, 0, 4)
+	if n := testing.AllocsPerRun(20, func() { win.Run(batches, keys, wide, delta, 0, 4) }); n != 0 {
 		t.Errorf("Window.Run allocates %v times a window, want 0", n)
 	}
 }

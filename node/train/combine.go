@@ -26,6 +26,16 @@ const (
 	// dropped too), and nothing is trimmed for rows fewer than three
 	// workers touch (rare features), so it is an option, not the default.
 	Trimmed
+	// Mean, with windows of local steps, adds to each row's weights the
+	// mean of the changes of the workers that touched it (their optimizer
+	// state changes are still summed): each worker's window starts from
+	// the same values, so the sum of N workers' changes moves a row N
+	// times as far as one worker's steps would; the mean moves it as far
+	// (parameter mixing: Zinkevich et al., NIPS 2010; local SGD). Sync: the
+	// mean over the workers whose push touched the row; ssp and async
+	// apply each push as it comes, its weight changes scaled by 1/N for
+	// the N workers of the pushing worker's configuration (worker.go).
+	Mean
 )
 
 func (c Combine) String() string {
@@ -34,6 +44,8 @@ func (c Combine) String() string {
 		return "sum"
 	case Trimmed:
 		return "trimmed"
+	case Mean:
+		return "mean"
 	}
 	return fmt.Sprintf("combine(%d)", uint8(c))
 }
@@ -45,8 +57,10 @@ func ParseCombine(s string) (Combine, error) {
 		return Sum, nil
 	case "trimmed":
 		return Trimmed, nil
+	case "mean":
+		return Mean, nil
 	}
-	return 0, fmt.Errorf("%w: combine %q: want sum or trimmed", ErrConfig, s)
+	return 0, fmt.Errorf("%w: combine %q: want sum, trimmed or mean", ErrConfig, s)
 }
 
 // trimmer holds TrimmedSum's scratch.
@@ -115,5 +129,43 @@ func (tr *trimmer) TrimmedSum(dst *model.Sparse, parts []*model.Sparse, examples
 		for _, i := range touch {
 			tr.pos[i]++
 		}
+	}
+}
+
+// MeanSum sets dst to the combination of window changes parts (wide rows
+// of sw values, the first width the weights' changes, the rest optimizer
+// state's; sorted by index): for each row, the mean of the weight changes
+// of the parts that have it, and the sum of their state changes (Mean).
+func (tr *trimmer) MeanSum(dst *model.Sparse, parts []*model.Sparse, width, sw int) {
+	dst.Reset()
+	tr.pos = slices.Grow(tr.pos[:0], len(parts))[:len(parts)]
+	clear(tr.pos)
+	tr.row = slices.Grow(tr.row[:0], sw)[:sw]
+	for {
+		next, any := uint32(0), false
+		for i, p := range parts {
+			if tr.pos[i] < len(p.Idx) && (!any || p.Idx[tr.pos[i]] < next) {
+				next, any = p.Idx[tr.pos[i]], true
+			}
+		}
+		if !any {
+			return
+		}
+		clear(tr.row)
+		k := 0
+		for i, p := range parts {
+			if tr.pos[i] < len(p.Idx) && p.Idx[tr.pos[i]] == next {
+				v := p.Val[tr.pos[i]*sw : (tr.pos[i]+1)*sw]
+				for c := range v {
+					tr.row[c] += v[c]
+				}
+				k++
+				tr.pos[i]++
+			}
+		}
+		for c := range width {
+			tr.row[c] /= float32(k)
+		}
+		dst.Append(next, tr.row)
 	}
 }

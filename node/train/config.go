@@ -283,9 +283,11 @@ func (c Config) Validate() error {
 		return bad("local steps %d, want >= 0", c.LocalSteps)
 	case c.LocalSteps > 1 && c.Gather != Need:
 		return bad("windows of local steps need gather need: a full read copy holds no optimizer state")
-	case c.LocalSteps > 1 && c.Combine != Sum:
+	case c.LocalSteps > 1 && c.Combine == Trimmed:
 		return bad("combine trimmed trims gradients of one batch; windows of local steps push changes")
-	case c.Combine != Sum && c.Combine != Trimmed:
+	case c.LocalSteps <= 1 && c.Combine == Mean:
+		return bad("combine mean averages windows' changes: it needs LocalSteps > 1")
+	case c.Combine != Sum && c.Combine != Trimmed && c.Combine != Mean:
 		return bad("combine %d", c.Combine)
 	case c.Combine == Trimmed && c.Mode != Sync:
 		return bad("combine trimmed needs sync mode: ssp and async owners apply each push as it comes, with nothing to trim against")

@@ -29,6 +29,10 @@ type ComputeReq struct {
 	Keys     []uint32
 	Weights  []float32
 	Examples int
+	// Workers is the number of workers of the round's configuration: with
+	// windows, each trains as if the others' steps counted in its
+	// optimizer state too (sgd.Window).
+	Workers int
 }
 
 // FetchResult answers a Fetch: the values of the keys asked for

@@ -1343,7 +1343,7 @@ func (o *owner) applyGroup(r uint64, t *tconf, ra *roundAcc, g shardSet) {
 	n := uint64(0)
 	contributors, done := 0, 0
 	var ids []uint64
-	trimmed := c.cfg.Combine == Trimmed
+	trimmed := c.cfg.Combine == Trimmed || c.cfg.Combine == Mean // (one part a member, combined below)
 	var parts []*model.Sparse
 	var partEx []uint64
 	for _, m := range t.Members {
@@ -1385,7 +1385,10 @@ func (o *owner) applyGroup(r uint64, t *tconf, ra *roundAcc, g shardSet) {
 			o.sum, o.tmp = o.tmp, o.sum
 		}
 	}
-	if trimmed {
+	switch {
+	case c.cfg.Combine == Mean:
+		o.trim.MeanSum(&o.sum, parts, c.width, w)
+	case trimmed:
 		o.trim.TrimmedSum(&o.sum, parts, partEx, w)
 	}
 	if contributors < len(t.Members) {

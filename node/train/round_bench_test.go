@@ -29,7 +29,22 @@ import (
 func BenchmarkRound(b *testing.B) {
 	for _, mode := range []train.Mode{train.Sync, train.Async} {
 		for _, n := range []int{1, 4} {
-			b.Run(fmt.Sprintf("%s/peers=%d", mode, n), func(b *testing.B) { benchRound(b, mode, n) })
+			b.Run(fmt.Sprintf("%s/peers=%d", mode, n), func(b *testing.B) { benchRound(b, mode, n, 1, wire.F32) })
+		}
+	}
+}
+
+// BenchmarkWindowRound is BenchmarkRound with windows of h local steps
+// (train.Config.LocalSteps): a round is h batches, rows travel wide
+// (weights and AdaGrad's accumulator), and the "changes" are fixed. It
+// measures what the exchange costs per example as windows grow (ns/example
+// over every example of the window), with the link's lossless formats.
+//
+//	go test ./node/train -run '^$' -bench WindowRound -benchmem
+func BenchmarkWindowRound(b *testing.B) {
+	for _, values := range []wire.Values{wire.F32, wire.Raw} {
+		for _, h := range []int{1, 4, 16} {
+			b.Run(fmt.Sprintf("sync/peers=4/h=%d/%s", h, values), func(b *testing.B) { benchRound(b, train.Sync, 4, h, values) })
 		}
 	}
 }
@@ -86,7 +101,7 @@ type benchMsg struct {
 	self     *wire.Core // to itself: as it is (the trainer's inbox)
 }
 
-func benchRound(b *testing.B, mode train.Mode, n int) {
+func benchRound(b *testing.B, mode train.Mode, n, h int, values wire.Values) {
 	lim := wire.DefaultLimits()
 	lim.MaxMessage = 64 << 20
 	lim.MaxRows, lim.MaxValues = 1<<24, 1<<26
@@ -95,7 +110,7 @@ func benchRound(b *testing.B, mode train.Mode, n int) {
 	var order []*benchPeer
 	for i := range n {
 		name := fmt.Sprintf("peer%02d", i)
-		p := &benchPeer{name: name, batches: benchBatches(b, uint64(i+1), 64), enc: wire.NewCodec(wire.F32, wire.None, lim)}
+		p := &benchPeer{name: name, batches: windows(benchBatches(b, uint64(i+1), 64), h), enc: wire.NewCodec(values, wire.None, lim)}
 		peers[name] = p
 		order = append(order, p)
 		members = append(members, train.Member{Peer: name, ID: train.MemberID(name, 1)})
@@ -117,6 +132,7 @@ func benchRound(b *testing.B, mode train.Mode, n int) {
 		cfg := train.DefaultConfig()
 		cfg.Self, cfg.ID = p.name, train.MemberID(p.name, 1)
 		cfg.Mode, cfg.Model, cfg.Initial = mode, m, members
+		cfg.LocalSteps = h
 		cfg.Place = func(ms []string) (train.Placement, error) { return ring.New(rc, ms) }
 		cfg.Limits = lim
 		cfg.Limits.Features = m.Layout.Features
@@ -151,7 +167,7 @@ func benchRound(b *testing.B, mode train.Mode, n int) {
 			for p.core.WantBatches() > 0 {
 				k := p.batches[p.next%len(p.batches)]
 				p.next++
-				p.core.Batch(k, benchBatch)
+				p.core.Batch(k, benchBatch*h)
 			}
 			if c := rd.Compute; c != nil {
 				if cap(p.grad) < len(c.Weights) {
@@ -214,6 +230,23 @@ func benchRound(b *testing.B, mode train.Mode, n int) {
 	}
 	b.StopTimer()
 	rounds := float64(order[0].core.Round() - start)
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/(rounds*float64(n*benchBatch)), "ns/example")
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/(rounds*float64(n*benchBatch*h)), "ns/example")
 	b.ReportMetric(0, "ns/op")
+}
+
+// windows groups batches' keys h at a time (the union of each group's).
+func windows(batches [][]uint32, h int) [][]uint32 {
+	if h <= 1 {
+		return batches
+	}
+	var out [][]uint32
+	for i := 0; i+h <= len(batches); i += h {
+		var keys []uint32
+		for _, k := range batches[i : i+h] {
+			keys = append(keys, k...)
+		}
+		slices.Sort(keys)
+		out = append(out, slices.Compact(keys))
+	}
+	return out
 }

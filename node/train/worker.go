@@ -352,7 +352,8 @@ func (w *worker) compute(ws *workset) {
 			c.stats.MaxStaleness = st
 		}
 	}
-	c.rd.Compute = &ComputeReq{Round: ws.round, Keys: b.keys, Weights: ws.vals, Examples: b.examples}
+	c.rd.Compute = &ComputeReq{Round: ws.round, Keys: b.keys, Weights: ws.vals, Examples: b.examples,
+		Workers: max(1, len(c.cs.at(ws.round).Members))}
 }
 
 func (w *worker) computed(round uint64, grad []float32, loss float64) {
@@ -426,6 +427,17 @@ func (w *worker) tryPush() bool {
 		// goes on without its examples (Computed).
 	} else if b != nil {
 		examples = uint64(b.examples)
+		if c.cfg.Combine == Mean && c.cfg.Mode != Sync {
+			// Ssp and async owners apply each window's changes as they
+			// come: the mean over N workers is each one's weight changes
+			// over N, scaled here once (combine.go, Mean).
+			n := float32(max(1, len(cur.Members)))
+			for i := range b.keys {
+				for j := range c.width {
+					g.grad[i*width+j] /= n
+				}
+			}
+		}
 		for i, k := range b.keys {
 			w.split[idx[c.shardOf(k)]].Append(k, g.grad[i*width:(i+1)*width])
 		}

@@ -320,6 +320,7 @@ type computeJob struct {
 	round   uint64
 	p       *sgd.Prepared
 	win     *window  // instead of p, with windows of local steps
+	workers int      // the round's workers (train.ComputeReq.Workers)
 	pos     Position // the data position before the batch
 	weights []float32
 }
@@ -443,7 +444,7 @@ func (t *Trainer) Run(ctx context.Context, open func(epoch int) (data.Source, er
 		r.nextPos = rs.Position
 	}
 	r.win.h = t.cfg.Core.LocalSteps
-	r.free.max = max(8, 2*r.win.h+4) // every batch of a window or two in flight
+	r.free.max = max(8, 4*r.win.h+8) // the batches of the windows in flight: the one computed, those given ahead, the one being read
 	r.progAt, r.askedAt, r.trainedAt = r.start, r.start, r.start
 	core, err := train.New(t.cfg.Core)
 	if err != nil {
@@ -747,7 +748,7 @@ func (r *run) handle() error {
 				r.waitSec += now.Sub(r.askedAt).Seconds()
 			}
 			r.waiting = false
-			r.jobs <- computeJob{round: c.Round, p: p, win: win, pos: r.pos[i], weights: c.Weights}
+			r.jobs <- computeJob{round: c.Round, p: p, win: win, pos: r.pos[i], weights: c.Weights, workers: c.Workers}
 		}
 		for _, e := range rd.Events {
 			r.event(e)
@@ -1147,7 +1148,7 @@ func (r *run) compute(ctx context.Context) {
 					wd = sgd.NewWindow(r.t.m, w)
 				}
 				delta := make([]float32, len(j.weights)) // the core keeps it until the round is pushed
-				loss, bad := wd.Run(j.win.batches, j.win.keys, j.weights, delta, int64(j.round)*int64(r.win.h))
+				loss, bad := wd.Run(j.win.batches, j.win.keys, j.weights, delta, int64(j.round)*int64(r.win.h), j.workers)
 				if bad != nil {
 					bad.Epoch = j.pos.Epoch + 1
 				}

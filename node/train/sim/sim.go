@@ -991,7 +991,7 @@ func (s *sim) batchRows(p *proc, i uint64) []row {
 func (s *sim) gradient(p *proc, req *train.ComputeReq) ([]float32, float64) {
 	rows := s.batchRows(p, req.Round-p.core.FirstRound())
 	if s.o.LocalSteps > 1 {
-		return s.window(rows, req.Keys, req.Weights, int64(req.Round)*int64(s.o.LocalSteps))
+		return s.window(rows, req.Keys, req.Weights, int64(req.Round)*int64(s.o.LocalSteps), req.Workers)
 	}
 	return logregGrad(rows, req.Keys, req.Weights, uint32(s.o.Dim), s.at)
 }
@@ -1000,12 +1000,21 @@ func (s *sim) gradient(p *proc, req *train.ComputeReq) ([]float32, float64) {
 // wide rows of keys (weights and AdaGrad's accumulator), as a worker with
 // windows of local steps does, and returns each row's change and the
 // summed loss. The local copy is a whole model of the simulator's small
-// dimension; its steps are model.Apply's, the owners' own.
-func (s *sim) window(rows []row, keys []uint32, wide []float32, step0 int64) ([]float32, float64) {
+// dimension; its steps are model.Apply's, the owners' own, with AdaGrad's
+// accumulator seen by workers workers as sgd.Window sees it.
+func (s *sim) window(rows []row, keys []uint32, wide []float32, step0 int64, workers int) ([]float32, float64) {
 	m := s.newModel()
 	m.OwnAll()
 	sw := m.StateWidth(true)
-	in := model.Sparse{Idx: keys, Val: wide}
+	scale := float32(1)
+	if workers > 1 {
+		scale = 1 / float32(workers)
+		m.Opt.LR /= math.Sqrt(float64(workers))
+	}
+	in := model.Sparse{Idx: keys, Val: slices.Clone(wide)}
+	for i := range keys {
+		in.Val[i*sw+1] *= scale // (logreg, AdaGrad: weight, accumulator)
+	}
 	m.AddDeltas(&in) // onto zeros: the rows as fetched
 	var loss float64
 	for h := 0; h*s.o.Batch < len(rows); h++ {
@@ -1023,7 +1032,7 @@ func (s *sim) window(rows []row, keys []uint32, wide []float32, step0 int64) ([]
 	for i, k := range keys {
 		delta = m.AppendWide(delta, k)
 		for c := range sw {
-			delta[i*sw+c] -= wide[i*sw+c]
+			delta[i*sw+c] -= in.Val[i*sw+c]
 		}
 	}
 	return delta, loss
@@ -1415,7 +1424,7 @@ func (s *sim) reference() {
 				for _, k := range keys {
 					wide = m.AppendWide(wide, k)
 				}
-				d, _ := s.window(rows, keys, wide, int64(r)*int64(o.LocalSteps))
+				d, _ := s.window(rows, keys, wide, int64(r)*int64(o.LocalSteps), len(peers))
 				part := model.Sparse{Idx: keys, Val: d}
 				sw := m.StateWidth(true)
 				kept, _ := train.GuardRows(&part, sw, 1, bound*bound*float64(o.LocalSteps), &guard)

@@ -1,0 +1,71 @@
+package report
+
+import (
+	"math"
+	"testing"
+)
+
+func pts(sl ...float64) []CurvePoint {
+	var out []CurvePoint
+	for i := 0; i+1 < len(sl); i += 2 {
+		out = append(out, CurvePoint{Seconds: sl[i], Metrics: Metrics{TestLogLoss: Num(sl[i+1])}})
+	}
+	return out
+}
+
+// TestTimeToTarget: the time is interpolated between the evaluation above
+// the target and the first at or under it, is the first evaluation's own
+// when that is already there, and NaN when the curve never gets there.
+func TestTimeToTarget(t *testing.T) {
+	for _, tc := range []struct {
+		curve  []CurvePoint
+		target float64
+		want   float64
+	}{
+		{pts(10, 0.6, 20, 0.5, 30, 0.4), 0.45, 25},
+		{pts(10, 0.6, 20, 0.5, 30, 0.4), 0.5, 20},
+		{pts(10, 0.4, 20, 0.3), 0.45, 10},
+		{pts(10, 0.6, 20, 0.5), 0.45, math.NaN()},
+		{pts(10, math.NaN(), 20, 0.6, 30, 0.4), 0.5, 25},
+	} {
+		got := timeToTarget(tc.curve, tc.target)
+		if !(got == tc.want || math.IsNaN(got) && math.IsNaN(tc.want)) {
+			t.Errorf("timeToTarget(%v, %v) = %v, want %v", tc.curve, tc.target, got, tc.want)
+		}
+	}
+}
+
+// TestAddTimeToTarget: every configuration is timed to its baseline's final
+// log-loss plus the tolerance, and its speedup is the baseline's time over
+// its own; a given target replaces the baseline's.
+func TestAddTimeToTarget(t *testing.T) {
+	bs := []BenchConfig{
+		{Name: "single/local/b100", Metrics: Metrics{TestLogLoss: 0.40}, Curve: pts(10, 0.6, 30, 0.41, 60, 0.40)},
+		{Name: "ring/sync/b100/4p", Metrics: Metrics{TestLogLoss: 0.401}, Curve: pts(5, 0.5, 10, 0.4, 20, 0.401)},
+		{Name: "ring/async/b100/4p", Metrics: Metrics{TestLogLoss: 0.45}, Curve: pts(5, 0.5, 10, 0.45)},
+	}
+	for i := range bs {
+		bs[i].Baseline = "single/local/b100"
+	}
+	AddTimeToTarget(bs, 0, 0.005)
+	if got := float64(bs[0].Target); math.Abs(got-0.402) > 1e-12 {
+		t.Fatalf("target %v, want 0.402", got)
+	}
+	// The baseline: between 30 s (0.41) and 60 s (0.40).
+	if got := float64(bs[0].SecondsToTarget); math.Abs(got-54) > 1e-9 {
+		t.Errorf("baseline reached the target at %v s, want 54", got)
+	}
+	if got := float64(bs[1].SecondsToTarget); math.Abs(got-(5+5*0.098/0.1)) > 1e-9 {
+		t.Errorf("ring/sync reached it at %v s, want 9.9", got)
+	}
+	if got := float64(bs[1].SpeedupToTarget); math.Abs(got-54/9.9) > 1e-9 {
+		t.Errorf("ring/sync speedup to target %v, want %v", got, 54/9.9)
+	}
+	if !math.IsNaN(float64(bs[2].SecondsToTarget)) || !math.IsNaN(float64(bs[2].SpeedupToTarget)) {
+		t.Errorf("ring/async never got there but has %v s, speedup %v", bs[2].SecondsToTarget, bs[2].SpeedupToTarget)
+	}
+	AddTimeToTarget(bs, 0.45, 0)
+	if got := float64(bs[2].SecondsToTarget); got != 10 {
+		t.Errorf("with target 0.45: ring/async at %v s, want 10", got)
+	}
+}
