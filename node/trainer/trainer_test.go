@@ -22,6 +22,9 @@ import (
 type memLink struct {
 	mu    sync.Mutex
 	peers map[string]*Trainer
+	// tamper, when set, may change a message before it is delivered (a
+	// faulty sender; it gets a copy).
+	tamper func(from string, m *wire.Core)
 }
 
 // link is one peer's view of the memLink (it stamps the sender).
@@ -33,11 +36,15 @@ type link struct {
 func (k link) Send(to string, msg *wire.Core) {
 	k.l.mu.Lock()
 	t := k.l.peers[to]
+	tamper := k.l.tamper
 	k.l.mu.Unlock()
 	if t == nil {
 		return
 	}
 	d := delivery{k.self, msg.Clone()}
+	if tamper != nil {
+		tamper(k.self, d.msg)
+	}
 	select {
 	case t.inbox <- d:
 	default:
