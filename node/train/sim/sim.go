@@ -68,7 +68,10 @@ type Options struct {
 	// batches (train.Config.LocalSteps): workers train them on their own
 	// copy (window) and push the changes.
 	LocalSteps int
-	Faults     Faults
+	// Combine is how owners combine a sync round (train.Config.Combine):
+	// with windows, Sum or Mean.
+	Combine train.Combine
+	Faults  Faults
 	// MaxTicks bounds a run (a liveness failure past it).
 	MaxTicks int
 	// Steps is how many network steps a tick has (0 or 1: one). A message
@@ -377,6 +380,7 @@ func (s *sim) coreConfig(p *proc) train.Config {
 	// gradients never reach them; the serial reference applies G2 too.
 	cfg.MaxExamples = s.o.Batch * s.steps() // (MaxRowGrad: the kind's default)
 	cfg.LocalSteps = s.o.LocalSteps
+	cfg.Combine = s.o.Combine
 	pp := p
 	cfg.Trace = func(e train.TraceEvent) { s.onTrace(pp, e) }
 	return cfg
@@ -1408,8 +1412,10 @@ func (s *sim) reference() {
 	rounds := (o.Rows*o.Epochs + per - 1) / per
 	bound := train.DefaultMaxRowGrad(m.Kind)
 	var sum, tmp, guard model.Sparse
+	var parts []*model.Sparse
 	for r := range rounds {
 		sum.Reset()
+		parts = parts[:0]
 		n := 0
 		for _, p := range peers {
 			rows := s.batchRows(p, uint64(r))
@@ -1428,6 +1434,9 @@ func (s *sim) reference() {
 				part := model.Sparse{Idx: keys, Val: d}
 				sw := m.StateWidth(true)
 				kept, _ := train.GuardRows(&part, sw, 1, bound*bound*float64(o.LocalSteps), &guard)
+				if o.Combine == train.Mean {
+					parts = append(parts, &model.Sparse{Idx: slices.Clone(kept.Idx), Val: slices.Clone(kept.Val)})
+				}
 				addSparse(&tmp, &sum, kept, sw)
 				sum, tmp = tmp, sum
 				n += len(rows)
@@ -1445,6 +1454,9 @@ func (s *sim) reference() {
 			n += len(rows)
 		}
 		if n > 0 && o.LocalSteps > 1 {
+			if o.Combine == train.Mean {
+				meanRows(&sum, parts, m.Layout.Width, m.StateWidth(true))
+			}
 			m.AddDeltas(&sum)
 		} else if n > 0 {
 			m.Apply(&sum, n, int64(r))
@@ -1474,5 +1486,40 @@ func addSparse(dst, a, b *model.Sparse, w int) {
 			i++
 			j++
 		}
+	}
+}
+
+// meanRows sets dst to parts combined as train.Mean combines a window: per
+// row, the mean of the weight changes of the parts that have it and the
+// sum of their state changes, summed in float32 in the parts' (member)
+// order and divided in float32 (written here on its own, as the check of
+// the owners' MeanSum).
+func meanRows(dst *model.Sparse, parts []*model.Sparse, width, sw int) {
+	count := map[uint32]int{}
+	sums := map[uint32][]float32{}
+	for _, p := range parts {
+		for i, k := range p.Idx {
+			count[k]++
+			if sums[k] == nil {
+				sums[k] = make([]float32, sw)
+			}
+			for c := range sw {
+				sums[k][c] += p.Val[i*sw+c]
+			}
+		}
+	}
+	keys := make([]uint32, 0, len(count))
+	for k := range count {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	dst.Reset()
+	row := make([]float32, sw)
+	for _, k := range keys {
+		copy(row, sums[k])
+		for c := range width {
+			row[c] /= float32(count[k])
+		}
+		dst.Append(k, row)
 	}
 }

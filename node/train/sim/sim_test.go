@@ -192,7 +192,28 @@ func mixes() []mix {
 			return o
 		})
 	}
+	// Windows combined by their mean (train.Mean), clean and with every
+	// fault, in each mode.
+	for _, mode := range []train.Mode{train.Sync, train.SSP, train.Async} {
+		for _, name := range []string{"clean", "chaos"} {
+			f := mixesByNameIn(out)[fmt.Sprintf("%s/%s", mode, name)].opts
+			add(fmt.Sprintf("h4-mean/%s/%s", mode, name), 20, func(seed uint64) Options {
+				o := f(seed)
+				o.LocalSteps, o.Combine = 4, train.Mean
+				return o
+			})
+		}
+	}
 	return out
+}
+
+// mixesByNameIn indexes mixes by name.
+func mixesByNameIn(ms []mix) map[string]mix {
+	all := map[string]mix{}
+	for _, mx := range ms {
+		all[mx.name] = mx
+	}
+	return all
 }
 
 // TestSeeds runs every mix over its seeds (or -seeds N each), or replays
