@@ -1546,6 +1546,29 @@ func (o *owner) waitingForward(s uint32, r uint64) bool {
 	return false
 }
 
+// forwardWaitsAsync reports whether a forward of ssp/async push k's
+// contribution (its worker's round, to one of its shards) waits for its
+// acknowledgement here. A push of a contribution applied already is
+// answered only once its replicas have it, as the push that applied it is
+// (k.acks): the contribution may have been applied from the crashed
+// primary's forward, and forwarded on from here, with no push waiting for
+// that forward; answered at once, the worker's round was gone when the
+// forward was lost and this peer was removed (async/fast-chaos seed 78 in
+// TestFixedSeeds). Sync has the same rule (waitingForward).
+func (o *owner) forwardWaitsAsync(k *contribution) bool {
+	for _, f := range o.fwd {
+		if f.of == nil || len(f.msg.Clocks) != 1 || f.msg.Clocks[0].Member != k.member || f.msg.Clocks[0].Clock != k.round {
+			continue
+		}
+		for _, s := range f.msg.Shards {
+			if k.set.has(int(s)) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // answerable reports whether contribution k can be answered now.
 func (o *owner) answerable(k *contribution) bool {
 	c := o.c
@@ -1557,7 +1580,7 @@ func (o *owner) answerable(k *contribution) bool {
 		}
 		return true
 	}
-	if k.op == wire.CorePush && k.acks > 0 {
+	if k.op == wire.CorePush && (k.acks > 0 || o.forwardWaitsAsync(k)) {
 		return false
 	}
 	for _, s := range k.shards {
