@@ -1779,6 +1779,18 @@ func (o *owner) forward(from string, msg *wire.Core) {
 			// Nothing to apply, but an answer, or it never stops (a leaver
 			// waits for it to go).
 			c.stats.Rejected++
+			if c.cfg.Mode == Sync && !o.pastAll(msg.Shards, msg.Round) {
+				// Sync: from the round's route before a crash moved the
+				// round (the sender was declared crashed: it is gone, or
+				// cut off and removed). Its answers of the round wait for
+				// this acknowledgement; given for a round no live holder
+				// has applied, they told a leaver its round was done, the
+				// leaver went, and the round's new route waited for its
+				// contribution forever (sync/chaos seed 11 in
+				// TestFixedSeeds). Unanswered, the workers send the round
+				// to its new route.
+				return
+			}
 			c.send(from, &wire.Core{Op: wire.CoreAck, Req: msg.Req})
 			return
 		}
@@ -1927,6 +1939,17 @@ func (o *owner) forward(from string, msg *wire.Core) {
 		}
 	}
 	c.send(from, &wire.Core{Op: wire.CoreAck, Req: msg.Req})
+}
+
+// pastAll reports whether this peer holds every shard of shards with
+// round r applied (sync).
+func (o *owner) pastAll(shards []uint32, r uint64) bool {
+	for _, s := range shards {
+		if int(s) >= o.c.shards || !o.held.has(int(s)) || o.through[s] <= r {
+			return false
+		}
+	}
+	return true
 }
 
 // askRefresh (ssp/async) asks primary p for its copy of every shard of
