@@ -338,6 +338,7 @@ func TestFixedSeeds(t *testing.T) {
 		{"async/fast-chaos", 1788, "a forward of a shard's primary, dropped and sent again, came four configurations later and was refused as not from a recent primary: the worker's round was a hole at the new primary, whose only other copy had crashed, and was given up on as lost"},
 		{"sync/partition", 751, "a shard lost with its holders after the last round restarted as of the newest configuration's start, past the last round: the final round its holders waited for rose with it, and no shard ever got there"},
 		{"sync/chaos", 11, "a replica refused, as no longer the round's route, the forward of a route a crash had removed while it was cut off with a leaver, and acknowledged it: the route answered the leaver, the leaver went, and the round's new route waited for its contribution forever"},
+		{"async/chaos", 124, "a primary whose values were final applied the forward of a primary before it, cut off and removed since, after it had answered final pulls: the peers fetched different models"},
 		{"async/fast-chaos", 78, "a new primary applied the crashed primary's forward of a worker's round and forwarded it on; the worker's push of that round, sent again, was answered at once while that forward was lost, and the round went with the new primary when it was removed"},
 	}
 	// Schedules found with the exact load bound (-load 100), which moves
