@@ -566,15 +566,22 @@ func (o *owner) askState() {
 				// the handoff's round, for the shard as they have it
 				// (sync/full-churn seed 48 asked nobody, and the round's
 				// primary waited for this replica forever).
+				// The shard may come from any of them until each has
+				// said it has none (a.from, mayStillCome).
 				asked := map[string]bool{c.cfg.Self: true}
+				var from []Member
 				for _, r := range []uint64{a.round - 1, a.round} {
 					at := c.cs.at(r)
 					for _, h := range at.owners[s] {
 						if m, ok := at.member(h); ok && !asked[h] && !c.cs.crashed[m.ID] {
 							asked[h] = true
+							from = append(from, m)
 							c.send(h, &wire.Core{Op: wire.CoreState, Flags: wire.FlagAsk | wire.FlagMoved, Shards: []uint32{uint32(s)}, Round: a.round - 1})
 						}
 					}
+				}
+				if !a.noCopy {
+					a.noCopy, a.from = true, from
 				}
 			}
 			continue
@@ -838,6 +845,11 @@ func (o *owner) onNoCopy(from string, msg *wire.Core) {
 		// (settleWait).
 		if a != nil && a.keep && msg.Round == a.takenAt {
 			o.keepWithout(s, a, from, msg.Member)
+		}
+		if a != nil && !a.takeover && a.noCopy && a.round > 0 && msg.Round == a.round-1 {
+			// A holder asked for a handoff whose round before a crash
+			// moved here (askState) has none: one fewer to wait for.
+			a.from = slices.DeleteFunc(a.from, func(m Member) bool { return m.Peer == from && m.ID == msg.Member })
 		}
 		o.settled(s, from)
 		return
@@ -1462,6 +1474,18 @@ func (o *owner) mayStillCome(s int) bool {
 	if c.cfg.Mode == Sync && !a.takeover {
 		if a.round == 0 {
 			return false
+		}
+		if p, t := c.cs.routeConf(s, a.round-1); a.noCopy && c.isMeIn(p, t) {
+			// A crash moved the round before the handoff here, and this
+			// peer has no copy: the holders of that round and of the
+			// handoff's that askState asked may have it, until each says
+			// it has none or crashes. Restarted at once, the shard forked
+			// from the copy a replica handed over a step later
+			// (sync/fast-chaos seed 875 in TestFixedSeeds: "replica
+			// differs from primary").
+			return slices.ContainsFunc(a.from, func(m Member) bool {
+				return m.Peer != c.cfg.Self && !c.cs.crashed[m.ID] && c.isAlive(m.ID)
+			})
 		}
 		hs := c.holdersAt(s, a.round-1)
 		at := c.cs.at(a.round - 1)
