@@ -1550,6 +1550,29 @@ func (o *owner) waitingForward(s uint32, r uint64) bool {
 	return false
 }
 
+// forwardWaitsAsync reports whether a forward of ssp/async push k's
+// contribution (its worker's round, to one of its shards) waits for its
+// acknowledgement here. A push of a contribution applied already is
+// answered only once its replicas have it, as the push that applied it is
+// (k.acks): the contribution may have been applied from the crashed
+// primary's forward, and forwarded on from here, with no push waiting for
+// that forward; answered at once, the worker's round was gone when the
+// forward was lost and this peer was removed (async/fast-chaos seed 78 in
+// TestFixedSeeds). Sync has the same rule (waitingForward).
+func (o *owner) forwardWaitsAsync(k *contribution) bool {
+	for _, f := range o.fwd {
+		if f.of == nil || len(f.msg.Clocks) != 1 || f.msg.Clocks[0].Member != k.member || f.msg.Clocks[0].Clock != k.round {
+			continue
+		}
+		for _, s := range f.msg.Shards {
+			if k.set.has(int(s)) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // answerable reports whether contribution k can be answered now.
 func (o *owner) answerable(k *contribution) bool {
 	c := o.c
@@ -1561,7 +1584,7 @@ func (o *owner) answerable(k *contribution) bool {
 		}
 		return true
 	}
-	if k.op == wire.CorePush && k.acks > 0 {
+	if k.op == wire.CorePush && (k.acks > 0 || o.forwardWaitsAsync(k)) {
 		return false
 	}
 	for _, s := range k.shards {
@@ -1764,6 +1787,18 @@ func (o *owner) forward(from string, msg *wire.Core) {
 			// Nothing to apply, but an answer, or it never stops (a leaver
 			// waits for it to go).
 			c.stats.Rejected++
+			if c.cfg.Mode == Sync && !o.pastAll(msg.Shards, msg.Round) {
+				// Sync: from the round's route before a crash moved the
+				// round (the sender was declared crashed: it is gone, or
+				// cut off and removed). Its answers of the round wait for
+				// this acknowledgement; given for a round no live holder
+				// has applied, they told a leaver its round was done, the
+				// leaver went, and the round's new route waited for its
+				// contribution forever (sync/chaos seed 11 in
+				// TestFixedSeeds). Unanswered, the workers send the round
+				// to its new route.
+				return
+			}
 			c.send(from, &wire.Core{Op: wire.CoreAck, Req: msg.Req})
 			return
 		}
@@ -1787,6 +1822,16 @@ func (o *owner) forward(from string, msg *wire.Core) {
 		case a == nil && !o.held.has(int(s)):
 			// Not a holder any more (handed over), or not yet in the
 			// primary's view: nothing to apply to.
+			continue
+		case c.cfg.Mode != Sync && o.final && cur.primary(int(s)) != from:
+			// Ssp and async values that are final change no more: a
+			// forward of a primary before (cut off and removed since)
+			// carries a contribution the run went final without, as a
+			// push that reaches final values does. Applied at the
+			// primary after it had answered final pulls, the peers
+			// fetched different models (async/chaos seed 124 in
+			// TestFixedSeeds). The primary's own forwards still apply:
+			// its replicas get what it applied before it went final.
 			continue
 		case !o.usable(int(s), msg.Round):
 			o.deferMsg(from, msg)
@@ -1912,6 +1957,17 @@ func (o *owner) forward(from string, msg *wire.Core) {
 		}
 	}
 	c.send(from, &wire.Core{Op: wire.CoreAck, Req: msg.Req})
+}
+
+// pastAll reports whether this peer holds every shard of shards with
+// round r applied (sync).
+func (o *owner) pastAll(shards []uint32, r uint64) bool {
+	for _, s := range shards {
+		if int(s) >= o.c.shards || !o.held.has(int(s)) || o.through[s] <= r {
+			return false
+		}
+	}
+	return true
 }
 
 // askRefresh (ssp/async) asks primary p for its copy of every shard of

@@ -567,15 +567,22 @@ func (o *owner) askState() {
 				// the handoff's round, for the shard as they have it
 				// (sync/full-churn seed 48 asked nobody, and the round's
 				// primary waited for this replica forever).
+				// The shard may come from any of them until each has
+				// said it has none (a.from, mayStillCome).
 				asked := map[string]bool{c.cfg.Self: true}
+				var from []Member
 				for _, r := range []uint64{a.round - 1, a.round} {
 					at := c.cs.at(r)
 					for _, h := range at.owners[s] {
 						if m, ok := at.member(h); ok && !asked[h] && !c.cs.crashed[m.ID] {
 							asked[h] = true
+							from = append(from, m)
 							c.send(h, &wire.Core{Op: wire.CoreState, Flags: wire.FlagAsk | wire.FlagMoved, Shards: []uint32{uint32(s)}, Round: a.round - 1})
 						}
 					}
+				}
+				if !a.noCopy {
+					a.noCopy, a.from = true, from
 				}
 			}
 			continue
@@ -839,6 +846,11 @@ func (o *owner) onNoCopy(from string, msg *wire.Core) {
 		// (settleWait).
 		if a != nil && a.keep && msg.Round == a.takenAt {
 			o.keepWithout(s, a, from, msg.Member)
+		}
+		if a != nil && !a.takeover && a.noCopy && a.round > 0 && msg.Round == a.round-1 {
+			// A holder asked for a handoff whose round before a crash
+			// moved here (askState) has none: one fewer to wait for.
+			a.from = slices.DeleteFunc(a.from, func(m Member) bool { return m.Peer == from && m.ID == msg.Member })
 		}
 		o.settled(s, from)
 		return
@@ -1174,6 +1186,9 @@ func (o *owner) state(from string, msg *wire.Core) {
 	}
 	o.held.add(s)
 	delete(o.awaiting, s)
+	if c.cfg.Mode == Sync && !a.takeover && msg.Flags&wire.FlagFinal == 0 {
+		o.awaitNext(s)
+	}
 	if a.takeover && c.cfg.Mode == Sync {
 		o.ff[s] = true
 		if !a.keep {
@@ -1200,6 +1215,34 @@ func (o *owner) state(from string, msg *wire.Core) {
 	c.trace(TraceEvent{Kind: TraceInstall, Shards: msg.Shards, Peer: from, Req: msg.Req, Round: msg.Round})
 	c.event(Event{Kind: EvReceived, Shards: 1, Peer: from, Text: fmt.Sprintf("shard %d", s)})
 	c.send(from, &wire.Core{Op: wire.CoreAck, Req: msg.Req})
+}
+
+// awaitNext makes this peer, whose copy of shard s is as of a round it
+// neither applies nor replicates (sync), wait for the handoff as of the
+// first later round it holds: no round is applied to its copy here until
+// then. A handoff it awaited for a configuration that another replaced at
+// the same round came after a newer configuration had made it a holder of
+// a later round; that configuration's wait was never set (it waited
+// already), the copy counted as current for the later round, and the
+// peer that applied the rounds between was never asked (sync/chaos seed
+// 1418 in TestFixedSeeds: the route of the later round waited for the
+// round before it, which was another peer's, while that peer pulled the
+// later round from it).
+func (o *owner) awaitNext(s int) {
+	c := o.c
+	r := o.through[s]
+	if c.holdsAt(s, r) || o.awaiting[s] != nil {
+		return
+	}
+	next, ok := uint64(0), false
+	for _, t := range c.cs.list {
+		if t.Start > r && (!ok || t.Start < next) && c.cs.at(t.Start) == t && c.holdsAt(s, t.Start) {
+			next, ok = t.Start, true
+		}
+	}
+	if ok {
+		o.await(s, next, c.cs.at(next-1))
+	}
 }
 
 // importState writes the rows of a shard's state msg into shard s's
@@ -1433,6 +1476,18 @@ func (o *owner) mayStillCome(s int) bool {
 	if c.cfg.Mode == Sync && !a.takeover {
 		if a.round == 0 {
 			return false
+		}
+		if p, t := c.cs.routeConf(s, a.round-1); a.noCopy && c.isMeIn(p, t) {
+			// A crash moved the round before the handoff here, and this
+			// peer has no copy: the holders of that round and of the
+			// handoff's that askState asked may have it, until each says
+			// it has none or crashes. Restarted at once, the shard forked
+			// from the copy a replica handed over a step later
+			// (sync/fast-chaos seed 875 in TestFixedSeeds: "replica
+			// differs from primary").
+			return slices.ContainsFunc(a.from, func(m Member) bool {
+				return m.Peer != c.cfg.Self && !c.cs.crashed[m.ID] && c.isAlive(m.ID)
+			})
 		}
 		hs := c.holdersAt(s, a.round-1)
 		at := c.cs.at(a.round - 1)
