@@ -217,9 +217,11 @@ func DefaultConfig() Config {
 	mc := membership.DefaultConfig()
 	rc := ring.DefaultConfig()
 	return Config{
-		Listen:            []string{"/ip4/0.0.0.0/tcp/0"}, // TCP: libp2p's private networks (the swarm key) support nothing else
-		Heartbeat:         mc.Heartbeat,                   // 500ms: ten beats per DeadAfter
-		DeadAfter:         mc.DeadAfter,                   // 5s: survives GC pauses and lost beats
+		// TCP only: libp2p's private networks (the swarm key) support
+		// nothing else.
+		Listen:            []string{"/ip4/0.0.0.0/tcp/0"},
+		Heartbeat:         mc.Heartbeat, // 500ms: ten beats per DeadAfter
+		DeadAfter:         mc.DeadAfter, // 5s: survives GC pauses and lost beats
 		MinPeers:          1,
 		VNodes:            rc.VNodes,         // 64
 		Shards:            rc.Shards,         // 256
