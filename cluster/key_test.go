@@ -105,3 +105,32 @@ func TestRunSwarmKey(t *testing.T) {
 		t.Errorf("standalone: SwarmKey %q, want none", res.SwarmKey)
 	}
 }
+
+// What Run writes is a key gossiptrain loads, mode 0600; every key is new.
+func TestWriteSwarmKey(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "swarm.key")
+	if err := writeSwarmKey(path); err != nil {
+		t.Fatal(err)
+	}
+	first, err := node.LoadSwarmKey(path) // checks the mode too
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := writeSwarmKey(path); err != nil {
+		t.Fatal(err)
+	}
+	second, err := node.LoadSwarmKey(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Equal(first, second) || len(first) != 32 {
+		t.Errorf("keys %x then %x: want two different 32-byte keys", first, second)
+	}
+	if err := checkKeyFile(path); err != nil {
+		t.Error(err)
+	}
+	os.Chmod(path, 0o640)
+	if err := checkKeyFile(path); err == nil || !strings.Contains(err.Error(), "chmod 600") {
+		t.Errorf("a key of mode 0640: %v, want a refusal saying chmod 600", err)
+	}
+}

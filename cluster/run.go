@@ -13,7 +13,6 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/gossiptrain/gossiptrain/node"
 	"github.com/gossiptrain/gossiptrain/peerlog"
 	"github.com/gossiptrain/gossiptrain/report"
 )
@@ -119,13 +118,13 @@ func runKey(cfg Config, dir string) (string, error) {
 		if err != nil {
 			return "", fmt.Errorf("cluster: %w", err)
 		}
-		if _, err := node.LoadSwarmKey(path); err != nil {
+		if err := checkKeyFile(path); err != nil {
 			return "", fmt.Errorf("cluster: the swarm key: %w", err)
 		}
 		return path, nil
 	}
 	path := filepath.Join(dir, "swarm.key")
-	if _, err := node.CreateSwarmKey(path, true); err != nil {
+	if err := writeSwarmKey(path); err != nil {
 		return "", fmt.Errorf("cluster: a swarm key for the run: %w", err)
 	}
 	cfg.Log.Info().Str("file", path).Msg("a new swarm key for this run: only its peers can connect to each other")
