@@ -198,8 +198,9 @@ Finding peers (combine as needed):
   --mdns        no addresses: peers on one LAN or bridge find each other by
                 multicast DNS. Needs a multicast-capable interface shared by
                 the peers; loopback has none, and clouds rarely forward it.
-  --dht         a Kademlia DHT private to gossiptrain with a rendezvous on the
-                job name, for peers that share only a bootstrap peer.
+  --dht         a Kademlia DHT private to gossiptrain with a rendezvous derived
+                from the job name and the swarm key, for peers that share only
+                a bootstrap peer.
 
 A member silent for --dead-after is declared dead; every change of the member
 set bumps its epoch, and ownership follows the ring of the agreed set.
