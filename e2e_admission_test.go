@@ -13,6 +13,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -237,4 +239,107 @@ func logHasLine(log string, subs ...string) bool {
 		}
 	}
 	return false
+}
+
+// fakeSSHBin writes an ssh and an scp that do on this machine what the
+// real ones would do on a host (ssh: the command in home, the host's login
+// directory; scp: cp -p), after parsing their options as OpenSSH does:
+// both need "--" before the destination and the files. Every invocation
+// is recorded in the returned file, one a line, arguments separated by
+// \x1f. Launch then runs without sshd.
+func fakeSSHBin(t *testing.T, home string) (dir, calls string) {
+	t.Helper()
+	dir, calls = t.TempDir(), filepath.Join(t.TempDir(), "calls")
+	head := func(tool, withValue string) string {
+		return "#!/bin/sh\nprintf '%s\\037' " + tool + ` "$@" >> ` + calls + "; printf '\\n' >> " + calls + `
+while [ $# -gt 0 ]; do
+  case "$1" in --) shift; break ;; ` + withValue + `) shift 2 ;; -*) shift ;; *) echo "fake ` + tool + `: $1 before --" >&2; exit 255 ;; esac
+done
+`
+	}
+	ssh := head("ssh", "-o|-p|-F|-J|-i") + `shift
+export SSH_CONNECTION="127.0.0.1 50000 127.0.0.1 22"
+cd ` + home + ` && exec sh -c "$*"
+`
+	scp := head("scp", "-o|-P|-F|-J|-i") + `n=$#; i=0
+for a in "$@"; do i=$((i+1)); case "$a" in /*) p=$a ;; *:*) p=${a#*:} ;; *) p=$a ;; esac
+  if [ $i -lt $n ]; then set -- "$@" "$p"; else dest=$p; fi; done
+shift $n
+exec cp -p "$@" "$dest"
+`
+	for name, text := range map[string]string{"ssh": ssh, "scp": scp} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir, calls
+}
+
+// launch over ssh and scp that run here: every launch gets a job name of
+// its own (launch-<6 hex>) and a new swarm key, shipped to the host with
+// mode 0600 and given to every peer; every ssh and scp ends its options
+// with "--" before the host and the files.
+func TestLaunchShipsAKeyAndNamesTheJob(t *testing.T) {
+	bin := binary(t)
+	home := t.TempDir()
+	fake, calls := fakeSSHBin(t, home)
+	train, test, dim := e2eDataRows(t, 10000)
+	runDir := filepath.Join(t.TempDir(), "launch-run")
+	cmd := exec.Command(bin, "launch", "--hosts", "vm1,ubuntu@vm2:2222", "--ship-data", "--dir", runDir,
+		"--", "--train", train, "--test", test, "--dim", fmt.Sprint(dim), "--epochs", "1")
+	cmd.Env = append(os.Environ(), "PATH="+fake+string(os.PathListSeparator)+os.Getenv("PATH"))
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("launch: %v\n%s\n%s", err, out.String(), tail(errb.String(), 4000))
+	}
+	m := regexp.MustCompile(`launching .*job=(launch-[0-9a-f]{6})\b`).FindStringSubmatch(errb.String())
+	if m == nil {
+		t.Fatalf("no job name launch-<6 hex> in the launch log:\n%s", tail(errb.String(), 3000))
+	}
+	if !strings.Contains(out.String(), "model hashes agree: yes") {
+		t.Errorf("the result table:\n%s", out.String())
+	}
+	local := filepath.Join(runDir, "swarm.key")
+	remote := filepath.Join(home, "gossiptrain", "runs", "launch-run", "swarm.key")
+	for _, k := range []string{local, remote} {
+		if st, err := os.Stat(k); err != nil || st.Mode().Perm() != 0o600 {
+			t.Errorf("swarm key %s: %v, want a file of mode 0600", k, err)
+		}
+	}
+	if a, b := mustRead(t, local), mustRead(t, remote); !bytes.Equal(a, b) {
+		t.Error("the key on the host differs from the run's")
+	}
+	for i := range 2 {
+		log := mustRead(t, filepath.Join(runDir, fmt.Sprintf("peer-%d.log", i)))
+		if !bytes.Contains(log, []byte(`"swarm_key":"runs/launch-run/swarm.key"`)) {
+			t.Errorf("peer %d did not run with the shipped key", i)
+		}
+		r, err := report.ReadFile(filepath.Join(runDir, fmt.Sprintf("peer-%d.jsonl", i)))
+		if err != nil || r.Start.Config["job"] != m[1] {
+			t.Errorf("peer %d ran job %q (%v), want %s", i, r.Start.Config["job"], err, m[1])
+		}
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(mustRead(t, calls))), "\n") {
+		args := strings.Split(strings.TrimSuffix(line, "\x1f"), "\x1f")
+		i := slices.Index(args, "--")
+		if i < 0 {
+			t.Errorf("%q: no --", args)
+			continue
+		}
+		for _, a := range args[1:i] {
+			if strings.Contains(a, "vm1") || strings.Contains(a, "vm2") {
+				t.Errorf("%q: the host comes before --", args)
+			}
+		}
+	}
+}
+
+func mustRead(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
