@@ -19,15 +19,18 @@ import (
 	"github.com/gossiptrain/gossiptrain/cluster"
 	"github.com/gossiptrain/gossiptrain/data"
 	"github.com/gossiptrain/gossiptrain/model"
+	"github.com/gossiptrain/gossiptrain/node"
 	"github.com/gossiptrain/gossiptrain/report"
 )
 
 // Flags of train that cluster and bench set on every peer themselves (or
-// handle in their own way), so they do not pass them through.
+// handle in their own way), so they do not pass them through. --swarm-key:
+// cluster.Run gives every peer the run's key (cluster and launch take a
+// --swarm-key of their own); --peers-allowed: the peers' IDs are the run's.
 var clusterSkipFlags = map[string]bool{
 	"job": true, "identity": true, "report": true, "listen": true, "peer": true, "peers-file": true,
 	"log-format": true, "log-level": true, "mdns": true, "dht": true, "status-addr": true,
-	"min-peers": true, "part": true,
+	"min-peers": true, "part": true, "swarm-key": true, "peers-allowed": true,
 }
 
 // trainPass is train's flags registered on a cluster or bench command:
@@ -143,6 +146,19 @@ func (n *netFlags) config(c *command) (*cluster.NetNS, error) {
 		}
 	}
 	return ns, nil
+}
+
+// checkSwarmKeyFlag checks the --swarm-key of cluster and launch before
+// any work: a key file the peers could not load fails now, not in every
+// peer.
+func checkSwarmKeyFlag(path string) error {
+	if path == "" {
+		return nil
+	}
+	if _, err := node.LoadSwarmKey(path); err != nil {
+		return usageErr("swarm-key", "%v", err)
+	}
+	return nil
 }
 
 // defaultRunDir is ./gossiptrain-runs/<time>-<what>.
@@ -262,6 +278,7 @@ func clusterCmd() *command {
 	var (
 		peers    int
 		dir, job string
+		swarmKey string
 		save     string
 		baseline bool
 		cf       cpuFlags
@@ -272,6 +289,7 @@ func clusterCmd() *command {
 		fs.IntVar(&peers, "peers", 4, "number of local peer `processes`")
 		fs.StringVar(&dir, "dir", "", "run `DIR`: identities, each peer's report and log, report.md and plots\n(default ./gossiptrain-runs/<time>-cluster)")
 		fs.StringVar(&job, "job", "cluster", "job `name` the peers get (--job)")
+		fs.StringVar(&swarmKey, "swarm-key", "", "swarm key `FILE` every peer gets (--swarm-key; 'gossiptrain keygen --swarm FILE'). Default: a\nnew key for each run, written to DIR/swarm.key (mode 0600): only this run's peers can\nconnect to each other, also with --netns")
 		fs.StringVar(&save, "save", "", "peer 0 saves the trained model to `FILE` (every peer ends with the same model)")
 		fs.BoolVar(&baseline, "baseline", false, "first run one peer alone (plain train) on all the data the peers split, under the same\n--cpus cap, and print the cluster's speedup against it: does the cluster pay?")
 	})
@@ -303,6 +321,10 @@ table then gives the cluster's speedup against it (its examples/s over the
 lone peer's) and efficiency (speedup / peers). 'gossiptrain bench --peers
 1,2,4,8' runs a whole scaling series.
 
+Every peer gets a swarm key: a new one per run in DIR/swarm.key (mode 0600),
+or --swarm-key FILE. Peers listen on 127.0.0.1 (with --netns, on their
+namespace's address).
+
 Ctrl-C stops the whole job at once: cluster sends every peer SIGUSR1, on which
 a peer stops without the graceful leave SIGTERM starts (handing shards to peers
 that stop too would only wait for them), writes its report marked partial
@@ -331,6 +353,9 @@ the signal gets SIGKILL.`
 		}
 		netns, err := nf.config(c)
 		if err != nil {
+			return err
+		}
+		if err := checkSwarmKeyFlag(swarmKey); err != nil {
 			return err
 		}
 		if dir == "" {
@@ -412,6 +437,7 @@ the signal gets SIGKILL.`
 		}
 		cfg := cluster.DefaultConfig()
 		cfg.Peers, cfg.Dir, cfg.Job, cfg.NetNS, cfg.Log = peers, dir, job, netns, log
+		cfg.SwarmKey = swarmKey
 		cf.apply(&cfg)
 		cfg.TrainArgs = append(common, "--log-level", lf.level)
 		cfg.PeerArgs = func(i int) []string {

@@ -132,6 +132,17 @@ func TestClusterSplitsFilesAmongPeers(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(run, "model.gt")); err != nil {
 		t.Errorf("--save: %v", err)
 	}
+	// A swarm key of the run's own, and every peer in its private swarm.
+	key := filepath.Join(run, "swarm.key")
+	if st, err := os.Stat(key); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("the run's swarm key %s: %v, want a file of mode 0600", key, err)
+	}
+	for i := range 3 {
+		log, _ := os.ReadFile(filepath.Join(run, fmt.Sprintf("peer-%d.log", i)))
+		if !bytes.Contains(log, []byte(`"swarm_key":"`+key+`"`)) {
+			t.Errorf("peer %d did not run with the run's swarm key %s", i, key)
+		}
+	}
 }
 
 // bench runs every configuration on the same data and writes report.md,
@@ -291,7 +302,8 @@ func TestClusterAndBenchHelp(t *testing.T) {
 		want []string
 	}{
 		{"cluster", []string{"--peers processes", "(default 4)", "--netns", "--rate rate", "(default \"1gbit\")",
-			"train: Data:", "--train FILE", "--batch int", "(default 100)", "--topology ring", "--mode", "Examples:"}},
+			"train: Data:", "--train FILE", "--batch int", "(default 100)", "--topology ring", "--mode", "Examples:",
+			"--swarm-key FILE", "DIR/swarm.key"}},
 		{"bench", []string{"--topologies list", "(default \"master,ring\")", "--modes list", "(default \"sync\")",
 			"--batches list", "(default \"1000\")", "--examples int", "(default 1000000)", "--netns", "--optimizer"}},
 	} {
@@ -328,6 +340,7 @@ func TestClusterAndBenchUsageErrors(t *testing.T) {
 		{[]string{"cluster", "--netns", "--rate", "fast"}, "--rate:"},
 		{[]string{"cluster", "--part", "1/2"}, "-part"},
 		{[]string{"cluster", "extra"}, "unexpected argument"},
+		{[]string{"cluster", "--swarm-key", "/nonexistent/job.key"}, "--swarm-key: swarm key file /nonexistent/job.key"},
 		{[]string{"bench", "--topologies", "star"}, "--topologies: \"star\": want master or ring"},
 		{[]string{"bench", "--modes", "bsp"}, "--modes: \"bsp\""},
 		{[]string{"bench", "--batches", "0"}, "--batches: \"0\""},

@@ -3,6 +3,8 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"flag"
 	"fmt"
 	"os"
@@ -31,6 +33,7 @@ func launchCmd() *command {
 		remoteDir      string
 		shipData       bool
 		dir, job, bin  string
+		swarmKey       string
 		save           string
 		sshConfig      string
 		sshOptions     repeatFlag
@@ -55,7 +58,8 @@ func launchCmd() *command {
 	})
 	c.group("Run", func(fs *flag.FlagSet) {
 		fs.StringVar(&dir, "dir", "", "local run `DIR`: each peer's report and log, report.md and plots\n(default ./gossiptrain-runs/<time>-launch)")
-		fs.StringVar(&job, "job", "launch", "job `name` the peers get (--job)")
+		fs.StringVar(&job, "job", "", "job `name` the peers get (--job); default: launch- and 6 random hex digits, new for every\nlaunch (logged), so two launches never meet")
+		fs.StringVar(&swarmKey, "swarm-key", "", "swarm key `FILE` every peer gets, copied to each host as DIR/runs/<run>/swarm.key (mode 0600)\nand passed with --swarm-key: only holders of the key can connect to the peers. Default:\na new key for each launch, written to the run directory (--dir) as swarm.key")
 		fs.StringVar(&save, "save", "", "the first host's peer saves the trained model, copied back here to `FILE` (every peer ends\nwith the same model)")
 	})
 	tp := registerTrainFlags(c, mergeSkip(clusterSkipFlags, "save"))
@@ -80,6 +84,11 @@ files as hosts, else every host reads --part i/N. With no --train at all, a
 Criteo-like data set is generated here and shipped. Without --ship-data the
 paths are the hosts' own (relative to --remote-dir), and the model's --dim
 and --model must be given, since the files cannot be scanned here.
+
+Every launch makes a new swarm key (or takes --swarm-key FILE), copies it to
+each host (mode 0600) and gives it to every peer: the peers listen on every
+interface, and only holders of the key can connect to them. The job name is
+new for every launch too (launch-<6 hex digits>) unless --job is given.
 
 Ctrl-C stops every peer (each leaves the job gracefully); if this process or
 its connection dies, each host's agent stops its peer on its own. Each peer's
@@ -127,6 +136,13 @@ dashboard is on its status server; the URL of the first is logged.`
 		n := len(hs)
 		if dir == "" {
 			dir = defaultRunDir("launch")
+		}
+		if err := checkSwarmKeyFlag(swarmKey); err != nil {
+			return err
+		}
+		if job == "" {
+			job = launchJobName()
+			log.Info().Str("job", job).Msg("a job name of its own for this launch (--job to choose one)")
 		}
 		ssh := cluster.DefaultSSH()
 		ssh.Hosts, ssh.Binary, ssh.RemoteDir, ssh.Dir = hs, bin, strings.TrimPrefix(remoteDir, "~/"), dir
@@ -241,6 +257,7 @@ dashboard is on its status server; the URL of the first is logged.`
 		}
 		cfg := cluster.DefaultConfig()
 		cfg.Peers, cfg.Dir, cfg.Job, cfg.Log, cfg.Launcher = n, dir, job, log, ssh
+		cfg.SwarmKey = swarmKey
 		cfg.TrainArgs = append(common, "--log-level", lf.level)
 		remoteModel := "runs/" + ssh.Run + "/model.gt"
 		cfg.PeerArgs = func(i int) []string {
@@ -253,7 +270,7 @@ dashboard is on its status server; the URL of the first is logged.`
 		cfg.ProgressEvery = progressEvery(tp)
 		cfg.StartTimeout = 0
 
-		log.Info().Int("hosts", n).Str("dir", dir).Str("split", split.how).Bool("ship_data", shipData).Msg("launching")
+		log.Info().Int("hosts", n).Str("dir", dir).Str("job", job).Str("split", split.how).Bool("ship_data", shipData).Msg("launching")
 		res, err := cluster.Run(ctx, cfg)
 		if err != nil {
 			return err
@@ -267,6 +284,15 @@ dashboard is on its status server; the URL of the first is logged.`
 		return finishCluster(c.stdout(), res, meta, strings.Join(os.Args, " "), log)
 	}
 	return c
+}
+
+// launchJobName is a job name of its own for a launch: "launch-" and 6
+// random hex digits, so that two launches (or a launch and a stranger's
+// job on the same network) never take each other for peers of one job.
+func launchJobName() string {
+	b := make([]byte, 3)
+	rand.Read(b) // never fails (crypto/rand)
+	return "launch-" + hex.EncodeToString(b)
 }
 
 // readHostsFile reads one host a line; '#' starts a comment.

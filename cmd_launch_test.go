@@ -22,6 +22,7 @@ import (
 
 	"github.com/gossiptrain/gossiptrain/cluster"
 	"github.com/gossiptrain/gossiptrain/data"
+	"github.com/gossiptrain/gossiptrain/node"
 	"github.com/gossiptrain/gossiptrain/report"
 )
 
@@ -297,6 +298,19 @@ func TestLaunchOverSSH(t *testing.T) {
 		if left := lab.allHostProcesses(t); len(left) > 0 {
 			t.Errorf("processes left on the hosts after the run:\n%s", strings.Join(left, "\n"))
 		}
+		// A key and a job name of the launch's own: the key shipped with
+		// mode 0600, every peer in a private swarm.
+		if st, err := os.Stat(filepath.Join(lab.remote, "runs", "run-trains", "swarm.key")); err != nil || st.Mode().Perm() != 0o600 {
+			t.Errorf("the run's swarm key on the hosts: %v, want a file of mode 0600", err)
+		}
+		if !regexp.MustCompile(`job=launch-[0-9a-f]{6}\b`).MatchString(errb.String()) {
+			t.Errorf("no job name launch-<6 hex> logged:\n%s", tail(errb.String(), 3000))
+		}
+		for i := range 4 {
+			if log, _ := os.ReadFile(filepath.Join(run, fmt.Sprintf("peer-%d.log", i))); !bytes.Contains(log, []byte("private swarm")) {
+				t.Errorf("peer %d did not run with the swarm key", i)
+			}
+		}
 	})
 
 	t.Run("ctrl-c", func(t *testing.T) {
@@ -472,6 +486,9 @@ func TestParseHost(t *testing.T) {
 		{"vm 1", cluster.Host{}, "host name"},
 		{"vm1;reboot", cluster.Host{}, "host name"},
 		{"", cluster.Host{}, "empty"},
+		{"-oProxyCommand=touch /tmp/pwned", cluster.Host{}, "starts with '-'"},
+		{"-oProxyCommand=x", cluster.Host{}, "starts with '-'"},
+		{"root@-oProxyCommand=x", cluster.Host{}, "starts with '-'"},
 	} {
 		h, err := cluster.ParseHost(c.in)
 		if c.err != "" {
@@ -501,6 +518,10 @@ func TestLaunchInHelp(t *testing.T) {
 func TestLaunchUsageErrors(t *testing.T) {
 	hostsFile := filepath.Join(t.TempDir(), "hosts")
 	os.WriteFile(hostsFile, []byte("vm1 # the first\n\nvm2 vm3\n"), 0o644)
+	optionHosts := filepath.Join(t.TempDir(), "option-hosts")
+	os.WriteFile(optionHosts, []byte("vm1\n-oProxyCommand=x\n"), 0o644)
+	looseKey := filepath.Join(t.TempDir(), "loose.key")
+	os.WriteFile(looseKey, node.EncodeSwarmKey(make([]byte, 32)), 0o644)
 	for _, c := range []struct {
 		args []string
 		want string
@@ -514,6 +535,11 @@ func TestLaunchUsageErrors(t *testing.T) {
 		{[]string{"launch", "--hosts", "vm1", "--", "--train", "/nonexistent/x.svm", "--dim", "10", "--model", "softmax"}, "--classes: required"},
 		{[]string{"launch", "--hosts", "vm1", "--ship-data", "--", "--train", "/nonexistent/x.svm"}, "--train: \"/nonexistent/x.svm\": no such file"},
 		{[]string{"launch", "--hosts", "vm1", "--", "--nosuchflag"}, "nosuchflag"},
+		// ssh would take a host that starts with '-' for an option.
+		{[]string{"launch", "--hosts", "-oProxyCommand=touch /tmp/pwned"}, "--hosts: host \"-oProxyCommand=touch /tmp/pwned\": starts with '-'"},
+		{[]string{"launch", "--hosts=vm1,-oProxyCommand=x"}, "--hosts: host \"-oProxyCommand=x\": starts with '-'"},
+		{[]string{"launch", "--hosts-file", optionHosts}, "--hosts-file: host \"-oProxyCommand=x\": starts with '-'"},
+		{[]string{"launch", "--hosts", "vm1", "--swarm-key", looseKey}, "--swarm-key: "},
 	} {
 		code, _, errOut := gt(t, c.args...)
 		if code != 2 || !strings.Contains(errOut, c.want) {

@@ -19,6 +19,7 @@ import (
 // takes them all, and train (issue 4) registers the same groups.
 type peerFlags struct {
 	identity, swarmKey string
+	peersAllowed       string
 
 	listen          listFlag
 	connLimit       int
@@ -46,6 +47,9 @@ type peerFlags struct {
 	// noShards leaves --shards out of the Cluster group, for a command that
 	// registers its own (train's Model group does).
 	noShards bool
+	// standalone says the flags are checked for a run that joins no job
+	// and listens nowhere (train without --job): no swarm key is needed.
+	standalone bool
 }
 
 // register adds the Identity, Network, Discovery and Cluster groups.
@@ -53,10 +57,11 @@ func (p *peerFlags) register(c *command) {
 	def := node.DefaultConfig()
 	c.group("Identity", func(fs *flag.FlagSet) {
 		fs.StringVar(&p.identity, "identity", "", "Ed25519 key `FILE` that fixes the peer ID across restarts; created on first run (mode 0600,\ndirectory 0700). Without it the peer gets a new random ID on every start")
-		fs.StringVar(&p.swarmKey, "swarm-key", "", "pre-shared swarm key `FILE` ('gossiptrain keygen --swarm FILE'): the peer connects only to\npeers holding the same key (a libp2p private network). libp2p supports private networks\nover TCP only: QUIC --listen addresses are skipped (and logged)")
+		fs.StringVar(&p.swarmKey, "swarm-key", "", "pre-shared swarm key `FILE` ('gossiptrain keygen --swarm job.key', copied to every peer, mode\n0600). It decides who may connect: a host without the key fails the handshake before any\nprotocol runs, so it can neither join the job, send a message, nor learn the job's name or\nsettings. Required when --listen reaches beyond loopback (the default 0.0.0.0 does).\nlibp2p's private networks run over TCP only: QUIC --listen addresses are skipped (and\nlogged). See docs/security.md")
+		fs.StringVar(&p.peersAllowed, "peers-allowed", "", "allow-list `FILE`: one peer ID a line ('#' starts a comment). Only those peers may connect\nto this one; the file is re-read within 2s of a change, and a peer removed from it is\ndisconnected and refused: shut out one compromised host without a new --swarm-key")
 	})
 	c.group("Network", func(fs *flag.FlagSet) {
-		fs.Var(&p.listen, "listen", "`MULTIADDR` to listen on; repeat or separate with commas. TCP (/ip4/0.0.0.0/tcp/4001) and QUIC\n(/ip4/0.0.0.0/udp/4001/quic-v1); port 0 picks a free port. Every address the peer can be\ndialled on is logged with its /p2p/ID\n(default \""+strings.Join(def.Listen, ",")+"\")")
+		fs.Var(&p.listen, "listen", "`MULTIADDR` to listen on; repeat or separate with commas. TCP (/ip4/0.0.0.0/tcp/4001), and QUIC\n(/ip4/127.0.0.1/udp/4001/quic-v1) on loopback only, since a swarm key needs TCP; port 0 picks\na free port. An address beyond loopback (0.0.0.0 included) needs --swarm-key;\n/ip4/127.0.0.1/tcp/0 does not. Every address the peer can be dialled on is logged with its\n/p2p/ID\n(default \""+strings.Join(def.Listen, ",")+"\": every interface, so --swarm-key is required)")
 		fs.IntVar(&p.connLimit, "conn-limit", def.ConnLimit, "`connections` allowed from one IP address (libp2p's resource manager; loopback is exempt).\nThe default 8 is libp2p's; raise it when many peers share one public address (behind one NAT):\nabout the number of peers behind that address. The new-connection rate per address and the\nsystem-wide connection limits scale with it")
 		fs.IntVar(&p.maxMessage, "max-message-size", def.MaxMessageSize, "gossipsub's maximum message size in `bytes`. Must be the same on every peer of the job: a\npeer with another value is refused at connect (logged), since gossipsub silently drops\nmessages over a receiver's limit")
 		fs.IntVar(&p.outQueue, "outbound-queue", def.OutboundQueueSize, "gossipsub's outgoing queue per peer, in `messages`; overflow is dropped and counted")
@@ -100,7 +105,7 @@ var peerConfigFlag = map[string]string{
 	"VNodes": "vnodes", "Shards": "shards", "Replicas": "replicas", "Topology": "topology", "Master": "master",
 	"StatusAddr": "status-addr", "ConnLimit": "conn-limit", "MaxMessageSize": "max-message-size",
 	"OutboundQueueSize": "outbound-queue", "ValidateQueueSize": "validate-queue", "GossipSub": "gossip-heartbeat",
-	"RedialMax": "redial-max", "NAT": "nat", "Relay": "relay",
+	"RedialMax": "redial-max", "NAT": "nat", "Relay": "relay", "PSK": "swarm-key", "PeersAllowed": "peers-allowed",
 }
 
 // flagError turns a node.FieldError into a usage error naming the flag.
@@ -121,7 +126,7 @@ func (p *peerFlags) config() (node.Config, error) {
 	if len(p.listen) > 0 {
 		cfg.Listen = append([]string(nil), p.listen...)
 	}
-	cfg.Identity, cfg.SwarmKey = p.identity, p.swarmKey
+	cfg.Identity, cfg.SwarmKey, cfg.PeersAllowed = p.identity, p.swarmKey, p.peersAllowed
 	cfg.Peers, cfg.PeersFile = append([]string(nil), p.peers...), p.peersFile
 	cfg.MDNS, cfg.DHT = p.mdns, p.dht
 	cfg.Heartbeat, cfg.DeadAfter, cfg.MinPeers = p.heartbeat, p.deadAfter, p.minPeers
@@ -147,7 +152,20 @@ func (p *peerFlags) config() (node.Config, error) {
 	if cfg.DHT && len(cfg.Peers) == 0 && cfg.PeersFile == "" && !cfg.MDNS {
 		return cfg, usageErr("dht", "the DHT needs a peer to join through: give --peer, --peers-file or --mdns")
 	}
-	return cfg, flagError(cfg.Validate())
+	err = cfg.Validate()
+	var fe *node.FieldError
+	if p.standalone && errors.As(err, &fe) && fe.Field == "SwarmKey" {
+		err = nil // Validate checks the key last: every other field is valid
+	}
+	if err != nil {
+		return cfg, flagError(err)
+	}
+	if cfg.PeersAllowed != "" { // now, not after the data is read
+		if _, err := node.ReadPeersAllowed(cfg.PeersAllowed); err != nil {
+			return cfg, usageErr("peers-allowed", "%v", strings.TrimPrefix(err.Error(), node.ErrPeersAllowed.Error()+": "))
+		}
+	}
+	return cfg, nil
 }
 
 func peerCmd() *command {
@@ -180,8 +198,9 @@ Finding peers (combine as needed):
   --mdns        no addresses: peers on one LAN or bridge find each other by
                 multicast DNS. Needs a multicast-capable interface shared by
                 the peers; loopback has none, and clouds rarely forward it.
-  --dht         a Kademlia DHT private to gossiptrain with a rendezvous on the
-                job name, for peers that share only a bootstrap peer.
+  --dht         a Kademlia DHT private to gossiptrain with a rendezvous derived
+                from the job name and the swarm key, for peers that share only
+                a bootstrap peer.
 
 A member silent for --dead-after is declared dead; every change of the member
 set bumps its epoch, and ownership follows the ring of the agreed set.
@@ -199,18 +218,27 @@ reach it through that relay, and hole punching then connects them directly
 where the NATs allow it. Give --relay to a peer with a public address.
 'gossiptrain status' lists each connection as direct, hole_punched or relayed.
 
-Private swarms: 'gossiptrain keygen --swarm swarm.key', copy the file to every
-peer (mode 0600), and pass --swarm-key swarm.key: peers without the key cannot
-connect. libp2p private networks run over TCP only.`
-	c.example = `  # VM 1 (logs its address: /ip4/10.0.0.5/tcp/4001/p2p/12D3Koo…)
-  gossiptrain peer --job ctr1 --listen /ip4/0.0.0.0/tcp/4001 --identity ~/.gossiptrain/key
+The swarm key: a peer reachable beyond this machine (the default --listen
+is every interface) needs --swarm-key, and refuses to start without one.
+Make the key once with 'gossiptrain keygen --swarm job.key', copy it to every
+peer (mode 0600) and pass --swarm-key job.key: hosts without it fail the
+handshake, so they can neither join nor learn anything of the job. A peer
+that listens on loopback only (--listen /ip4/127.0.0.1/tcp/0) needs no key.
+--peers-allowed FILE narrows it further to the peer IDs listed. libp2p
+private networks run over TCP only. See docs/security.md.`
+	c.example = `  # once: a key for the job, copied to every VM (scp -p job.key vm2:)
+  gossiptrain keygen --swarm job.key
+  # VM 1 (logs its address: /ip4/10.0.0.5/tcp/4001/p2p/12D3Koo…)
+  gossiptrain peer --job ctr1 --swarm-key job.key --listen /ip4/0.0.0.0/tcp/4001 --identity ~/.gossiptrain/key
   # VMs 2..N
-  gossiptrain peer --job ctr1 --listen /ip4/0.0.0.0/tcp/4001 --identity ~/.gossiptrain/key \
+  gossiptrain peer --job ctr1 --swarm-key job.key --listen /ip4/0.0.0.0/tcp/4001 --identity ~/.gossiptrain/key \
       --peer /ip4/10.0.0.5/tcp/4001/p2p/12D3Koo…
   # a cloud VM that relays for peers behind NAT (home, lab)
-  gossiptrain peer --job ctr1 --listen /ip4/0.0.0.0/tcp/4001 --relay
+  gossiptrain peer --job ctr1 --swarm-key job.key --listen /ip4/0.0.0.0/tcp/4001 --relay
   # on a LAN, no addresses at all
-  gossiptrain peer --job ctr1 --mdns
+  gossiptrain peer --job ctr1 --swarm-key job.key --mdns
+  # two peers on this machine: loopback needs no key
+  gossiptrain peer --job try --listen /ip4/127.0.0.1/tcp/4001
   # ask a running peer
   gossiptrain status 127.0.0.1:7070`
 	c.run = func(c *command, args []string) error {
@@ -291,7 +319,7 @@ func keygenCmd() *command {
 	c.help = `
 Write secrets with mode 0600 (a missing directory is created with mode 0700).
 An existing file is never replaced without --force.`
-	c.example = `  gossiptrain keygen --swarm cluster.key     # then: peer --swarm-key cluster.key
+	c.example = `  gossiptrain keygen --swarm job.key     # copy to every peer (scp -p), then: peer --swarm-key job.key
   gossiptrain keygen --identity ~/.gossiptrain/key`
 	c.run = func(c *command, args []string) error {
 		if len(args) > 0 {
@@ -304,7 +332,7 @@ An existing file is never replaced without --force.`
 			if _, err := node.CreateSwarmKey(swarm, force); err != nil {
 				return err
 			}
-			fmt.Fprintf(c.stdout(), "wrote swarm key %s: copy it to every peer of the cluster and pass --swarm-key %s\n", swarm, swarm)
+			fmt.Fprintf(c.stdout(), "wrote swarm key %s (mode 0600): copy it to every peer of the cluster, keeping the mode (scp -p), and pass --swarm-key %s\n", swarm, swarm)
 		}
 		if identity != "" {
 			key, err := node.CreateIdentity(identity, force)

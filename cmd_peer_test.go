@@ -17,10 +17,21 @@ import (
 
 const peerA = "12D3KooWEuQpbAyLHLUeuVP76S437TmCa34vq4G4tKrK5eZ11oJy"
 
+// testSwarmKey writes a new swarm key into the test's directory.
+func testSwarmKey(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "job.key")
+	if _, err := node.CreateSwarmKey(path, false); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 func TestPeerFlagsToConfig(t *testing.T) {
+	key := testSwarmKey(t)
 	c, p := newPeerCommand()
 	err := c.parse([]string{
-		"--job", "ctr1", "--listen", "/ip4/0.0.0.0/tcp/4001", "--peer", "/ip4/10.0.0.5/tcp/4001/p2p/" + peerA,
+		"--job", "ctr1", "--swarm-key", key, "--listen", "/ip4/0.0.0.0/tcp/4001", "--peer", "/ip4/10.0.0.5/tcp/4001/p2p/" + peerA,
 		"--dead-after", "3s", "--heartbeat", "250ms", "--shards", "512", "--topology", "master",
 		"--conn-limit", "64", "--mdns", "--min-peers", "4", "--libp2p-log-level", "error",
 	})
@@ -44,13 +55,88 @@ func TestPeerFlagsToConfig(t *testing.T) {
 	case cfg.ConnLimit != 64 || cfg.MaxMessageSize != want.MaxMessageSize:
 		t.Errorf("network: conn limit %d, max message %d", cfg.ConnLimit, cfg.MaxMessageSize)
 	}
-	// Without --listen, the defaults (TCP and QUIC on every interface).
+	// Without --listen, the default (TCP on every interface), with the key.
 	c, p = newPeerCommand()
-	if err := c.parse([]string{"--job", "x"}); err != nil {
+	if err := c.parse([]string{"--job", "x", "--swarm-key", key}); err != nil {
 		t.Fatal(err)
 	}
-	if cfg, err := p.config(); err != nil || strings.Join(cfg.Listen, " ") != strings.Join(want.Listen, " ") {
-		t.Errorf("default listen %v, %v; want %v", cfg.Listen, err, want.Listen)
+	if cfg, err := p.config(); err != nil || strings.Join(cfg.Listen, " ") != "/ip4/0.0.0.0/tcp/0" || cfg.SwarmKey != key {
+		t.Errorf("default listen %v, key %q, %v; want /ip4/0.0.0.0/tcp/0 and %s", cfg.Listen, cfg.SwarmKey, err, key)
+	}
+}
+
+// Beyond loopback a peer needs --swarm-key: without it, peer and train
+// refuse to start (exit 2), naming the flag and how to make a key; on
+// loopback no key is needed, and a lone train (no --job) needs none.
+func TestPeerNeedsSwarmKeyBeyondLoopback(t *testing.T) {
+	for _, args := range [][]string{
+		{"--job", "x"}, // the default --listen: every interface
+		{"--job", "x", "--listen", "/ip4/0.0.0.0/tcp/4001"},
+		{"--job", "x", "--listen", "/ip4/127.0.0.1/tcp/0,/ip6/::/tcp/0"},
+	} {
+		c, p := newPeerCommand()
+		if err := c.parse(args); err != nil {
+			t.Fatal(err)
+		}
+		_, err := p.config()
+		if !errors.Is(err, errUsage) {
+			t.Errorf("%v: %v, want a usage error", args, err)
+			continue
+		}
+		for _, want := range []string{"--swarm-key:", "gossiptrain keygen --swarm job.key", "--swarm-key job.key", "0600", "127.0.0.1"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("%v: %q does not say %q", args, err, want)
+			}
+		}
+	}
+	for _, args := range [][]string{
+		{"--job", "x", "--listen", "/ip4/127.0.0.1/tcp/0"},
+		{"--job", "x", "--listen", "/ip6/::1/tcp/0,/ip4/127.0.0.1/udp/0/quic-v1"},
+	} {
+		c, p := newPeerCommand()
+		if err := c.parse(args); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.config(); err != nil {
+			t.Errorf("%v: %v, want no error on loopback", args, err)
+		}
+	}
+
+	data := filepath.Join(t.TempDir(), "train.svm")
+	if err := os.WriteFile(data, []byte("1 1:1\n0 2:1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	code := run([]string{"train", "--job", "x", "--train", data, "--dim", "4", "--epochs", "1"}, &out, &errOut)
+	if code != 2 || !strings.Contains(errOut.String(), "--swarm-key") || !strings.Contains(errOut.String(), "keygen --swarm") {
+		t.Errorf("train --job x with the default --listen and no key: exit %d, %q; want 2 naming --swarm-key", code, errOut.String())
+	}
+	out.Reset()
+	errOut.Reset()
+	code = run([]string{"train", "--train", data, "--dim", "4", "--epochs", "1", "--log-level", "error"}, &out, &errOut)
+	if code != 0 {
+		t.Errorf("a lone train (no --job) without a key: exit %d, %q; want 0", code, errOut.String())
+	}
+}
+
+func TestPeersAllowedFlag(t *testing.T) {
+	dir := t.TempDir()
+	good, bad := filepath.Join(dir, "good"), filepath.Join(dir, "bad")
+	os.WriteFile(good, []byte("# the job\n"+peerA+"\n"), 0o644)
+	os.WriteFile(bad, []byte(peerA+"\n\nvm3\n"), 0o644)
+	c, p := newPeerCommand()
+	if err := c.parse([]string{"--job", "x", "--listen", "/ip4/127.0.0.1/tcp/0", "--peers-allowed", good}); err != nil {
+		t.Fatal(err)
+	}
+	if cfg, err := p.config(); err != nil || cfg.PeersAllowed != good {
+		t.Errorf("--peers-allowed %s: PeersAllowed %q, %v", good, cfg.PeersAllowed, err)
+	}
+	c, p = newPeerCommand()
+	if err := c.parse([]string{"--job", "x", "--listen", "/ip4/127.0.0.1/tcp/0", "--peers-allowed", bad}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.config(); !errors.Is(err, errUsage) || !strings.Contains(err.Error(), "--peers-allowed: "+bad+":3:") {
+		t.Errorf("a bad allow-list: %v, want a usage error naming --peers-allowed and %s:3", err, bad)
 	}
 }
 
@@ -145,7 +231,7 @@ func TestPeerHelpTeaches(t *testing.T) {
 	if code := run([]string{"peer", "--help"}, &out, &errOut); code != 0 {
 		t.Fatalf("exit %d", code)
 	}
-	for _, want := range []string{"multicast", "--conn-limit", "NAT", "--swarm-key", "TCP only", "Identity:", "Network:", "Discovery:", "Cluster:", "Logging:"} {
+	for _, want := range []string{"multicast", "--conn-limit", "NAT", "--swarm-key", "TCP only", "--peers-allowed", "docs/security.md", "Identity:", "Network:", "Discovery:", "Cluster:", "Logging:"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("peer --help does not mention %q", want)
 		}

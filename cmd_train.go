@@ -298,8 +298,9 @@ taken over from their replicas (--replicas 2) after --dead-after.`
   gossiptrain train --model softmax --classes 10 --dim 784 \
       --train /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz \
       --test /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz --epochs 5
-  # one peer of a 4-peer job per VM (the first one logs the address to --peer)
-  gossiptrain train --job ctr1 --listen /ip4/0.0.0.0/tcp/4001 --min-peers 4 \
+  # one peer of a 4-peer job per VM (the first one logs the address to --peer);
+  # job.key from 'gossiptrain keygen --swarm job.key', copied to every VM
+  gossiptrain train --job ctr1 --swarm-key job.key --listen /ip4/0.0.0.0/tcp/4001 --min-peers 4 \
       --peer /ip4/10.0.0.5/tcp/4001/p2p/12D3Koo... --identity ~/.gossiptrain/key \
       --train data/part-2.svm --test data/test.svm --dim 16777216 \
       --mode sync --gather need --threads 8 --report run.jsonl`

@@ -118,6 +118,7 @@ func checkDistFlags(tf *trainFlags) (distSettings, error) {
 	p := tf.p
 	if p.job == "" {
 		p.job = "standalone-check" // --job is required only to run distributed
+		p.standalone = true        // and so is --swarm-key: a lone train listens nowhere
 	}
 	if _, err := p.config(); err != nil {
 		return s, err

@@ -11,8 +11,9 @@ import (
 // --nat and --relay reach node.Config; a bad --nat is a usage error naming
 // the flag and the value.
 func TestNATFlags(t *testing.T) {
+	key := testSwarmKey(t) // the default --listen reaches beyond loopback
 	c, p := newPeerCommand()
-	if err := c.parse([]string{"--job", "x"}); err != nil {
+	if err := c.parse([]string{"--job", "x", "--swarm-key", key}); err != nil {
 		t.Fatal(err)
 	}
 	cfg, err := p.config()
@@ -20,7 +21,7 @@ func TestNATFlags(t *testing.T) {
 		t.Errorf("defaults: nat %q relay %v (%v), want auto and false", cfg.NAT, cfg.Relay, err)
 	}
 	c, p = newPeerCommand()
-	if err := c.parse([]string{"--job", "x", "--nat", "private", "--relay"}); err != nil {
+	if err := c.parse([]string{"--job", "x", "--swarm-key", key, "--nat", "private", "--relay"}); err != nil {
 		t.Fatal(err)
 	}
 	if cfg, err := p.config(); err != nil || cfg.NAT != node.NATPrivate || !cfg.Relay {

@@ -41,6 +41,10 @@ func agentRun(t *testing.T, behaviour string, grace time.Duration, stop func(in 
 	// A report left by an earlier run under the same name is not streamed.
 	os.MkdirAll(filepath.Dir(report), 0o755)
 	os.WriteFile(report, []byte(`{"type":"stale"}`+"\n"), 0o644)
+	key := filepath.Join(dir, "runs", "r1", "swarm.key") // as SSH.Prepare ships it
+	if err := writeSwarmKey(key); err != nil {
+		t.Fatal(err)
+	}
 	inR, inW := io.Pipe()
 	var o, e syncBuffer
 	done := make(chan struct{})
@@ -49,7 +53,7 @@ func agentRun(t *testing.T, behaviour string, grace time.Duration, stop func(in 
 		var err error
 		code, err = RunAgent(context.Background(), AgentConfig{
 			Binary: os.Args[0], Env: fakeEnv, Report: report, Log: log, Grace: grace, Poll: 10 * time.Millisecond,
-			Args: []string{"train", "--fake", behaviour, "--report", report, "--listen", "/ip4/127.0.0.1/tcp/0", "--min-peers", "1"},
+			Args: []string{"train", "--fake", behaviour, "--report", report, "--listen", "/ip4/127.0.0.1/tcp/0", "--min-peers", "1", "--swarm-key", key},
 			In:   inR, Out: &o, Err: &e,
 		})
 		if err != nil {

@@ -274,6 +274,7 @@ func TestConfigValidate(t *testing.T) {
 		{"report in TrainArgs", func(c *Config) { c.TrainArgs = []string{"--batch", "1", "--report", "x"} }, "TrainArgs set --report"},
 		{"listen= in PeerArgs", func(c *Config) { c.PeerArgs = func(int) []string { return []string{"--listen=/ip4/0.0.0.0/tcp/1"} } }, "PeerArgs(0) set --listen"},
 		{"min-peers allowed", func(c *Config) { c.TrainArgs = []string{"--min-peers", "2"} }, ""},
+		{"swarm-key in TrainArgs", func(c *Config) { c.TrainArgs = []string{"--swarm-key", "k"} }, "TrainArgs set --swarm-key"},
 		{"bad env", func(c *Config) { c.Env = []string{"NOEQUALS"} }, "Env entry"},
 		{"negative grace", func(c *Config) { c.Grace = -time.Second }, "Grace"},
 		{"bad rate", func(c *Config) { c.NetNS = &NetNS{Rate: "100 mbit"} }, "NetNS.Rate"},

@@ -37,6 +37,12 @@ type Config struct {
 	Identities string
 	// Job is the --job name the peers get.
 	Job string
+	// SwarmKey is the swarm key file every peer gets (--swarm-key): only
+	// holders of the key can connect to the peers (see docs/security.md).
+	// Empty: Run writes a new key for the run, Dir/swarm.key (mode 0600),
+	// and the launcher hands it to every peer (an SSH launcher copies it to
+	// every host). Unused with Standalone.
+	SwarmKey string
 	// TrainArgs are the flags every peer's "train" gets (the data, model
 	// and run flags). The flags Run sets itself (ManagedFlags) may not
 	// appear; --min-peers defaults to Peers and may be overridden.
@@ -106,7 +112,7 @@ func DefaultConfig() Config {
 
 // ManagedFlags are the train flags Run sets on every peer itself, so
 // TrainArgs and PeerArgs may not contain them.
-var ManagedFlags = []string{"job", "identity", "report", "listen", "peer", "peers-file", "log-format"}
+var ManagedFlags = []string{"job", "identity", "report", "listen", "peer", "peers-file", "log-format", "swarm-key"}
 
 // maxNetNSPeers bounds the peers of a NetNS run: one /24 of addresses.
 const maxNetNSPeers = 250

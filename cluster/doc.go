@@ -14,12 +14,16 @@
 //
 // # What Run does
 //
-//  1. Peer 0 starts first, listening on port 0 of its address (127.0.0.1,
-//     or its namespace's address with Config.NetNS), with --identity
-//     Identities/peer-0.key (created on first use, so the peer IDs, and with
-//     them the order in which sync rounds sum contributions, stay the same
-//     across runs), --report Dir/peer-0.jsonl and --log-format json. Its
-//     standard error goes to Dir/peer-0.log.
+//  1. Run writes a new swarm key for the run, Dir/swarm.key (mode 0600),
+//     unless Config.SwarmKey names one; every peer gets it with --swarm-key,
+//     so only the run's peers can connect to each other (an SSH launch
+//     copies it to every host first). Peer 0 starts first, listening on
+//     port 0 of its address (127.0.0.1, or its namespace's address with
+//     Config.NetNS), with --identity Identities/peer-0.key (created on
+//     first use, so the peer IDs, and with them the order in which sync
+//     rounds sum contributions, stay the same across runs), --report
+//     Dir/peer-0.jsonl and --log-format json. Its standard error goes to
+//     Dir/peer-0.log.
 //  2. Run reads peer 0's dialable address from its JSON log ("listening;
 //     dial this peer at") and starts peers 1..N-1 with --peer pointing at
 //     it; the peers learn each other from there. No port is guessed.

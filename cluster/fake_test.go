@@ -5,6 +5,7 @@ package cluster
 // Run can tell: it logs the messages a real peer logs (package peerlog;
 // cmd_cluster_test.go checks the real binary against the same reader), it
 // listens where --listen says and logs the address in JSON, dials --peer (so a peer started before peer 0 listens fails),
+// fails without a --swarm-key it can load,
 // writes a report with round lines and a summary, and ends the way its
 // --fake flag says.
 
@@ -23,6 +24,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gossiptrain/gossiptrain/node"
 	"github.com/gossiptrain/gossiptrain/peerlog"
 )
 
@@ -113,6 +115,12 @@ func fakePeer(args []string) int {
 	if get("listen") == "" {
 		// Config.Standalone: plain train, alone, no --job.
 		return fakeAlone(get, fl, logf)
+	}
+	// A peer of a job gets the run's swarm key, a file it can load (as
+	// gossiptrain does: mode 0600, the standard format).
+	if _, err := node.LoadSwarmKey(get("swarm-key")); err != nil {
+		logf("error", "no usable --swarm-key", "error", err.Error())
+		return 2
 	}
 	if behaviour == "slow-hang" {
 		// A peer still starting (a loaded machine): Go drops the stop
@@ -240,7 +248,7 @@ func fakePeer(args []string) int {
 // fakeAlone is a fake plain "train" (Config.Standalone): it must get no
 // job flags, and writes a single peer's report.
 func fakeAlone(get func(string) string, fl map[string][]string, logf func(level, msg string, kv ...any)) int {
-	for _, f := range []string{"job", "min-peers", "peer", "identity"} {
+	for _, f := range []string{"job", "min-peers", "peer", "identity", "swarm-key"} {
 		if len(fl[f]) > 0 {
 			logf("error", "plain train got a job flag", "flag", f)
 			return 2

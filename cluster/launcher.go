@@ -21,14 +21,16 @@ import (
 // each of a list of hosts over the system's ssh.
 type Launcher interface {
 	// Prepare readies n peers before the first one starts (network
-	// namespaces; copies of the binary and data on remote hosts). It
-	// fails without starting anything.
-	Prepare(ctx context.Context, n int) error
+	// namespaces; copies of the binary, the data and the swarm key on
+	// remote hosts). swarmKey is the local path of the run's swarm key
+	// file ("" for a Standalone run, which listens nowhere). It fails
+	// without starting anything.
+	Prepare(ctx context.Context, n int, swarmKey string) error
 	// Launch says how to start peer i. args is its train command line
 	// ("train" and the flags Run sets: --min-peers, --job, --log-format,
 	// --peer and the caller's TrainArgs and PeerArgs); the launcher adds
-	// --identity, --report and --listen, which depend on where the peer
-	// runs.
+	// --identity, --report, --listen and --swarm-key, which depend on
+	// where the peer runs.
 	Launch(i int, args []string) (*Launch, error)
 	// Collect runs once peer i has exited: it brings back what the peer
 	// left where it ran (its report, when the copy Run followed is
@@ -80,6 +82,7 @@ type local struct {
 	prefix string     // the namespaces' name prefix, with NetNS
 	cpu    *CPUGroups // with CPUs
 	pin    [][]int    // with CPUs and not Unpinned: peer i's CPUs (see pinPlan)
+	key    string     // the swarm key file ("" with Standalone)
 }
 
 // newLocal resolves the binary and the directories of cfg.
@@ -106,7 +109,8 @@ func newLocal(cfg Config, dir string) (*local, error) {
 	return &local{cfg: cfg, bin: bin, dir: dir, ids: ids}, nil
 }
 
-func (l *local) Prepare(ctx context.Context, n int) error {
+func (l *local) Prepare(ctx context.Context, n int, swarmKey string) error {
+	l.key = swarmKey
 	if l.cfg.CPUs > 0 {
 		if removed, err := CleanupStaleCgroups(); err != nil {
 			l.cfg.Log.Warn().Err(err).Msg("removing the cgroups of an earlier run")
@@ -161,6 +165,9 @@ func (l *local) Launch(i int, args []string) (*Launch, error) {
 			"--identity", filepath.Join(l.ids, fmt.Sprintf("peer-%d.key", i)),
 			"--report", report,
 			"--listen", "/ip4/"+ip+"/tcp/0")
+		if l.key != "" {
+			args = append(args, "--swarm-key", l.key)
+		}
 	}
 	name := l.bin
 	if l.nw != nil {

@@ -39,18 +39,29 @@ type Host struct {
 
 var hostNameRe = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
 
-// ParseHost parses "[user@]name[:port]" ("[::1]:2222" for IPv6).
+// ParseHost parses "[user@]name[:port]" ("[::1]:2222" for IPv6). A host,
+// or a user, that starts with '-' is refused: ssh would take it for an
+// option. Every ssh and scp command line also ends its options with "--"
+// (TestParseHostRefusesOptions and TestSSHArgvEndsOptions pin both).
 func ParseHost(s string) (Host, error) {
 	h := Host{Spec: s}
 	rest := strings.TrimSpace(s)
 	if rest == "" {
 		return h, fmt.Errorf("host %q: empty", s)
 	}
+	if strings.HasPrefix(rest, "-") {
+		// ssh and scp would read it as an option (-oProxyCommand=… runs
+		// a command here).
+		return h, fmt.Errorf("host %q: starts with '-': a host name never does, and ssh would read it as an option", s)
+	}
 	if u, r, ok := strings.Cut(rest, "@"); ok {
 		if u == "" || !hostNameRe.MatchString(u) {
 			return h, fmt.Errorf("host %q: bad user name %q", s, u)
 		}
 		h.User, rest = u, r
+	}
+	if strings.HasPrefix(rest, "-") {
+		return h, fmt.Errorf("host %q: the host name starts with '-': a host name never does, and ssh would read it as an option", s)
 	}
 	port := ""
 	switch {
@@ -127,7 +138,8 @@ func (h Host) String() string { return h.Spec }
 //
 // On each host, RemoteDir holds the binary (gossiptrain), the peers'
 // identities (peer-N.key, kept across runs: same host, same peer ID),
-// the shipped data (data/) and each run's report and log
+// the shipped data (data/), and each run's swarm key (runs/<Run>/swarm.key,
+// mode 0600, passed to the peer with --swarm-key), report and log
 // (runs/<Run>/peer-N.jsonl and .log). Copies are written to temporary
 // names and renamed, so hosts that share a file system (NFS homes) do not
 // corrupt each other's copies.
@@ -165,6 +177,7 @@ type SSH struct {
 	Log zerolog.Logger
 
 	hosts []*remoteHost // by index, after Prepare
+	key   string        // the local swarm key file Prepare copies ("": none)
 }
 
 // remoteHost is what Prepare learnt about one host.
@@ -232,7 +245,7 @@ func (s *SSH) sshCommand(ctx context.Context, h Host, command string) *exec.Cmd 
 	if h.Port != 0 {
 		a = append(a, "-p", strconv.Itoa(h.Port))
 	}
-	a = append(a, "-T", h.dest(), command)
+	a = append(a, "-T", "--", h.dest(), command)
 	if ctx == nil {
 		return exec.Command("ssh", a...)
 	}
@@ -256,15 +269,21 @@ func (s *SSH) run(ctx context.Context, h Host, command string) ([]byte, error) {
 	return out.Bytes(), nil
 }
 
-// scp copies local files to dir on h, keeping their times.
-func (s *SSH) scp(ctx context.Context, h Host, files []string, remote string) error {
+// scpArgs is scp's command line (without "scp") copying from to to, one
+// of which is remote (host:path): the options, "--", then the files.
+func (s *SSH) scpArgs(h Host, from []string, to string) []string {
 	a := append([]string{"-q", "-p"}, s.sshArgs()...)
 	if h.Port != 0 {
 		a = append(a, "-P", strconv.Itoa(h.Port))
 	}
-	a = append(a, files...)
-	a = append(a, h.scpDest()+":"+remote)
-	cmd := exec.CommandContext(ctx, "scp", a...)
+	a = append(a, "--")
+	a = append(a, from...)
+	return append(a, to)
+}
+
+// scp copies local files to dir on h, keeping their times and modes.
+func (s *SSH) scp(ctx context.Context, h Host, files []string, remote string) error {
+	cmd := exec.CommandContext(ctx, "scp", s.scpArgs(h, files, h.scpDest()+":"+remote)...)
 	cmd.WaitDelay = 2 * time.Second // (as sshCommand)
 	var errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &errb, &errb
@@ -456,13 +475,15 @@ func (s *SSH) checkHost(ctx context.Context, h Host, checkArch bool) (*remoteHos
 	return rh, nil
 }
 
-// Prepare checks every host (Check, unless it ran) and copies the binary
-// and each host's files where they are missing or differ; it fails,
-// naming every host at fault, before any peer starts.
-func (s *SSH) Prepare(ctx context.Context, n int) error {
+// Prepare checks every host (Check, unless it ran), copies the binary and
+// each host's files where they are missing or differ, and the swarm key
+// (always: it is the run's); it fails, naming every host at fault, before
+// any peer starts.
+func (s *SSH) Prepare(ctx context.Context, n int, swarmKey string) error {
 	if err := s.Validate(); err != nil {
 		return err
 	}
+	s.key = swarmKey
 	if n != len(s.Hosts) {
 		return fmt.Errorf("cluster: %w: %d peers for %d hosts: one peer per host", ErrConfig, n, len(s.Hosts))
 	}
@@ -529,6 +550,10 @@ func (s *SSH) copyHost(ctx context.Context, i int, bin, binStamp string) error {
 			jobs = append(jobs, copyJob{f, ShipName(f)})
 		}
 	}
+	copied := len(jobs)
+	if s.key != "" {
+		jobs = append(jobs, copyJob{s.key, s.remoteKey()})
+	}
 	if len(jobs) > 0 {
 		var mv strings.Builder
 		fmt.Fprintf(&mv, "set -e; cd %s; ", shellQuote(rh.dir))
@@ -540,14 +565,23 @@ func (s *SSH) copyHost(ctx context.Context, i int, bin, binStamp string) error {
 			fmt.Fprintf(&mv, "mv -f %s %s; ", shellQuote(tmp), shellQuote(j.remote))
 		}
 		fmt.Fprintf(&mv, "chmod 755 gossiptrain")
+		if s.key != "" {
+			// scp -p kept the local file's 0600; make sure of it, since
+			// the peer refuses a key others may read.
+			fmt.Fprintf(&mv, "; chmod 600 %s", shellQuote(s.remoteKey()))
+		}
 		if _, err := s.run(ctx, h, mv.String()); err != nil {
 			return fmt.Errorf("installing the copies: %w", err)
 		}
 	}
-	s.Log.Info().Str("host", h.String()).Str("addr", rh.ip).Str("dir", rh.dir).Int("copied", len(jobs)).
-		Int("current", len(names)-len(jobs)).Dur("took", time.Since(start).Round(time.Millisecond)).Msg("host ready")
+	s.Log.Info().Str("host", h.String()).Str("addr", rh.ip).Str("dir", rh.dir).Int("copied", copied).
+		Int("current", len(names)-copied).Bool("swarm_key", s.key != "").Dur("took", time.Since(start).Round(time.Millisecond)).Msg("host ready")
 	return nil
 }
+
+// remoteKey is the path of the run's swarm key on every host, relative to
+// RemoteDir.
+func (s *SSH) remoteKey() string { return "runs/" + s.Run + "/swarm.key" }
 
 // remoteRun are the paths of peer i's run files, relative to RemoteDir.
 func (s *SSH) remoteRun(i int) (report, log string) {
@@ -572,6 +606,9 @@ func (s *SSH) Launch(i int, args []string) (*Launch, error) {
 		"--report", report,
 		"--listen", fmt.Sprintf("/%s/%s/tcp/%d", ipProto, listenAll, s.ListenPort),
 		"--status-addr", statusHost+":"+strconv.Itoa(s.StatusPort))
+	if s.key != "" {
+		args = append(args, "--swarm-key", s.remoteKey())
+	}
 	var c strings.Builder
 	fmt.Fprintf(&c, "cd %s && exec ./gossiptrain %s --report %s --log %s --grace %s --",
 		shellQuote(rh.dir), AgentCommand, shellQuote(report), shellQuote(log), s.Grace)
@@ -658,12 +695,7 @@ func (s *SSH) Fetch(ctx context.Context, i int, remote, local string) error {
 
 // fetch copies one remote file to a local path.
 func (s *SSH) fetch(ctx context.Context, h Host, remote, local string) error {
-	a := append([]string{"-q", "-p"}, s.sshArgs()...)
-	if h.Port != 0 {
-		a = append(a, "-P", strconv.Itoa(h.Port))
-	}
-	a = append(a, h.scpDest()+":"+remote, local)
-	cmd := exec.CommandContext(ctx, "scp", a...)
+	cmd := exec.CommandContext(ctx, "scp", s.scpArgs(h, []string{h.scpDest() + ":" + remote}, local)...)
 	cmd.WaitDelay = 2 * time.Second // (as sshCommand)
 	var errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &errb, &errb

@@ -20,6 +20,7 @@ import (
 // Result is what a run did.
 type Result struct {
 	Dir      string        // the run directory
+	SwarmKey string        // the swarm key file every peer got ("" with Standalone)
 	NetNS    string        // the name prefix of the run's namespaces and links ("" without NetNS)
 	Duration time.Duration // from the first start to the last exit
 	Peers    []PeerResult  // by index
@@ -86,7 +87,12 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	r := &runner{cfg: cfg, l: l, dir: dir, exits: make(chan int, cfg.Peers)}
 	res = &Result{Dir: dir}
 	defer joinClose(&err, l.Close)
-	if err := l.Prepare(ctx, cfg.Peers); err != nil {
+	key, err := runKey(cfg, dir)
+	if err != nil {
+		return res, err
+	}
+	res.SwarmKey = key
+	if err := l.Prepare(ctx, cfg.Peers, key); err != nil {
 		return res, err
 	}
 	// Whatever happens below (a panic included), no peer outlives Run.
@@ -97,6 +103,32 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	res.Peers = r.results()
 	r.collect()
 	return res, err
+}
+
+// runKey returns the swarm key file of the run: Config.SwarmKey, checked,
+// or a new key written to dir/swarm.key (mode 0600, replacing a key an
+// earlier run in dir left). A Standalone run gets none. TestRunSwarmKey
+// pins it.
+func runKey(cfg Config, dir string) (string, error) {
+	if cfg.Standalone {
+		return "", nil
+	}
+	if cfg.SwarmKey != "" {
+		path, err := filepath.Abs(cfg.SwarmKey)
+		if err != nil {
+			return "", fmt.Errorf("cluster: %w", err)
+		}
+		if err := checkKeyFile(path); err != nil {
+			return "", fmt.Errorf("cluster: the swarm key: %w", err)
+		}
+		return path, nil
+	}
+	path := filepath.Join(dir, "swarm.key")
+	if err := writeSwarmKey(path); err != nil {
+		return "", fmt.Errorf("cluster: a swarm key for the run: %w", err)
+	}
+	cfg.Log.Info().Str("file", path).Msg("a new swarm key for this run: only its peers can connect to each other")
+	return path, nil
 }
 
 // runner runs the peers of one Run.

@@ -11,7 +11,9 @@ import (
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/pnet"
 	ma "github.com/multiformats/go-multiaddr"
+	manet "github.com/multiformats/go-multiaddr/net"
 	"github.com/rs/zerolog"
 
 	"github.com/gossiptrain/gossiptrain/node/membership"
@@ -54,12 +56,15 @@ var jobRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
 type Config struct {
 	// Job names the training job: its members topic is
 	// "gossiptrain/<Job>/members", the mDNS service and DHT rendezvous are
-	// derived from it, and beats of other jobs are rejected. 1-64 characters
+	// derived from it (and from the swarm key), and beats of other jobs are rejected. 1-64 characters
 	// from [A-Za-z0-9._-], starting with a letter or digit. Required.
 	Job string
 	// Listen are the multiaddrs to listen on. TCP and QUIC (quic-v1) are
-	// supported; with a SwarmKey only TCP is used (libp2p's private networks
-	// do not support QUIC) and other addresses are dropped with a warning.
+	// supported; with a swarm key only TCP is used (libp2p's private
+	// networks do not support QUIC) and other addresses are dropped with a
+	// warning. An address beyond loopback (0.0.0.0 and :: included) needs a
+	// swarm key (SwarmKey or PSK): Validate refuses it without one. Default
+	// /ip4/0.0.0.0/tcp/0: every interface, TCP, a free port.
 	Listen []string
 	// Identity is the path of the Ed25519 key file that fixes the peer ID;
 	// it is created (0600, directory 0700) when missing. Empty means a new
@@ -85,8 +90,21 @@ type Config struct {
 	DHT bool
 	// SwarmKey is the path of a pre-shared key file in the
 	// /key/swarm/psk/1.0.0/ format (gossiptrain keygen --swarm). With it the
-	// peer talks only to peers holding the same key. Empty: public swarm.
+	// peer talks only to peers holding the same key (libp2p's private
+	// network: a connection without the key fails before any protocol
+	// runs), and the mDNS service name and DHT rendezvous are derived from
+	// the job and the key. Required when any Listen address is beyond
+	// loopback; empty is allowed on loopback only. See docs/security.md.
 	SwarmKey string
+	// PSK, when not nil, is the swarm key itself, instead of the SwarmKey
+	// file (embedders and tests): 32 bytes. Give one of PSK and SwarmKey.
+	PSK pnet.PSK
+	// PeersAllowed, when not empty, names a file of the peer IDs this peer
+	// may connect to and accept connections from: one a line, '#' starts a
+	// comment, blank lines are ignored. Every other peer is refused (this
+	// peer itself is always allowed). The file is re-read when it changes
+	// (see allow.go): peers removed from it are disconnected and refused.
+	PeersAllowed string
 	// NAT says how the peer deals with NATs (see nat.go): NATAuto (default)
 	// finds out with AutoNAT whether it is reachable, reserves a slot on a
 	// relay of the job when it is not, and upgrades relayed connections by
@@ -199,7 +217,9 @@ func DefaultConfig() Config {
 	mc := membership.DefaultConfig()
 	rc := ring.DefaultConfig()
 	return Config{
-		Listen:            []string{"/ip4/0.0.0.0/tcp/0", "/ip4/0.0.0.0/udp/0/quic-v1"},
+		// TCP only: libp2p's private networks (the swarm key) support
+		// nothing else.
+		Listen:            []string{"/ip4/0.0.0.0/tcp/0"},
 		Heartbeat:         mc.Heartbeat, // 500ms: ten beats per DeadAfter
 		DeadAfter:         mc.DeadAfter, // 5s: survives GC pauses and lost beats
 		MinPeers:          1,
@@ -250,7 +270,7 @@ func (c Config) Validate() error {
 	case len(c.Job) > maxJobLen || !jobRe.MatchString(c.Job):
 		return fieldErr("Job", "%q: want 1-%d characters from A-Z a-z 0-9 . _ -, starting with a letter or digit", c.Job, maxJobLen)
 	case len(c.Listen) == 0:
-		return fieldErr("Listen", "no listen address: give at least one multiaddr such as /ip4/0.0.0.0/tcp/4001")
+		return fieldErr("Listen", "no listen address: give at least one multiaddr such as /ip4/0.0.0.0/tcp/4001 (with a swarm key) or /ip4/127.0.0.1/tcp/0")
 	}
 	for _, s := range c.Listen {
 		if _, err := ma.NewMultiaddr(s); err != nil {
@@ -267,6 +287,12 @@ func (c Config) Validate() error {
 	}
 	if len(c.Spec) > maxSpecItems-ringSpecItems {
 		return fieldErr("Spec", "%d settings, at most %d", len(c.Spec), maxSpecItems-ringSpecItems)
+	}
+	if c.PSK != nil && len(c.PSK) != 32 {
+		return fieldErr("PSK", "%d bytes: a swarm key is 32 bytes", len(c.PSK))
+	}
+	if c.PSK != nil && c.SwarmKey != "" {
+		return fieldErr("SwarmKey", "%s given with PSK: give one of them", c.SwarmKey)
 	}
 	if c.Key != nil && c.Key.Type() != crypto.Ed25519 {
 		return fieldErr("Key", "a %v key: gossiptrain identities are Ed25519", c.Key.Type())
@@ -338,7 +364,30 @@ func (c Config) Validate() error {
 	case c.BlockFor <= 0:
 		return fieldErr("BlockFor", "%v: want > 0", c.BlockFor)
 	}
+	// Last, so that a caller that accepts a missing key (a check of flags
+	// for a run that will not listen) knows every other field is valid.
+	if c.SwarmKey == "" && c.PSK == nil {
+		if a := beyondLoopback(c.Listen); a != "" {
+			return fieldErr("SwarmKey", "required: listen address %s is reachable beyond this machine, and without a swarm key "+
+				"any host that reaches it can join the job. Make a key with 'gossiptrain keygen --swarm job.key', copy it to every "+
+				"peer (mode 0600) and pass --swarm-key job.key; or listen on loopback only (--listen /ip4/127.0.0.1/tcp/0)", a)
+		}
+	}
 	return nil
+}
+
+// beyondLoopback returns the first of addrs that is not a loopback
+// address (0.0.0.0 and :: listen on every interface, so they count), or "".
+// An address that names no IP (a DNS name) counts as beyond loopback.
+// TestValidateSwarmKeyBeyondLoopback pins it.
+func beyondLoopback(addrs []string) string {
+	for _, s := range addrs {
+		m, err := ma.NewMultiaddr(s)
+		if err != nil || !manet.IsIPLoopback(m) {
+			return s
+		}
+	}
+	return ""
 }
 
 // ringConfig is the ring configuration the fields describe.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/pnet"
 )
 
 const testPeerID = "12D3KooWEuQpbAyLHLUeuVP76S437TmCa34vq4G4tKrK5eZ11oJy"
@@ -57,11 +58,14 @@ func TestConfigValidate(t *testing.T) {
 		{"gossip heartbeat 0", func(c *Config) { c.GossipSub.HeartbeatInterval = 0 }, "GossipSub", "HeartbeatInterval"},
 		{"redial max below min", func(c *Config) { c.RedialMin, c.RedialMax = time.Second, time.Millisecond }, "RedialMax", "1ms"},
 		{"block for 0", func(c *Config) { c.BlockFor = 0 }, "BlockFor", "0s"},
+		{"short PSK", func(c *Config) { c.PSK = c.PSK[:16] }, "PSK", "16 bytes"},
+		{"PSK and SwarmKey", func(c *Config) { c.SwarmKey = "job.key" }, "SwarmKey", "give one"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := DefaultConfig()
 			c.Job = "ctr1"
+			c.PSK = testPSK(t) // the default listen address needs one
 			tt.edit(&c)
 			err := c.Validate()
 			if tt.wantField == "" {
@@ -78,6 +82,68 @@ func TestConfigValidate(t *testing.T) {
 				t.Errorf("Validate() = field %q msg %q, want field %q msg containing %q", fe.Field, fe.Msg, tt.wantField, tt.wantMsg)
 			}
 		})
+	}
+}
+
+// testPSK returns a new random swarm key.
+func testPSK(t *testing.T) pnet.PSK {
+	t.Helper()
+	psk := make(pnet.PSK, 32)
+	if _, err := rand.Read(psk); err != nil {
+		t.Fatal(err)
+	}
+	return psk
+}
+
+// A peer reachable beyond loopback needs a swarm key; loopback does not
+// (issue 30: a keyless third peer joined a run and poisoned its model).
+func TestValidateSwarmKeyBeyondLoopback(t *testing.T) {
+	dir := t.TempDir()
+	keyFile := filepath.Join(dir, "job.key")
+	if _, err := CreateSwarmKey(keyFile, false); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		listen  []string
+		key     func(c *Config)
+		wantErr bool
+	}{
+		{"default listen, no key", DefaultConfig().Listen, func(*Config) {}, true},
+		{"0.0.0.0, no key", []string{"/ip4/0.0.0.0/tcp/4001"}, func(*Config) {}, true},
+		{"::, no key", []string{"/ip6/::/tcp/4001"}, func(*Config) {}, true},
+		{"a LAN address, no key", []string{"/ip4/10.0.0.5/tcp/4001"}, func(*Config) {}, true},
+		{"loopback then 0.0.0.0 QUIC, no key", []string{"/ip4/127.0.0.1/tcp/0", "/ip4/0.0.0.0/udp/0/quic-v1"}, func(*Config) {}, true},
+		{"a DNS name, no key", []string{"/dns4/localhost/tcp/4001"}, func(*Config) {}, true},
+		{"127.0.0.1, no key", []string{"/ip4/127.0.0.1/tcp/0"}, func(*Config) {}, false},
+		{"::1 and 127.0.0.1 QUIC, no key", []string{"/ip6/::1/tcp/0", "/ip4/127.0.0.1/udp/0/quic-v1"}, func(*Config) {}, false},
+		{"0.0.0.0 with a PSK", []string{"/ip4/0.0.0.0/tcp/4001"}, func(c *Config) { c.PSK = testPSK(t) }, false},
+		{"0.0.0.0 with a key file", []string{"/ip4/0.0.0.0/tcp/4001"}, func(c *Config) { c.SwarmKey = keyFile }, false},
+		{"default listen with a key file", DefaultConfig().Listen, func(c *Config) { c.SwarmKey = keyFile }, false},
+	} {
+		c := DefaultConfig()
+		c.Job, c.Listen = "ctr1", tc.listen
+		tc.key(&c)
+		err := c.Validate()
+		if !tc.wantErr {
+			if err != nil {
+				t.Errorf("%s: Validate() = %v, want nil", tc.name, err)
+			}
+			continue
+		}
+		var fe *FieldError
+		if !errors.As(err, &fe) || fe.Field != "SwarmKey" {
+			t.Errorf("%s: Validate() = %v, want a *FieldError on SwarmKey", tc.name, err)
+			continue
+		}
+		for _, want := range []string{"gossiptrain keygen --swarm", "--swarm-key", "0600", "127.0.0.1"} {
+			if !strings.Contains(fe.Msg, want) {
+				t.Errorf("%s: message %q does not say %q", tc.name, fe.Msg, want)
+			}
+		}
+	}
+	if l := DefaultConfig().Listen; len(l) != 1 || l[0] != "/ip4/0.0.0.0/tcp/0" {
+		t.Errorf("default Listen %v, want TCP only (a swarm key's private network is TCP only)", l)
 	}
 }
 

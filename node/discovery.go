@@ -3,6 +3,9 @@ package node
 import (
 	"bufio"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -18,6 +21,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/peerstore"
+	"github.com/libp2p/go-libp2p/core/pnet"
 	"github.com/libp2p/go-libp2p/p2p/discovery/mdns"
 	drouting "github.com/libp2p/go-libp2p/p2p/discovery/routing"
 	"github.com/libp2p/go-libp2p/p2p/net/swarm"
@@ -358,10 +362,25 @@ func (d *dialer) dial(ctx context.Context, ai peer.AddrInfo) {
 }
 
 // mdnsServiceName derives the mDNS service name from the job, so peers of
-// other jobs on the LAN are not even dialled: "_gt-" and 12 hex digits of
-// the job's xxhash, a valid DNS-SD service label.
-func mdnsServiceName(job string) string {
-	return fmt.Sprintf("_gt-%012x._udp", xxhash.Sum64String(job)>>16)
+// other jobs on the LAN are not even dialled: "_gt-" and 12 hex digits, a
+// valid DNS-SD service label. Without a swarm key they are the job's
+// xxhash; with one, an HMAC-SHA256 of the job keyed by the swarm key, so a
+// listener on the LAN without the key cannot tell which job it is (nor
+// test guessed job names against it). The name is stable for a given job
+// and key. TestMDNSServiceName pins it.
+func mdnsServiceName(job string, psk pnet.PSK) string {
+	if psk == nil {
+		return fmt.Sprintf("_gt-%012x._udp", xxhash.Sum64String(job)>>16)
+	}
+	return "_gt-" + keyedName(psk, "mdns", job)[:12] + "._udp"
+}
+
+// keyedName is the hex HMAC-SHA256, keyed by psk, of a purpose ("mdns",
+// "rendezvous") and the job: names that reveal the job only to key holders.
+func keyedName(psk pnet.PSK, purpose, job string) string {
+	mac := hmac.New(sha256.New, psk)
+	mac.Write([]byte("gossiptrain/" + purpose + "\x00" + job))
+	return hex.EncodeToString(mac.Sum(nil))
 }
 
 // mdnsNotifee hands peers found by mDNS to the dialer.
@@ -376,8 +395,9 @@ func (m mdnsNotifee) HandlePeerFound(ai peer.AddrInfo) {
 	m.d.add(ai, wantFound)
 }
 
-func startMDNS(h host.Host, job string, d *dialer, log zerolog.Logger) (mdns.Service, error) {
-	svc := mdns.NewMdnsService(h, mdnsServiceName(job), mdnsNotifee{d: d, log: log})
+// startMDNS announces and looks for the job's service (mdnsServiceName).
+func startMDNS(h host.Host, job string, psk pnet.PSK, d *dialer, log zerolog.Logger) (mdns.Service, error) {
+	svc := mdns.NewMdnsService(h, mdnsServiceName(job, psk), mdnsNotifee{d: d, log: log})
 	if err := svc.Start(); err != nil {
 		return nil, fmt.Errorf("node: start mDNS: %w (mDNS needs a multicast-capable network interface)", err)
 	}
@@ -387,8 +407,16 @@ func startMDNS(h host.Host, job string, d *dialer, log zerolog.Logger) (mdns.Ser
 // dhtPrefix keeps gossiptrain's DHT apart from the public IPFS DHT.
 const dhtPrefix = "/gossiptrain"
 
-// rendezvous is the DHT key peers of a job advertise under.
-func rendezvous(job string) string { return "gossiptrain/" + job }
+// rendezvous is the DHT key peers of a job advertise under:
+// "gossiptrain/<job>" without a swarm key, "gossiptrain/" and 32 hex digits
+// of an HMAC of the job keyed by the swarm key with one (as
+// mdnsServiceName). TestRendezvousName pins it.
+func rendezvous(job string, psk pnet.PSK) string {
+	if psk == nil {
+		return "gossiptrain/" + job
+	}
+	return "gossiptrain/" + keyedName(psk, "rendezvous", job)[:32]
+}
 
 // startDHT runs a Kademlia DHT in server mode (every peer answers queries:
 // in a private cluster nobody is "public"), bootstrapped from boot only
@@ -409,12 +437,11 @@ func startDHT(ctx context.Context, h host.Host, boot []peer.AddrInfo) (*dht.Ipfs
 	return kad, nil
 }
 
-// dhtLoop advertises the job's rendezvous and looks it up until ctx ends,
+// dhtLoop advertises the job's rendezvous ns and looks it up until ctx ends,
 // handing what it finds to the dialer: first after 1s, then at doubling
 // intervals up to 30s, and again 1s after any new connection.
-func dhtLoop(ctx context.Context, h host.Host, kad *dht.IpfsDHT, job string, d *dialer, log zerolog.Logger) {
+func dhtLoop(ctx context.Context, h host.Host, kad *dht.IpfsDHT, ns string, d *dialer, log zerolog.Logger) {
 	rd := drouting.NewRoutingDiscovery(kad)
-	ns := rendezvous(job)
 	newConn := make(chan struct{}, 1)
 	h.Network().Notify(&network.NotifyBundle{ConnectedF: func(network.Network, network.Conn) {
 		select {

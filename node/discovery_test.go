@@ -5,29 +5,63 @@ import (
 	"crypto/rand"
 	"fmt"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/pnet"
 	ma "github.com/multiformats/go-multiaddr"
 )
 
 func TestMDNSServiceName(t *testing.T) {
-	a, b := mdnsServiceName("ctr1"), mdnsServiceName("ctr2")
-	if a == b {
-		t.Errorf("jobs ctr1 and ctr2 share the mDNS service %s", a)
-	}
+	k1, k2 := testPSK(t), testPSK(t)
 	// A DNS-SD service label: underscore, at most 15 letters/digits/hyphens
 	// (RFC 6335), then the transport.
 	re := regexp.MustCompile(`^_[a-z0-9-]{1,15}\._udp$`)
-	if !re.MatchString(a) {
-		t.Errorf("service name %q is not a valid DNS-SD service", a)
+	names := map[string]string{}
+	for _, tc := range []struct {
+		what string
+		job  string
+		psk  pnet.PSK
+	}{{"ctr1", "ctr1", nil}, {"ctr2", "ctr2", nil}, {"ctr1 with key 1", "ctr1", k1}, {"ctr2 with key 1", "ctr2", k1}, {"ctr1 with key 2", "ctr1", k2}} {
+		name := mdnsServiceName(tc.job, tc.psk)
+		if !re.MatchString(name) {
+			t.Errorf("%s: service name %q is not a valid DNS-SD service", tc.what, name)
+		}
+		if other, ok := names[name]; ok {
+			t.Errorf("%s and %s share the mDNS service %s", tc.what, other, name)
+		}
+		names[name] = tc.what
+		if again := mdnsServiceName(tc.job, append(pnet.PSK(nil), tc.psk...)); again != name {
+			t.Errorf("%s: service name %s then %s: not a function of the job and key", tc.what, name, again)
+		}
 	}
-	if mdnsServiceName("ctr1") != a {
-		t.Error("the service name is not a function of the job")
+	// Without a key the name is the job's hash (as before keys were
+	// required); a listener cannot test job names against a keyed one.
+	if got := mdnsServiceName("ctr1", nil); got != fmt.Sprintf("_gt-%012x._udp", xxhash.Sum64String("ctr1")>>16) {
+		t.Errorf("keyless service name %s changed", got)
+	}
+}
+
+func TestRendezvousName(t *testing.T) {
+	k1, k2 := testPSK(t), testPSK(t)
+	if got := rendezvous("ctr1", nil); got != "gossiptrain/ctr1" {
+		t.Errorf("keyless rendezvous %q, want gossiptrain/ctr1", got)
+	}
+	a, b, c := rendezvous("ctr1", k1), rendezvous("ctr1", k2), rendezvous("ctr2", k1)
+	if a == b || a == c || b == c {
+		t.Errorf("rendezvous of (ctr1,k1) %s, (ctr1,k2) %s, (ctr2,k1) %s: want all different", a, b, c)
+	}
+	if strings.Contains(a, "ctr1") {
+		t.Errorf("keyed rendezvous %q names the job", a)
+	}
+	if rendezvous("ctr1", k1) != a {
+		t.Error("the keyed rendezvous is not a function of the job and key")
 	}
 }
 
@@ -80,7 +114,7 @@ func TestDHTRendezvousConnectsStrangers(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer kad.Close()
-		go dhtLoop(ctx, x.h, kad, cfg.Job, x.d, log)
+		go dhtLoop(ctx, x.h, kad, rendezvous(cfg.Job, nil), x.d, log)
 	}
 	// The DHT's own routing-table refresh may connect B and C first; the
 	// rendezvous must also hand each to the other's dialer as found there.

@@ -105,16 +105,25 @@
 //   - mDNS (Config.MDNS): no addresses needed, but a multicast-capable
 //     interface shared with the other peers: a LAN or a bridge. The loopback
 //     interface has no MULTICAST flag, and clouds rarely forward multicast.
-//     The service name is derived from the job ("_gt-<hash>._udp"), so
-//     peers of other jobs are not even dialled.
+//     The service name is derived from the job ("_gt-<hash>._udp"), with a
+//     swarm key from the job and the key (an HMAC), so peers of other jobs
+//     are not even dialled and a listener without the key cannot tell the
+//     job.
 //   - DHT (Config.DHT): a Kademlia DHT in server mode under the private
 //     protocol prefix /gossiptrain (never the public IPFS DHT), with a
-//     rendezvous on "gossiptrain/<job>": for peers that share only a
-//     bootstrap peer. It needs one reachable peer to join through.
-//   - Private swarm (Config.SwarmKey): libp2p's pre-shared-key network;
-//     peers without the key fail the handshake and never connect. libp2p
-//     refuses QUIC in private networks, so only TCP addresses are used (the
-//     others are dropped with a warning).
+//     rendezvous on "gossiptrain/<job>" (with a swarm key, an HMAC of the
+//     job keyed by it): for peers that share only a bootstrap peer. It
+//     needs one reachable peer to join through.
+//   - Private swarm (Config.SwarmKey or Config.PSK): libp2p's
+//     pre-shared-key network; peers without the key fail the handshake and
+//     never connect, so they learn nothing of the job. Required when any
+//     listen address is beyond loopback (Validate refuses otherwise).
+//     libp2p refuses QUIC in private networks, so only TCP addresses are
+//     used (the others are dropped with a warning); the default listen
+//     address is TCP only.
+//   - Allow-list (Config.PeersAllowed, allow.go): with it only the peer IDs
+//     listed may connect; the file is polled and a peer removed from it is
+//     disconnected. See docs/security.md.
 //   - Connection limits: go-libp2p's resource manager allows 8 connections
 //     from one IPv4 address (a /56 for IPv6) and a burst of 16 new ones,
 //     then one every 5s; loopback is exempt. Config.ConnLimit (--conn-limit)

@@ -344,10 +344,14 @@ func TestProcessesMDNSInNetworkNamespaces(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
+	key := filepath.Join(dir, "job.key") // a peer beyond loopback needs one
+	if _, err := CreateSwarmKey(key, false); err != nil {
+		t.Fatal(err)
+	}
 	const deadAfter = 2 * time.Second
 	start := func(i int) *proc {
 		return startPeer(t, fmt.Sprintf("ns-peer%d", i), nw.ns[i],
-			"--mdns", "--job", "e2e-mdns", "--listen", "/ip4/0.0.0.0/tcp/4001",
+			"--mdns", "--job", "e2e-mdns", "--swarm-key", key, "--listen", "/ip4/0.0.0.0/tcp/4001",
 			"--status-addr", fmt.Sprintf("%s.%d:8080", nw.prefix, i+1),
 			"--identity", filepath.Join(dir, fmt.Sprintf("id%d", i)),
 			"--dead-after", deadAfter.String(), "--heartbeat", "250ms", "--gossip-heartbeat", "200ms")

@@ -1,7 +1,9 @@
 package node
 
 import (
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/connmgr"
@@ -11,13 +13,18 @@ import (
 	ma "github.com/multiformats/go-multiaddr"
 )
 
-// gater refuses connections to and from peers blocked for a while: peers
-// refused at the hello or disconnected for a bad gossipsub score. It is
+// gater refuses connections to and from peers blocked for a while (peers
+// refused at the hello or disconnected for a bad gossipsub score) and,
+// with Config.PeersAllowed, peers not on the allow-list (allow.go). It is
 // safe for concurrent use (libp2p calls it from many goroutines).
 type gater struct {
 	mu      sync.Mutex
 	blocked map[peer.ID]time.Time // until when
 	now     func() time.Time
+
+	self   peer.ID          // always allowed
+	allow  map[peer.ID]bool // the allow-list; nil: every peer may connect
+	denied atomic.Uint64    // connections refused by the allow-list after the handshake
 }
 
 var _ connmgr.ConnectionGater = (*gater)(nil)
@@ -52,18 +59,62 @@ func (g *gater) isBlocked(p peer.ID) bool {
 	return false
 }
 
-// InterceptPeerDial refuses dials to blocked peers.
-func (g *gater) InterceptPeerDial(p peer.ID) bool { return !g.isBlocked(p) }
+// allowed reports whether the allow-list lets p connect: always without
+// one, and always for this peer itself.
+func (g *gater) allowed(p peer.ID) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.allow == nil || p == g.self || g.allow[p]
+}
+
+// setAllowed replaces the allow-list (nil: everyone) and returns the peers
+// it added and removed, sorted.
+func (g *gater) setAllowed(self peer.ID, ids []peer.ID) (added, removed []peer.ID) {
+	var next map[peer.ID]bool
+	if ids != nil {
+		next = make(map[peer.ID]bool, len(ids))
+		for _, p := range ids {
+			next[p] = true
+		}
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for p := range next {
+		if !g.allow[p] {
+			added = append(added, p)
+		}
+	}
+	for p := range g.allow {
+		if !next[p] {
+			removed = append(removed, p)
+		}
+	}
+	g.self, g.allow = self, next
+	slices.Sort(added)
+	slices.Sort(removed)
+	return added, removed
+}
+
+// refuses reports whether connections to and from p are refused now.
+func (g *gater) refuses(p peer.ID) bool { return g.isBlocked(p) || !g.allowed(p) }
+
+// InterceptPeerDial refuses dials to blocked peers and peers not allowed.
+func (g *gater) InterceptPeerDial(p peer.ID) bool { return !g.refuses(p) }
 
 // InterceptAddrDial allows every address of a peer that may be dialled.
-func (g *gater) InterceptAddrDial(p peer.ID, _ ma.Multiaddr) bool { return !g.isBlocked(p) }
+func (g *gater) InterceptAddrDial(p peer.ID, _ ma.Multiaddr) bool { return !g.refuses(p) }
 
 // InterceptAccept lets every inbound connection reach the handshake; the
 // peer is known only after it.
 func (g *gater) InterceptAccept(network.ConnMultiaddrs) bool { return true }
 
-// InterceptSecured refuses blocked peers once their identity is known.
+// InterceptSecured refuses blocked peers and peers not allowed once their
+// identity is known (after the handshake, before any protocol).
 func (g *gater) InterceptSecured(_ network.Direction, p peer.ID, _ network.ConnMultiaddrs) bool {
+	if !g.allowed(p) {
+		g.denied.Add(1)
+		return false
+	}
 	return !g.isBlocked(p)
 }
 

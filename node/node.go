@@ -119,11 +119,9 @@ func New(cfg Config, log zerolog.Logger) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	var psk pnet.PSK
-	if cfg.SwarmKey != "" {
-		if psk, err = LoadSwarmKey(cfg.SwarmKey); err != nil {
-			return nil, err
-		}
+	psk, err := cfg.swarmKey()
+	if err != nil {
+		return nil, err
 	}
 	boot, err := bootstrapPeers(&cfg)
 	if err != nil {
@@ -197,6 +195,9 @@ func (n *Node) masterID() string {
 func (n *Node) startNet(psk pnet.PSK) error {
 	n.bw = newBandwidth()
 	n.nat = newNATState(&n.cfg, n.log)
+	if err := n.loadAllow(); err != nil { // before the host: no connection goes unchecked (allow.go)
+		return err
+	}
 	h, err := buildHost(&n.cfg, n.key, psk, n.gater, n.bw, n.log, n.nat.hostOptions()...)
 	if err != nil {
 		return err
@@ -254,21 +255,22 @@ func (n *Node) startNet(psk pnet.PSK) error {
 	}
 
 	n.wg.Go(func() { n.dialer.run(n.ctx) })
+	n.wg.Go(n.watchAllow)
 	for _, ai := range n.boot {
 		n.dialer.add(ai, wantBootstrap)
 	}
 	if n.cfg.MDNS {
-		if n.mdns, err = startMDNS(h, n.cfg.Job, n.dialer, n.log); err != nil {
+		if n.mdns, err = startMDNS(h, n.cfg.Job, psk, n.dialer, n.log); err != nil {
 			return err
 		}
-		n.log.Info().Str("service", mdnsServiceName(n.cfg.Job)).Msg("mDNS discovery on (needs a multicast-capable interface shared with the other peers)")
+		n.log.Info().Str("service", mdnsServiceName(n.cfg.Job, psk)).Msg("mDNS discovery on (needs a multicast-capable interface shared with the other peers)")
 	}
 	if n.cfg.DHT {
 		if n.kad, err = startDHT(n.ctx, h, n.boot); err != nil {
 			return err
 		}
-		n.wg.Go(func() { dhtLoop(n.ctx, h, n.kad, n.cfg.Job, n.dialer, n.log) })
-		n.log.Info().Str("rendezvous", rendezvous(n.cfg.Job)).Msg("DHT discovery on")
+		n.wg.Go(func() { dhtLoop(n.ctx, h, n.kad, rendezvous(n.cfg.Job, psk), n.dialer, n.log) })
+		n.log.Info().Str("rendezvous", rendezvous(n.cfg.Job, psk)).Msg("DHT discovery on")
 	}
 	m, err := membership.New(n.membershipConfig(), time.Now())
 	if err != nil {

@@ -52,3 +52,15 @@ func LoadSwarmKey(path string) (pnet.PSK, error) {
 	}
 	return psk, nil
 }
+
+// swarmKey returns the configuration's swarm key: PSK, else the SwarmKey
+// file's key, else nil (no key: a public swarm, loopback only).
+func (c *Config) swarmKey() (pnet.PSK, error) {
+	switch {
+	case c.PSK != nil:
+		return c.PSK, nil
+	case c.SwarmKey != "":
+		return LoadSwarmKey(c.SwarmKey)
+	}
+	return nil, nil
+}
