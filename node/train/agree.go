@@ -46,6 +46,13 @@ type agreement struct {
 	// Joining.
 	contact  string
 	named    uint64 // the raft node the contact named as leader (authority.go, A3)
+	// A3 for a voter that missed a promotion: the raft node that sent
+	// leader messages this peer refused (unknown: a learner as far as its
+	// log says), when it last asked its voters who leads, and the node a
+	// voter named.
+	suspect  uint64
+	askedWho uint64
+	vouched  uint64
 	askedAt  uint64
 	asked    bool
 	answered uint64 // tick anything was last heard while joining
@@ -203,6 +210,19 @@ func (a *agreement) tick() {
 	if a.leaving && !a.isLeader() && c.tick-a.leaveAt >= uint64(c.cfg.RetryTicks) {
 		a.askLeave()
 	}
+	if a.suspect != 0 && slices.Contains(a.voters, a.suspect) {
+		a.suspect = 0 // the log caught up: it is a voter here now
+	}
+	if a.suspect != 0 && c.joined && c.tick-a.askedWho >= uint64(c.cfg.RetryTicks)/4 {
+		// Leader messages came from a node this peer's log calls a
+		// learner: ask the voters it knows who leads (A3).
+		a.askedWho = c.tick
+		for _, v := range a.voters {
+			if p, ok := a.group[v]; ok && v != c.cfg.ID {
+				c.send(p, &wire.Core{Op: wire.CoreJoin})
+			}
+		}
+	}
 }
 
 // receive handles raft, join and leave messages.
@@ -231,6 +251,10 @@ func (a *agreement) receive(from string, msg *wire.Core) {
 	case wire.CoreJoinReply:
 		if msg.Flags&wire.FlagRefused == 0 || msg.Text != "" || msg.Req != 0 {
 			a.answered = c.tick
+		}
+		if a.c.joined {
+			a.vouch(from, msg) // a voter's answer to "who leads?" (authority.go, A3)
+			return
 		}
 		if a.contact == "" || (from != a.contact && from != a.leaderPeer()) || a.c.joined {
 			return // not asked, or admitted already
@@ -493,6 +517,7 @@ func (a *agreement) apply(e *pb.Entry) {
 		}
 		cs := a.rn.ApplyConfChange(&cc)
 		a.voters = slices.Clone(cs.GetVoters())
+		a.vouched = 0 // the log says who votes again (authority.go, A3)
 		id := cc.GetNodeId()
 		switch cc.GetType() {
 		case pb.ConfChangeAddNode, pb.ConfChangeAddLearnerNode:

@@ -6,6 +6,8 @@ import (
 	"slices"
 
 	pb "go.etcd.io/raft/v3/raftpb"
+
+	"github.com/gossiptrain/gossiptrain/gossip/wire"
 )
 
 // Raft authority (docs/protocol.md, "Configurations"): which raft messages
@@ -27,9 +29,12 @@ import (
 //	A3  what only a leader or a candidate sends (appends, heartbeats,
 //	    timeout-now, votes, pre-votes) comes from a voter as this peer knows
 //	    the voters; a peer that knows none yet (a joiner without the log)
-//	    takes them from the raft node its contact named as leader. Those of
-//	    a term older than this node's pass: raft never acts on them but to
-//	    answer with its own term, which tells a deposed leader that it is;
+//	    takes them from the raft node its contact named as leader, and a
+//	    peer whose log missed the promotion of the node that now sends it
+//	    appends asks its voters who leads (CoreJoin) and takes them from the
+//	    node one of them names. Those of a term older than this node's
+//	    pass: raft never acts on them but to answer with its own term, which
+//	    tells a deposed leader that it is;
 //	A4  a vote or pre-vote request is refused while this peer has heard
 //	    from its leader within an election timeout, unless it is a
 //	    leadership transfer (the leader's own timeout-now): the leader lease
@@ -84,6 +89,9 @@ func (a *agreement) mayStep(from string, m *pb.Message) bool {
 		return false // A2
 	}
 	if leads(t) && m.GetTerm() >= a.rn.BasicStatus().GetTerm() && !a.mayLead(m.GetFrom()) {
+		if t == pb.MsgApp || t == pb.MsgHeartbeat {
+			a.suspect = m.GetFrom() // (ask the voters who leads: tick)
+		}
 		return false // A3 (of an older term raft only answers it: a deposed leader learns it was)
 	}
 	if (t == pb.MsgVote || t == pb.MsgPreVote) && a.inLease() && !bytes.Equal(m.GetContext(), transferContext) {
@@ -107,7 +115,29 @@ func (a *agreement) mayLead(id uint64) bool {
 	}
 	// A joiner knows no voters until the log tells it: it trusts the node
 	// its contact named as leader (receive, CoreJoinReply).
-	return len(a.voters) == 0 && id == a.named
+	if len(a.voters) == 0 && id == a.named {
+		return true
+	}
+	// A voter that missed the entries promoting the leader trusts the
+	// node one of its voters named (vouch).
+	return id == a.vouched && id != 0
+}
+
+// vouch takes a voter's answer to "who leads?": the node it names may
+// lead here (A3), until the log tells this peer the voters again (a new
+// entry, or the named node's messages stop: then it is asked anew).
+func (a *agreement) vouch(from string, msg *wire.Core) {
+	if msg.Req == 0 || msg.Text == "" || msg.Flags&wire.FlagRefused != 0 {
+		return
+	}
+	for _, v := range a.voters {
+		if a.group[v] == from && v != a.c.cfg.ID {
+			if p, ok := a.group[msg.Req]; ok && p == msg.Text && msg.Req == a.suspect {
+				a.vouched, a.suspect = msg.Req, 0
+			}
+			return
+		}
+	}
 }
 
 // inLease reports whether this peer has heard from a leader within an

@@ -341,6 +341,7 @@ func TestFixedSeeds(t *testing.T) {
 		{"async/fast-leave", 43, "a push narrowed by 'moved' and kept for a gap was answered later without naming its shards: the worker took the answer for its whole push"},
 		{"sync/chaos", 1372, "a shard was freed while its last round's answers still waited for their forwards (answered with a reset shard's values)"},
 		{"sync/chaos", 1418, "a shard was freed while its last round's answers still waited for their forwards; in a later schedule, a handoff awaited for a configuration replaced at the same round was installed after a newer one made the peer the next round's route, and it never waited for that round's handoff: each of two peers waited for the other's round"},
+		{"sync/chaos", 884, "a voter whose log missed the promotion of a learner that then led refused its appends as a learner's (raft authority A3) and stalled the run: it now asks its voters who leads"},
 		{"sync/chaos", 1801, "a shard was freed while its last round's answers still waited for their forwards; replicas ended unlike their primary"},
 		{"sync/fast-chaos", 32, "a leaver freed a shard whose last forward was lost, then took a resent push of that round over and applied it a second time without a crashed worker"},
 		{"sync/fast-chaos", 100, "a takeover applied a round on the first copy that came (a replica's) while the next round's holder's further copy was a step behind"},
