@@ -44,8 +44,8 @@ type agreement struct {
 	sub    int
 
 	// Joining.
-	contact  string
-	named    uint64 // the raft node the contact named as leader (authority.go, A3)
+	contact string
+	named   uint64 // the raft node the contact named as leader (authority.go, A3)
 	// A3 for a voter that missed a promotion: the raft node that sent
 	// leader messages this peer refused (unknown: a learner as far as its
 	// log says), when it last asked its voters who leads, and the node a
