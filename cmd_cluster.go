@@ -281,6 +281,8 @@ func clusterCmd() *command {
 		swarmKey string
 		save     string
 		baseline bool
+		target   float64
+		points   int
 		cf       cpuFlags
 		nf       netFlags
 		lf       logFlags
@@ -291,7 +293,9 @@ func clusterCmd() *command {
 		fs.StringVar(&job, "job", "cluster", "job `name` the peers get (--job)")
 		fs.StringVar(&swarmKey, "swarm-key", "", "swarm key `FILE` every peer gets (--swarm-key; 'gossiptrain keygen --swarm FILE'). Default: a\nnew key for each run, written to DIR/swarm.key (mode 0600): only this run's peers can\nconnect to each other, also with --netns")
 		fs.StringVar(&save, "save", "", "peer 0 saves the trained model to `FILE` (every peer ends with the same model)")
-		fs.BoolVar(&baseline, "baseline", false, "first run one peer alone (plain train) on all the data the peers split, under the same\n--cpus cap, and print the cluster's speedup against it: does the cluster pay?")
+		fs.BoolVar(&baseline, "baseline", true, "first run one peer alone (plain train) on all the data the peers split, under the same\n--cpus cap, and print the cluster's speedup against it, in examples/s and in the time to a\ntarget test log-loss: does the cluster pay? --baseline=false skips it")
+		fs.Float64Var(&target, "target-logloss", 0, "time the runs to this test `log-loss` (time to accuracy); 0 is one peer alone's final test\nlog-loss plus 0.5%")
+		fs.IntVar(&points, "eval-points", 20, "evaluations of the test set along the way (`N`, evenly spaced; peer 0 evaluates, the others\nonly at the end): the curves and the time to accuracy; --eval-every overrides")
 	})
 	c.group("VM emulation", cf.register)
 	c.group("Network emulation", nf.register)
@@ -389,17 +393,18 @@ the signal gets SIGKILL.`
 			}
 			pass = append(pass, extra...)
 			local = append(local, extra...)
-			if !c.set("eval-every") {
-				// Four evaluations along the way, and the final one: the
-				// test-error curves of report.md. They count a peer's own
-				// examples.
+			if !c.set("eval-every") && points > 0 {
+				// --eval-points evaluations along the way, and the final
+				// one: the curves of report.md and the time to accuracy.
+				// They count a peer's own examples; peer 0 alone evaluates
+				// along the way (PeerArgs).
 				ep, err := strconv.Atoi(tp.value("epochs"))
 				if tp.value("epochs") == "auto" {
 					ep, err = distEpochs, nil // what each peer runs for --epochs auto
 				}
 				if err == nil && ep > 0 {
-					pass = append(pass, "--eval-every="+strconv.FormatInt(max(m.Rows*int64(ep)/int64(peers)/4, 1), 10))
-					baselineEval = max(m.Rows*int64(ep)/4, 1)
+					pass = append(pass, "--eval-every="+strconv.FormatInt(max(m.Rows*int64(ep)/int64(peers)/int64(points), 1), 10))
+					baselineEval = max(m.Rows*int64(ep)/int64(points), 1)
 				}
 			}
 			split, err = splitData(m.Files, peers)
@@ -445,6 +450,9 @@ the signal gets SIGKILL.`
 			if i == 0 && save != "" {
 				a = append(a, "--save", save)
 			}
+			if i > 0 && baselineEval > 0 {
+				a = append(a, "--eval-every", "0") // (peer 0's curve is the cluster's: the others evaluate at the end)
+			}
 			return append(a, tp.perPeer(i)...)
 		}
 		cfg.ProgressEvery = progressEvery(tp)
@@ -458,13 +466,13 @@ the signal gets SIGKILL.`
 		if err != nil {
 			if errors.Is(err, context.Canceled) && res != nil && len(res.Peers) > 0 {
 				// Interrupted: the peers wrote partial reports; show them.
-				if ferr := finishClusterBaseline(c.stdout(), res, base, meta, strings.Join(os.Args, " "), log); ferr != nil {
+				if ferr := finishClusterBaseline(c.stdout(), res, base, meta, strings.Join(os.Args, " "), target, log); ferr != nil {
 					log.Warn().Err(ferr).Msg("no result table for the interrupted run")
 				}
 			}
 			return err
 		}
-		return finishClusterBaseline(c.stdout(), res, base, meta, strings.Join(os.Args, " "), log)
+		return finishClusterBaseline(c.stdout(), res, base, meta, strings.Join(os.Args, " "), target, log)
 	}
 	return c
 }
@@ -472,12 +480,12 @@ the signal gets SIGKILL.`
 // finishCluster prints the result table and writes report.md and plots
 // into the run directory.
 func finishCluster(w io.Writer, res *cluster.Result, meta *data.GenMeta, cmdline string, log zerolog.Logger) error {
-	return finishClusterBaseline(w, res, nil, meta, cmdline, log)
+	return finishClusterBaseline(w, res, nil, meta, cmdline, 0, log)
 }
 
 // finishClusterBaseline is finishCluster with the run of --baseline (nil
 // without), which the table and report.md compare the cluster with.
-func finishClusterBaseline(w io.Writer, res, base *cluster.Result, meta *data.GenMeta, cmdline string, log zerolog.Logger) error {
+func finishClusterBaseline(w io.Writer, res, base *cluster.Result, meta *data.GenMeta, cmdline string, target float64, log zerolog.Logger) error {
 	runs, err := res.Reports()
 	if err != nil {
 		return err
@@ -496,10 +504,13 @@ func finishClusterBaseline(w io.Writer, res, base *cluster.Result, meta *data.Ge
 		return err
 	}
 	bs := report.Summarize(cfgs)
+	if target > 0 {
+		report.AddTimeToTarget(bs, target, 0)
+	}
 	if err := writeClusterTable(w, res, bs, meta); err != nil {
 		return err
 	}
-	if err := report.WriteBench(res.Dir, cfgs, report.WithCommand(cmdline), report.WithTitle("gossiptrain cluster run")); err != nil {
+	if err := report.WriteBench(res.Dir, cfgs, report.WithCommand(cmdline), report.WithTitle("gossiptrain cluster run"), report.WithTarget(target)); err != nil {
 		return fmt.Errorf("report: %w", err)
 	}
 	fmt.Fprintf(w, "report: %s (plots, bench.json and every peer's report and log in %s)\n", filepath.Join(res.Dir, report.ReportMDFile), res.Dir)
@@ -562,8 +573,9 @@ func writeClusterTable(w io.Writer, res *cluster.Result, bs []report.BenchConfig
 		}
 		writeHashLine(w, b)
 		if alone != nil && b.Baseline == alone.Name {
-			fmt.Fprintf(w, "one peer alone (plain train on all the data, same cap): %s examples/s in %.1f s; the cluster's speedup %s, efficiency %s (speedup / %d peers); a peer received %.0f bytes per example it trained\n",
-				humanCount(float64(alone.ExamplesPerSec)), alone.Seconds, fmtTimes(b.Speedup), fmtEff(b.Efficiency), b.Workers, finiteOr(float64(b.RecvBytesPerExample)))
+			fmt.Fprintf(w, "one peer alone (plain train on all the data, same cap): %s examples/s in %.1f s, test log-loss %.4f; the cluster's speedup %s, efficiency %s (speedup / %d peers); a peer received %.0f bytes per example it trained\n",
+				humanCount(float64(alone.ExamplesPerSec)), alone.Seconds, finiteOr(float64(alone.TestLogLoss)), fmtTimes(b.Speedup), fmtEff(b.Efficiency), b.Workers, finiteOr(float64(b.RecvBytesPerExample)))
+			writeTargetLine(w, b, *alone)
 		}
 	}
 	return nil
@@ -706,4 +718,21 @@ func splitHostPort(addr string) (string, int, error) {
 	}
 	p, err := strconv.Atoi(addr[i+1:])
 	return addr[:i], p, err
+}
+
+// writeTargetLine says how soon the cluster and the lone peer reached the
+// target test log-loss (time to accuracy, report.Accuracy).
+func writeTargetLine(w io.Writer, b, alone report.BenchConfig) {
+	t := float64(b.Target)
+	if math.IsNaN(t) {
+		return
+	}
+	when := func(s report.Num) string {
+		if math.IsNaN(float64(s)) {
+			return "never"
+		}
+		return fmt.Sprintf("after %.1f s", float64(s))
+	}
+	fmt.Fprintf(w, "time to accuracy (test log-loss %.4f, one peer alone's final + 0.5%% unless --target-logloss): one peer alone %s, the cluster %s: %s\n",
+		t, when(alone.SecondsToTarget), when(b.SecondsToTarget), fmtTimes(b.SpeedupToTarget))
 }
