@@ -99,10 +99,11 @@ type worker struct {
 	byeSent bool   // ssp/async leaving: the done push of round stopAt is sent
 	pollAt  uint64 // async done worker: when to poll again
 
-	split    []model.Sparse // per owner, reused
+	split    []model.Sparse // tryPush's, per owner: handed to the requests
 	wantBuf  [][]uint32
 	posBuf   [][]int32
 	shardBuf [][]uint32
+	counts   []int // tryPush's scratch
 }
 
 type computedGrad struct {
@@ -406,20 +407,36 @@ func (w *worker) tryPush() bool {
 	}
 	owners, idx := w.owners(g.round, nil)
 	n := len(owners)
+	width := c.xw // (a window's rows are wide: weights and optimizer state)
+	// Each owner's part of the push goes into slices of its own, sized by
+	// a count first: the requests keep them (for resends), so nothing is
+	// copied twice (BenchmarkWindowRound).
 	w.split = grow(w.split, n)
 	w.wantBuf = grow(w.wantBuf, n)
 	w.posBuf = grow(w.posBuf, n)
 	w.shardBuf = grow(w.shardBuf, n)
+	w.counts = grow(w.counts, 2*n)
+	clear(w.counts)
+	rows, wants := w.counts[:n], w.counts[n:]
+	if b != nil && g.grad != nil {
+		for _, k := range b.keys {
+			rows[idx[c.shardOf(k)]]++
+		}
+	}
+	if nb != nil && c.cfg.Gather == Need {
+		for _, k := range nb.keys {
+			wants[idx[c.shardOf(k)]]++
+		}
+	}
 	for i := range n {
-		w.split[i].Reset()
-		w.wantBuf[i] = w.wantBuf[i][:0]
-		w.posBuf[i] = w.posBuf[i][:0]
-		w.shardBuf[i] = w.shardBuf[i][:0]
+		w.split[i] = model.Sparse{Idx: make([]uint32, 0, rows[i]), Val: make([]float32, 0, rows[i]*width)}
+		w.wantBuf[i] = make([]uint32, 0, wants[i])
+		w.posBuf[i] = make([]int32, 0, wants[i])
+		w.shardBuf[i] = nil
 	}
 	for s := range c.shards {
 		w.shardBuf[idx[s]] = append(w.shardBuf[idx[s]], uint32(s))
 	}
-	width := c.xw // (a window's rows are wide: weights and optimizer state)
 	var examples uint64
 	flags := wire.CoreFlags(0)
 	if b != nil && g.grad == nil {
@@ -465,15 +482,15 @@ func (w *worker) tryPush() bool {
 	for i, o := range owners {
 		r := &request{
 			id: w.newReq(), to: o, op: wire.CorePush, flags: flags, round: g.round, through: w.throughFor(next),
-			examples: examples, shards: slices.Clone(w.shardBuf[i]), ws: ws,
+			examples: examples, shards: w.shardBuf[i], ws: ws,
 		}
 		if b != nil && g.grad != nil {
-			r.rows = model.Sparse{Idx: slices.Clone(w.split[i].Idx), Val: slices.Clone(w.split[i].Val)}
+			r.rows = w.split[i]
 		}
 		if ws != nil && c.cfg.Gather == Need {
-			r.want = slices.Clone(w.wantBuf[i])
-			r.pos = slices.Clone(w.posBuf[i])
+			r.want, r.pos = w.wantBuf[i], w.posBuf[i]
 		}
+		w.split[i], w.wantBuf[i], w.posBuf[i], w.shardBuf[i] = model.Sparse{}, nil, nil, nil // (the request's now)
 		if flags&wire.FlagDone != 0 && c.cfg.Mode != Sync {
 			r.through = 0
 		}
