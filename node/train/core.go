@@ -29,8 +29,9 @@ type ComputeReq struct {
 	Keys     []uint32
 	Weights  []float32
 	Examples int
-	// Workers is the number of workers of the round's configuration: with
-	// windows, each trains as if the others' steps counted in its
+	// Workers is the number of workers whose windows' changes the owners
+	// add up (the round's configuration's; 1 with Combine Mean, which
+	// averages them): each trains as if the others' steps counted in its
 	// optimizer state too (sgd.Window).
 	Workers int
 }

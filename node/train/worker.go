@@ -353,8 +353,11 @@ func (w *worker) compute(ws *workset) {
 			c.stats.MaxStaleness = st
 		}
 	}
-	c.rd.Compute = &ComputeReq{Round: ws.round, Keys: b.keys, Weights: ws.vals, Examples: b.examples,
-		Workers: max(1, len(c.cs.at(ws.round).Members))}
+	workers := max(1, len(c.cs.at(ws.round).Members))
+	if c.cfg.Combine == Mean {
+		workers = 1 // (averaged changes: each window takes a lone peer's steps)
+	}
+	c.rd.Compute = &ComputeReq{Round: ws.round, Keys: b.keys, Weights: ws.vals, Examples: b.examples, Workers: workers}
 }
 
 func (w *worker) computed(round uint64, grad []float32, loss float64) {
