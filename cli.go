@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/gossiptrain/gossiptrain/usage"
 )
 
 // command is one subcommand: its flags, its help and what it runs.
@@ -45,12 +47,10 @@ type flagGroup struct {
 
 // errUsage marks an error in how the command was called: main prints it with
 // a hint to --help and exits with status 2.
-var errUsage = errors.New("usage")
+var errUsage = usage.ErrUsage
 
 // usageErr returns an error naming the flag at fault.
-func usageErr(flagName, format string, args ...any) error {
-	return fmt.Errorf("%w: --%s: %s", errUsage, flagName, fmt.Sprintf(format, args...))
-}
+var usageErr = usage.Flag
 
 func newCommand(name, summary, usage string) *command {
 	c := &command{name: name, summary: summary, usage: usage}
@@ -211,30 +211,6 @@ func (l *logFlags) logger() (zerolog.Logger, error) {
 func isTerminal(f *os.File) bool {
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
-}
-
-// humanCount formats n with a k/M/G suffix.
-func humanCount(n float64) string {
-	switch {
-	case n >= 1e9:
-		return fmt.Sprintf("%.2fG", n/1e9)
-	case n >= 1e6:
-		return fmt.Sprintf("%.2fM", n/1e6)
-	case n >= 1e3:
-		return fmt.Sprintf("%.1fk", n/1e3)
-	}
-	return fmt.Sprintf("%.0f", n)
-}
-
-// roundDur rounds d for display.
-func roundDur(d time.Duration) time.Duration {
-	switch {
-	case d > time.Hour:
-		return d.Round(time.Minute)
-	case d > time.Minute:
-		return d.Round(time.Second)
-	}
-	return d.Round(100 * time.Millisecond)
 }
 
 func sortedKeys[V any](m map[string]V) []string {

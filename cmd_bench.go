@@ -16,6 +16,7 @@ import (
 
 	"github.com/gossiptrain/gossiptrain/cluster"
 	"github.com/gossiptrain/gossiptrain/data"
+	"github.com/gossiptrain/gossiptrain/human"
 	"github.com/gossiptrain/gossiptrain/report"
 )
 
@@ -235,12 +236,12 @@ VMs (root; C x N should fit in the machine's cores).`
 			trainPats = tp.trainPatterns()
 			pass = append(pass, "--train="+tp.value("train"))
 		}
-		resolved, job, err := resolveModel(pass, log)
+		resolved, prep, err := resolveModel(pass, log)
 		if err != nil {
 			return err
 		}
 		if len(tp.trainPatterns()) > 0 {
-			sr, err := data.Scan(job.trainFiles, job.trainOpt)
+			sr, err := data.Scan(prep.TrainFiles, prep.TrainOpt)
 			if err != nil {
 				return err
 			}
@@ -371,7 +372,7 @@ VMs (root; C x N should fit in the machine's cores).`
 				failures = append(failures, fmt.Sprintf("configuration %s failed: %s", what, firstLine(err.Error())))
 				continue
 			}
-			log.Info().Str("configuration", name).Str("took", roundDur(time.Since(start)).String()).
+			log.Info().Str("configuration", name).Str("took", human.Duration(time.Since(start)).String()).
 				Str("dir", res.Dir).Msg("configuration done")
 		}
 
@@ -552,7 +553,7 @@ func writeRepeats(w io.Writer, reps [][]report.BenchConfig) {
 		value  func(report.BenchConfig) float64
 		format func(float64) string
 	}{
-		{"examples/s", func(b report.BenchConfig) float64 { return float64(b.ExamplesPerSec) }, humanCount},
+		{"examples/s", func(b report.BenchConfig) float64 { return float64(b.ExamplesPerSec) }, human.Count},
 		{"speedup", speedup, func(v float64) string { return fmt.Sprintf("%.2f", v) }},
 		{"speedup to target", toTarget, func(v float64) string { return fmt.Sprintf("%.2f", v) }},
 		{"steady rounds/s", steady, func(v float64) string { return fmt.Sprintf("%.1f", v) }},

@@ -18,6 +18,8 @@ import (
 
 	"github.com/gossiptrain/gossiptrain/cluster"
 	"github.com/gossiptrain/gossiptrain/data"
+	"github.com/gossiptrain/gossiptrain/human"
+	"github.com/gossiptrain/gossiptrain/infer"
 	"github.com/gossiptrain/gossiptrain/model"
 	"github.com/gossiptrain/gossiptrain/node"
 	"github.com/gossiptrain/gossiptrain/report"
@@ -179,7 +181,7 @@ type peerSplit struct {
 // of n (peer i reads files i, i+n, …: no peer reads rows it skips), else
 // --part i/n of all of them.
 func splitData(patterns []string, n int) (peerSplit, error) {
-	files, _, err := expandInputs(patterns, "train")
+	files, _, err := infer.Expand(patterns, "train")
 	if err != nil {
 		return peerSplit{}, err
 	}
@@ -217,16 +219,20 @@ func splitData(patterns []string, n int) (peerSplit, error) {
 // pass-through flags (the model kind, dimension, classes and --l2 auto, from
 // one scan of all the training files) and returns the flags that make every
 // peer build exactly that model, so peers that read different files agree.
-func resolveModel(args []string, log zerolog.Logger) ([]string, *trainJob, error) {
+func resolveModel(args []string, log zerolog.Logger) ([]string, *infer.Plan, error) {
 	tc, tf := newTrainCommand()
 	if err := tc.parse(args); err != nil {
 		return nil, nil, err
 	}
-	job, err := prepareTraining(tc, &tf.d, &tf.m, &tf.r, log)
+	spec, err := tf.spec(tc)
 	if err != nil {
 		return nil, nil, err
 	}
-	m := job.model
+	plan, err := infer.Prepare(spec, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	m := plan.Model
 	out := []string{"--model", m.Kind.String(), "--dim", strconv.FormatUint(m.Dim, 10),
 		"--shards", strconv.Itoa(m.Layout.Shards), "--l2", strconv.FormatFloat(m.Opt.L2, 'g', -1, 64)}
 	if m.Kind.Multiclass() {
@@ -235,8 +241,8 @@ func resolveModel(args []string, log zerolog.Logger) ([]string, *trainJob, error
 	if m.Kind == model.MLP {
 		out = append(out, "--hidden", strconv.Itoa(m.Hidden))
 	}
-	job.model = nil // the peers build their own; this one was only for the checks
-	return out, job, nil
+	plan.Model = nil // the peers build their own; this one was only for the checks
+	return out, plan, nil
 }
 
 // clusterDefaultData is the data set cluster generates when given no
@@ -268,7 +274,7 @@ func ensureData(dir string, cfg data.GenConfig, log zerolog.Logger) (data.GenMet
 	if err != nil {
 		return m, err
 	}
-	log.Info().Float64("planted_test_logloss", round4(m.PlantedTestLogLoss)).Str("took", roundDur(time.Since(start)).String()).
+	log.Info().Float64("planted_test_logloss", human.Round4(m.PlantedTestLogLoss)).Str("took", human.Duration(time.Since(start)).String()).
 		Msg("data set written")
 	return m, nil
 }
@@ -400,7 +406,7 @@ the signal gets SIGKILL.`
 				// along the way (PeerArgs).
 				ep, err := strconv.Atoi(tp.value("epochs"))
 				if tp.value("epochs") == "auto" {
-					ep, err = distEpochs, nil // what each peer runs for --epochs auto
+					ep, err = infer.DistEpochs, nil // what each peer runs for --epochs auto
 				}
 				if err == nil && ep > 0 {
 					pass = append(pass, "--eval-every="+strconv.FormatInt(max(m.Rows*int64(ep)/int64(peers)/int64(points), 1), 10))
@@ -433,7 +439,7 @@ the signal gets SIGKILL.`
 				args = append(args, "--eval-every", strconv.FormatInt(baselineEval, 10))
 			}
 			if tp.value("epochs") == "auto" {
-				args = append(withoutFlag(args, "epochs"), "--epochs", strconv.Itoa(distEpochs)) // as every peer runs it
+				args = append(withoutFlag(args, "epochs"), "--epochs", strconv.Itoa(infer.DistEpochs)) // as every peer runs it
 			}
 			args = append(append(args, tp.baselineCache()...), "--log-level", lf.level)
 			if base, err = runBaseline(ctx, filepath.Join(dir, "baseline"), args, cf, progressEvery(tp), log); err != nil {
@@ -542,18 +548,18 @@ func writeClusterTable(w io.Writer, res *cluster.Result, bs []report.BenchConfig
 		var rss int64
 		for i, p := range b.Peers {
 			fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%.1f\t%.1f\t%s\t%.0f\t%.2f\t%d\t\n", i, shortID(p.PeerID), p.Examples,
-				humanCount(float64(p.ExamplesPerSec)), float64(p.BytesSent)/1e6, float64(p.BytesRecv)/1e6,
+				human.Count(float64(p.ExamplesPerSec)), float64(p.BytesSent)/1e6, float64(p.BytesRecv)/1e6,
 				percent(float64(p.CPUPercent)), float64(p.PeakRSSBytes)/(1<<20), p.WaitSeconds, p.OwnedShards)
 			cpu += finiteOr(float64(p.CPUPercent))
 			rss += p.PeakRSSBytes
 		}
-		fmt.Fprintf(tw, "total\t\t%d\t%s\t%.1f\t%.1f\t%.0f\t%.0f\t\t\t\n", b.Examples, humanCount(float64(b.ExamplesPerSec)),
+		fmt.Fprintf(tw, "total\t\t%d\t%s\t%.1f\t%.1f\t%.0f\t%.0f\t\t\t\n", b.Examples, human.Count(float64(b.ExamplesPerSec)),
 			float64(b.BytesSent)/1e6, float64(b.BytesRecv)/1e6, cpu, float64(rss)/(1<<20))
 		if err := tw.Flush(); err != nil {
 			return err
 		}
 		fmt.Fprintf(w, "%.1f s, %d rounds; cluster throughput %s examples/s, %.0f bytes sent per example\n",
-			b.Seconds, b.Rounds, humanCount(float64(b.ExamplesPerSec)), finiteOr(float64(b.BytesPerExample)))
+			b.Seconds, b.Rounds, human.Count(float64(b.ExamplesPerSec)), finiteOr(float64(b.BytesPerExample)))
 		if !math.IsNaN(float64(b.Steady)) {
 			fmt.Fprintf(w, "steady state (each peer's first and last tenth of rounds left out): %.1f rounds/s, a round %.1f ms (p50), %.1f ms (p90), %.1f ms (p99)\n",
 				float64(b.Steady), float64(b.P50), float64(b.P90), float64(b.P99))
@@ -574,7 +580,7 @@ func writeClusterTable(w io.Writer, res *cluster.Result, bs []report.BenchConfig
 		writeHashLine(w, b)
 		if alone != nil && b.Baseline == alone.Name {
 			fmt.Fprintf(w, "one peer alone (plain train on all the data, same cap): %s examples/s in %.1f s, test log-loss %.4f; the cluster's speedup %s, efficiency %s (speedup / %d peers); a peer received %.0f bytes per example it trained\n",
-				humanCount(float64(alone.ExamplesPerSec)), alone.Seconds, finiteOr(float64(alone.TestLogLoss)), fmtTimes(b.Speedup), fmtEff(b.Efficiency), b.Workers, finiteOr(float64(b.RecvBytesPerExample)))
+				human.Count(float64(alone.ExamplesPerSec)), alone.Seconds, finiteOr(float64(alone.TestLogLoss)), fmtTimes(b.Speedup), fmtEff(b.Efficiency), b.Workers, finiteOr(float64(b.RecvBytesPerExample)))
 			writeTargetLine(w, b, *alone)
 		}
 	}

@@ -21,10 +21,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/gossiptrain/gossiptrain/data"
-	"github.com/gossiptrain/gossiptrain/peerlog"
 	"github.com/gossiptrain/gossiptrain/report"
 )
 
@@ -218,24 +215,6 @@ func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
-}
-
-// The metrics server logs the line cluster reads its address from.
-func TestMetricsServerLogsWhatClusterReads(t *testing.T) {
-	var buf lockedBuffer
-	m := metricsFlags{addr: "127.0.0.1:0"}
-	_, closeFn, err := m.start(zerolog.New(&buf))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closeFn()
-	var l struct{ Message, Addr string }
-	for _, line := range strings.Split(buf.String(), "\n") {
-		if json.Unmarshal([]byte(line), &l) == nil && l.Message == peerlog.MetricsListening && l.Addr != "" {
-			return
-		}
-	}
-	t.Errorf("no %q line with an addr field in:\n%s", peerlog.MetricsListening, buf.String())
 }
 
 // The table's last line says whether the peers that ran to the end agree,

@@ -17,8 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/gossiptrain/gossiptrain/cluster"
 	"github.com/gossiptrain/gossiptrain/data"
 	"github.com/gossiptrain/gossiptrain/report"
@@ -395,28 +393,6 @@ func TestSplitData(t *testing.T) {
 		if got := strings.Join(s.own(1), " "); got != c.peer1 {
 			t.Errorf("%v over %d peers: peer 1 gets %q, want %q", c.patterns, c.peers, got, c.peer1)
 		}
-	}
-}
-
-// --metrics-addr serves Prometheus metrics and pprof; a bad address is a
-// usage error naming the flag.
-func TestMetricsFlag(t *testing.T) {
-	m := metricsFlags{addr: "127.0.0.1:0"}
-	mt, closeFn, err := m.start(zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closeFn()
-	if mt == nil || mt.Registry() == nil {
-		t.Fatal("no metrics")
-	}
-	off := metricsFlags{}
-	if mt, closeFn, err := off.start(zerolog.Nop()); mt != nil || err != nil || closeFn() != nil {
-		t.Errorf("without --metrics-addr: %v, %v; want nil metrics and no error", mt, err)
-	}
-	bad := metricsFlags{addr: "nowhere"}
-	if _, _, err := bad.start(zerolog.Nop()); err == nil || !strings.Contains(err.Error(), "--metrics-addr") {
-		t.Errorf("bad address: %v, want a usage error naming --metrics-addr", err)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"os"
 
 	"github.com/gossiptrain/gossiptrain/data"
+	"github.com/gossiptrain/gossiptrain/infer"
 	"github.com/gossiptrain/gossiptrain/model"
 	"github.com/gossiptrain/gossiptrain/report"
 	"github.com/gossiptrain/gossiptrain/sgd"
@@ -61,15 +62,15 @@ refused with an error that says which.`
 		if err != nil {
 			return usageErr("format", "%v", err)
 		}
-		inputs, _, err := expandInputs([]string{test}, "test")
+		inputs, _, err := infer.Expand([]string{test}, "test")
 		if err != nil {
 			return err
 		}
-		if err := checkIDXLabels(inputs, labels, "test-labels"); err != nil {
+		if err := infer.CheckIDXLabels(inputs, labels, "test-labels"); err != nil {
 			return err
 		}
 		if preds != "" && preds != "-" {
-			if err := checkWritableFile(preds); err != nil {
+			if err := infer.CheckWritableFile(preds); err != nil {
 				return usageErr("predictions", "%v", err)
 			}
 		}
@@ -81,14 +82,14 @@ refused with an error that says which.`
 		if !c.set("zero-based") {
 			zb = m.Input.ZeroBased
 		}
-		warnInput(log, m, modelPath, inputs[0], f, zb, c.set("zero-based"))
+		infer.WarnInput(log, m, modelPath, inputs[0], f, zb, c.set("zero-based"))
 		opt := data.Options{Format: f, ZeroBased: zb, Dim: m.Dim, SkipBad: skipBad, Labels: labels, LabelBase: int(m.LabelBase)}
 		if m.Kind.Multiclass() {
 			opt.Classes = m.Classes
 		}
 		src, err := data.Open(inputs, opt)
 		if err != nil {
-			return labelsFlag(err, "test-labels")
+			return infer.LabelsFlag(err, "test-labels")
 		}
 		defer src.Close()
 		var ev sgd.Evaluator
@@ -96,7 +97,7 @@ refused with an error that says which.`
 		commit, abort := func() error { return nil }, func() {}
 		if preds != "" {
 			var w io.Writer
-			w, commit, abort, err = outputFile(preds, os.Stderr)
+			w, commit, abort, err = infer.OutputFile(preds, os.Stderr)
 			if err != nil {
 				return usageErr("predictions", "%v", err)
 			}
@@ -123,7 +124,8 @@ refused with an error that says which.`
 			report.Metrics
 			BadLines      int64 `json:"bad_lines"`
 			ModelNonzeros int64 `json:"model_nonzeros"`
-		}{modelPath, test, reportMetrics(met), src.Stats().BadLines, m.NonZeros()}
+		}{modelPath, test, report.Metrics{TestExamples: met.Examples, TestLogLoss: report.Num(met.LogLoss), TestError: report.Num(met.Error),
+			TestAUC: report.Num(met.AUC), TestAccuracy: report.Num(met.Accuracy)}, src.Stats().BadLines, m.NonZeros()}
 		b, err := json.Marshal(out)
 		if err != nil {
 			return err

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gossiptrain/gossiptrain/data"
+	"github.com/gossiptrain/gossiptrain/human"
 )
 
 func genCmd() *command {
@@ -70,15 +71,15 @@ own test log-loss (planted_test_logloss), the best any learner can reach.`
 			last = time.Now()
 			el := time.Since(start)
 			eta := time.Duration(float64(el) * float64(total-done) / float64(max(done, 1)))
-			log.Info().Str("rows", humanCount(float64(done))).Str("of", humanCount(float64(total))).
-				Str("eta", roundDur(eta).String()).Msg("generating")
+			log.Info().Str("rows", human.Count(float64(done))).Str("of", human.Count(float64(total))).
+				Str("eta", human.Duration(eta).String()).Msg("generating")
 		})
 		if err != nil {
 			return err
 		}
 		log.Info().Str("dir", out).Int64("rows", meta.Rows).Int64("test_rows", meta.TestRows).
-			Float64("planted_test_logloss", round4(meta.PlantedTestLogLoss)).
-			Dur("took", roundDur(time.Since(start))).Msg("data set written")
+			Float64("planted_test_logloss", human.Round4(meta.PlantedTestLogLoss)).
+			Dur("took", human.Duration(time.Since(start))).Msg("data set written")
 		b, _ := json.Marshal(meta)
 		fmt.Fprintln(c.stdout(), string(b))
 		return nil

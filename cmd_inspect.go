@@ -8,6 +8,7 @@ import (
 	"os"
 	"text/tabwriter"
 
+	"github.com/gossiptrain/gossiptrain/human"
 	"github.com/gossiptrain/gossiptrain/model"
 )
 
@@ -193,7 +194,7 @@ func (info modelInfo) print(c *command) {
 		zb = fmt.Sprint(*info.ZeroBased)
 	}
 	rows := [][2]string{
-		{"file", fmt.Sprintf("%s (%s)", info.File, humanBytes(info.FileBytes))},
+		{"file", fmt.Sprintf("%s (%s)", info.File, human.Bytes(info.FileBytes))},
 		{"kind", info.Kind},
 		{"dim", fmt.Sprint(info.Dim)},
 		{"classes", fmt.Sprintf("%d (label base %d: class c is label c%+d)", info.Classes, info.LabelBase, info.LabelBase)},
@@ -235,17 +236,4 @@ func (info modelInfo) print(c *command) {
 		fmt.Fprintf(w, "%d\t%d\t%.6g\t\n", x.Feature, x.Column, x.Weight)
 	}
 	w.Flush()
-}
-
-// humanBytes formats n bytes with a binary unit.
-func humanBytes(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d bytes", n)
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/gossiptrain/gossiptrain/cluster"
 	"github.com/gossiptrain/gossiptrain/data"
+	"github.com/gossiptrain/gossiptrain/infer"
 	"github.com/gossiptrain/gossiptrain/model"
 )
 
@@ -175,12 +176,12 @@ dashboard is on its status server; the URL of the first is logged.`
 		localData := len(patterns) > 0 && (shipData || localFilesExist(patterns))
 		switch {
 		case localData:
-			if _, _, err := expandInputs(patterns, "train"); err != nil {
+			if _, _, err := infer.Expand(patterns, "train"); err != nil {
 				return err
 			}
 			for _, f := range []string{"test", "train-labels", "test-labels"} {
 				if v := tp.value(f); v != "" {
-					if _, _, err := expandInputs([]string{v}, f); err != nil {
+					if _, _, err := infer.Expand([]string{v}, f); err != nil {
 						return err
 					}
 				}
@@ -323,7 +324,7 @@ func localFilesExist(patterns []string) bool {
 	if len(patterns) == 0 {
 		return false
 	}
-	_, _, err := expandInputs(patterns, "train")
+	_, _, err := infer.Expand(patterns, "train")
 	return err == nil
 }
 
@@ -414,7 +415,7 @@ func shipFiles(pass []string, split peerSplit, n int) (shipList, error) {
 		if path == "" {
 			return nil
 		}
-		files, _, err := expandInputs([]string{path}, flagName)
+		files, _, err := infer.Expand([]string{path}, flagName)
 		if err != nil {
 			return err
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/rs/zerolog"
 
+	"github.com/gossiptrain/gossiptrain/job"
 	"github.com/gossiptrain/gossiptrain/node"
 )
 
@@ -272,7 +273,7 @@ func runPeer(ctx context.Context, cfg node.Config, log zerolog.Logger) error {
 	defer stop()
 	var lastRing uint64
 	// Until the cluster has formed, say every few seconds what this peer
-	// found and why it has not (cmd_wait.go).
+	// found and why it has not (job.LogDiagnosis).
 	why := time.NewTicker(5 * time.Second)
 	defer why.Stop()
 	for {
@@ -281,7 +282,7 @@ func runPeer(ctx context.Context, cfg node.Config, log zerolog.Logger) error {
 			if d := n.Diagnose(); d.Formed() {
 				why.Stop()
 			} else {
-				logDiagnosis(log, d)
+				job.LogDiagnosis(log, d)
 			}
 		case <-ctx.Done():
 			log.Info().Msg("signal received: leaving the cluster")

@@ -2,16 +2,12 @@ package main
 
 import (
 	"bufio"
-	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"strconv"
 
-	"github.com/rs/zerolog"
-
 	"github.com/gossiptrain/gossiptrain/data"
+	"github.com/gossiptrain/gossiptrain/infer"
 	"github.com/gossiptrain/gossiptrain/model"
 	"github.com/gossiptrain/gossiptrain/sgd"
 )
@@ -74,12 +70,12 @@ predict uses that --zero-based unless told, and warns when told otherwise.`
 		if err != nil {
 			return usageErr("format", "%v", err)
 		}
-		inputs, _, err := expandInputs(files, "data")
+		inputs, _, err := infer.Expand(files, "data")
 		if err != nil {
 			return err
 		}
 		if out != "" {
-			if err := checkWritableFile(out); err != nil {
+			if err := infer.CheckWritableFile(out); err != nil {
 				return usageErr("out", "%v", err)
 			}
 		}
@@ -91,14 +87,14 @@ predict uses that --zero-based unless told, and warns when told otherwise.`
 		if !c.set("zero-based") {
 			zb = m.Input.ZeroBased
 		}
-		warnInput(log, m, modelPath, inputs[0], f, zb, c.set("zero-based"))
+		infer.WarnInput(log, m, modelPath, inputs[0], f, zb, c.set("zero-based"))
 		opt := data.Options{Format: f, ZeroBased: zb, Dim: m.Dim, NoLabels: true}
 		src, err := data.Open(inputs, opt)
 		if err != nil {
 			return err
 		}
 		defer src.Close()
-		w, commit, abort, err := outputFile(out, c.stdout())
+		w, commit, abort, err := infer.OutputFile(out, c.stdout())
 		if err != nil {
 			return usageErr("out", "%v", err)
 		}
@@ -176,62 +172,4 @@ func (p *predWriter) flush() error {
 		return p.err
 	}
 	return p.w.Flush()
-}
-
-// outputFile returns the writer for --out: standard output when path is
-// empty or "-", else a temporary file beside path that commit renames over
-// it (so a failed run leaves no half-written file and an older file
-// intact) and abort removes.
-func outputFile(path string, stdout io.Writer) (w io.Writer, commit func() error, abort func(), err error) {
-	if path == "" || path == "-" {
-		return stdout, func() error { return nil }, func() {}, nil
-	}
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return nil, nil, nil, plainPathError(err)
-	}
-	tmp := f.Name()
-	commit = func() error {
-		if err := f.Close(); err != nil {
-			os.Remove(tmp)
-			return plainPathError(err)
-		}
-		if err := os.Rename(tmp, path); err != nil {
-			os.Remove(tmp)
-			var le *os.LinkError
-			if errors.As(err, &le) {
-				return fmt.Errorf("%s: %v", path, le.Err)
-			}
-			return err
-		}
-		return nil
-	}
-	abort = func() {
-		f.Close()
-		os.Remove(tmp)
-	}
-	return f, commit, abort, nil
-}
-
-// warnInput warns when the input eval or predict reads differs from the
-// model's training input (format, --zero-based), which the model file
-// records from format version 3 on.
-func warnInput(log zerolog.Logger, m *model.Model, modelPath, first string, f data.Format, zeroBased, zbGiven bool) {
-	if m.Input.Format == "" {
-		return // an older model file: the input is not known
-	}
-	got := f
-	if got == data.FormatAuto {
-		if d, err := data.DetectFormat(first); err == nil {
-			got = d
-		}
-	}
-	if got != data.FormatAuto && got.String() != m.Input.Format && m.Input.Format != data.FormatCache.String() && got != data.FormatCache {
-		log.Warn().Str("model", modelPath).Str("trained_on", m.Input.Format).Str("reading", got.String()).
-			Msgf("the model was trained on %s input and this is %s: its features may mean other things", m.Input.Format, got)
-	}
-	if zbGiven && zeroBased != m.Input.ZeroBased && (got == data.FormatLibSVM || got == data.FormatAuto) {
-		log.Warn().Str("model", modelPath).Bool("trained_zero_based", m.Input.ZeroBased).Bool("zero_based", zeroBased).
-			Msg("--zero-based differs from the model's training: every feature index is read one off what the model learnt")
-	}
 }

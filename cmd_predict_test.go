@@ -19,6 +19,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/gossiptrain/gossiptrain/data"
+	"github.com/gossiptrain/gossiptrain/infer"
 	"github.com/gossiptrain/gossiptrain/model"
 	"github.com/gossiptrain/gossiptrain/report"
 )
@@ -337,16 +338,16 @@ func TestInspect(t *testing.T) {
 		t.Fatal(err)
 	}
 	var warn bytes.Buffer
-	warnInput(zerolog.New(&warn), mod, m, svm, data.FormatAuto, true, false)
+	infer.WarnInput(zerolog.New(&warn), mod, m, svm, data.FormatAuto, true, false)
 	if warn.Len() != 0 {
 		t.Errorf("reading as trained: warnings %s", warn.String())
 	}
-	warnInput(zerolog.New(&warn), mod, m, svm, data.FormatAuto, false, true)
+	infer.WarnInput(zerolog.New(&warn), mod, m, svm, data.FormatAuto, false, true)
 	if !strings.Contains(warn.String(), "--zero-based differs") {
 		t.Errorf("--zero-based=false on a zero-based model: no warning (%s)", warn.String())
 	}
 	warn.Reset()
-	warnInput(zerolog.New(&warn), mod, m, "x-images-idx3-ubyte", data.FormatAuto, true, false)
+	infer.WarnInput(zerolog.New(&warn), mod, m, "x-images-idx3-ubyte", data.FormatAuto, true, false)
 	if !strings.Contains(warn.String(), "trained on libsvm input and this is idx") {
 		t.Errorf("IDX input for a libsvm model: no warning (%s)", warn.String())
 	}

@@ -1,27 +1,20 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"fmt"
-	"maps"
 	"math"
-	"os"
-	"path/filepath"
 	"runtime"
-	"runtime/debug"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/gossiptrain/gossiptrain/cluster"
 	"github.com/gossiptrain/gossiptrain/data"
-	"github.com/gossiptrain/gossiptrain/metrics"
+	"github.com/gossiptrain/gossiptrain/infer"
+	"github.com/gossiptrain/gossiptrain/job"
 	"github.com/gossiptrain/gossiptrain/model"
-	"github.com/gossiptrain/gossiptrain/report"
+	"github.com/gossiptrain/gossiptrain/peerlog"
 	"github.com/gossiptrain/gossiptrain/sgd"
 )
 
@@ -186,33 +179,6 @@ func (r *runFlags) registerDist(fs *flag.FlagSet) {
 		"that long for crashes to be noticed); 0 waits for ever")
 }
 
-// stallTimeout is the trainer's StallTimeout for --stall-timeout st with
-// --dead-after dead: at least 4 times dead, since a run waits dead for a
-// crash to be noticed, and a crash during a handoff or a leave may cost
-// it a few times over (TestStallTimeoutCoversDeadAfter).
-func stallTimeout(st, dead time.Duration) time.Duration {
-	if st <= 0 {
-		return 0
-	}
-	return max(st, 4*dead)
-}
-
-// Epoch defaults: standalone train with --epochs auto runs until the
-// training loss stops improving (autoStopTol) for at most autoMaxEpochs
-// epochs; a distributed run takes distEpochs (its peers must agree on
-// when to stop, which --epochs N gives them for free).
-const (
-	autoStopTol   = 1e-3
-	autoMinEpochs = 3
-	autoMaxEpochs = 200
-	distEpochs    = 5
-	// An MLP's training loss keeps falling by more than 0.1% an epoch long
-	// after its test metrics have nearly settled (it starts to memorise:
-	// on Fashion-MNIST test accuracy gains 0.05 points an epoch over
-	// epochs 14-20), so auto caps it at 20.
-	autoMLPEpochs = 20
-)
-
 // epochsValue is --epochs: a positive number or auto.
 type epochsValue struct{ r *runFlags }
 
@@ -238,12 +204,12 @@ func (v epochsValue) Set(s string) error {
 
 // trainFlags are all of train's flags.
 type trainFlags struct {
-	d    dataFlags
-	m    modelFlags
-	r    runFlags
-	p    peerFlags
-	dist distFlags
-	mf   metricsFlags
+	metricsAddr string // --metrics-addr
+	d           dataFlags
+	m           modelFlags
+	r           runFlags
+	p           peerFlags
+	dist        distFlags
 }
 
 func trainCmd() *command {
@@ -264,7 +230,9 @@ func newTrainCommand() (*command, *trainFlags) {
 	})
 	tf.p.noShards = true
 	tf.p.register(c)
-	c.group("Monitoring", tf.mf.register)
+	c.group("Monitoring", func(fs *flag.FlagSet) {
+		fs.StringVar(&tf.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on http://`HOST:PORT`/metrics and Go's pprof profiles on\n/debug/pprof/ (go tool pprof http://HOST:PORT/debug/pprof/profile); port 0 picks a free\nport (logged). Empty: off. pprof shows memory and the command line: keep it on 127.0.0.1\nor a private address")
+	})
 	c.group("Logging", func(fs *flag.FlagSet) {
 		r.log.register(fs)
 		tf.p.registerLog(fs)
@@ -291,7 +259,7 @@ touches, so per-peer traffic stays flat as peers are added. The peers agree on
 who is in the run with raft (no master); peers may join mid-run; SIGTERM
 (Ctrl-C) hands this peer's shards over and leaves; a crashed peer's shards are
 taken over from their replicas (--replicas 2) after --dead-after.`
-	c.help += stopHelp // cmd_stop.go
+	c.help += stopHelp
 	c.example = `  gossiptrain gen --out data --rows 1000000 --test-rows 100000
   gossiptrain train --train 'data/train*.svm' --test data/test.svm --dim 16777216 \
       --report run.jsonl --save model.gt
@@ -304,675 +272,163 @@ taken over from their replicas (--replicas 2) after --dead-after.`
       --peer /ip4/10.0.0.5/tcp/4001/p2p/12D3Koo... --identity ~/.gossiptrain/key \
       --train data/part-2.svm --test data/test.svm --dim 16777216 \
       --mode sync --gather need --threads 8 --report run.jsonl`
-	c.run = func(c *command, args []string) error {
-		if len(args) > 0 {
-			return fmt.Errorf("%w: unexpected argument %q (flags start with --)", errUsage, args[0])
-		}
-		log, err := r.log.logger()
-		if err != nil {
-			return err
-		}
-		r.distributed = tf.distributed(c)
-		if _, err := checkDistFlags(tf); err != nil {
-			return err
-		}
-		if err := checkOutputs(tf); err != nil {
-			return err
-		}
-		if r.threads < 1 {
-			return usageErr("threads", "want at least 1, got %d", r.threads)
-		}
-		gcForTraining(0)
-		job, err := prepareTraining(c, d, m, r, log)
-		if err != nil {
-			return err
-		}
-		gcForTraining(int64(len(job.model.W)) * 4) // its size known now
-		if tf.distributed(c) {
-			return job.runDistributed(tf) // it handles signals itself: the first one leaves gracefully
-		}
-		ctx, cancel := signalContext()
-		defer cancel()
-		_, err = job.runLocal(ctx, &tf.mf)
-		return err
-	}
+	c.run = tf.run
 	return c, tf
 }
 
-// trainJob is a training run whose inputs are checked and whose model exists.
-type trainJob struct {
-	log        zerolog.Logger
-	c          *command
-	d          *dataFlags
-	r          *runFlags
-	trainOpt   data.Options
-	testOpt    data.Options
-	model      *model.Model
-	trainFiles []string
-	trainBytes int64 // total size of the training files, for the ETA
-	l2Rows     int64 // --l2 auto from this peer's own files: their rows (0: --l2 given, or --part)
-	// scale changes the features while training alone (--scale); nil for
-	// none. The model's rows are mapped back at the end.
-	scale *data.Scaling
+// stopHelp is the paragraph of train's help on stopping a peer of a job
+// (package job, stop.go).
+const stopHelp = `
+
+Stopping a peer of a job: SIGINT or SIGTERM (Ctrl-C) leaves gracefully (its
+shards are handed over; the others train on) and exits 0; a second signal
+stops at once. ` + peerlog.StopSignalName + ` stops at once from the start: the whole job is
+stopping ('gossiptrain cluster' sends it to every peer on Ctrl-C), and
+handing shards to peers that stop too would only wait for them. A peer that
+stops before the end writes its report with "partial": true, null test
+metrics and the round it stopped at (stopped_at_round), saves a --save model
+marked partial, and exits with status 130 when it was stopped at once.`
+
+// run checks train's flags, prepares the run (infer.Prepare) and trains,
+// alone or as a peer of a job (package job).
+func (tf *trainFlags) run(c *command, args []string) error {
+	if len(args) > 0 {
+		return fmt.Errorf("%w: unexpected argument %q (flags start with --)", errUsage, args[0])
+	}
+	r := &tf.r
+	log, err := r.log.logger()
+	if err != nil {
+		return err
+	}
+	r.distributed = tf.distributed(c)
+	dist, err := checkDistFlags(tf)
+	if err != nil {
+		return err
+	}
+	if err := checkOutputs(tf); err != nil {
+		return err
+	}
+	if r.threads < 1 {
+		return usageErr("threads", "want at least 1, got %d", r.threads)
+	}
+	job.GCForTraining(0)
+	spec, err := tf.spec(c)
+	if err != nil {
+		return err
+	}
+	plan, err := infer.Prepare(spec, log)
+	if err != nil {
+		return err
+	}
+	job.GCForTraining(int64(len(plan.Model.W)) * 4) // its size known now
+	nonFinite, _ := sgd.ParseNonFinite(r.nonFinite) // checked by spec
+	cfg := job.Config{Plan: plan, Batch: r.batch, EvalEvery: r.evalEvery, Threads: r.threads, NonFinite: nonFinite,
+		ProgressEvery: r.progressEvery, Report: r.report, Save: r.save, Flags: c.flagValues(), Version: version,
+		MetricsAddr: tf.metricsAddr, Log: log}
+	if r.distributed {
+		if tf.p.job == "" {
+			return usageErr("job", "required for a distributed run: peers join only peers of the same job")
+		}
+		ncfg, err := tf.p.config()
+		if err != nil {
+			return err
+		}
+		return flagError(job.RunPeer(cfg, ncfg, dist)) // it handles signals itself: the first one leaves gracefully
+	}
+	ctx, cancel := signalContext()
+	defer cancel()
+	_, err = job.RunAlone(ctx, cfg)
+	return err
 }
 
-// prepareTraining checks the flags, infers what may be inferred from the data
-// and builds the model.
-func prepareTraining(c *command, d *dataFlags, m *modelFlags, r *runFlags, log zerolog.Logger) (*trainJob, error) {
+// spec checks the data, model and run flags one by one, in the order a
+// user reads them, and returns what they say for infer.Prepare.
+func (tf *trainFlags) spec(c *command) (infer.Spec, error) {
+	d, m, r := &tf.d, &tf.m, &tf.r
+	s := infer.Spec{Train: d.train, Test: d.test, TrainLabels: d.trainLabels, TestLabels: d.testLabels,
+		ZeroBased: d.zeroBased, SkipBad: d.skipBad, MaxValue: d.maxValue, Cache: d.cache, LabelBaseAuto: d.labelBase == "auto",
+		Classes: m.classes, Dim: m.dim, Hidden: m.hidden, InitSeed: m.initSeed, Shards: m.shards, ShardsGiven: c.set("shards"),
+		Scale: infer.Scale(r.scale), Distributed: r.distributed, Given: givenFlags(c)}
 	if len(d.train) == 0 {
-		return nil, usageErr("train", "no training data given (e.g. --train 'data/train*.svm')")
+		return s, usageErr("train", "no training data given (e.g. --train 'data/train*.svm')")
 	}
-	var kind model.Kind
+	var err error
 	if m.kind != "auto" {
-		k, err := model.ParseKind(m.kind)
-		if err != nil {
-			return nil, usageErr("model", "%v (or auto)", err)
+		if s.Kind, err = model.ParseKind(m.kind); err != nil {
+			return s, usageErr("model", "%v (or auto)", err)
 		}
-		kind = k
 	}
-	format, err := data.ParseFormat(d.format)
-	if err != nil {
-		return nil, usageErr("format", "%v", err)
+	if s.Format, err = data.ParseFormat(d.format); err != nil {
+		return s, usageErr("format", "%v", err)
 	}
-	part, parts, err := parsePart(d.part)
-	if err != nil {
-		return nil, err
+	if s.Part, s.Parts, err = parsePart(d.part); err != nil {
+		return s, err
 	}
 	if r.batch < 1 {
-		return nil, usageErr("batch", "must be at least 1, got %d", r.batch)
+		return s, usageErr("batch", "must be at least 1, got %d", r.batch)
 	}
-	if r.epochsAuto {
-		r.epochs = autoMaxEpochs
-		if r.distributed {
-			r.epochs = distEpochs
+	if !r.epochsAuto {
+		s.Epochs = r.epochs
+		if r.epochs < 1 {
+			return s, usageErr("epochs", "must be at least 1, got %d", r.epochs)
 		}
 	}
-	if r.epochs < 1 {
-		return nil, usageErr("epochs", "must be at least 1, got %d", r.epochs)
-	}
-	switch r.scale {
-	case "auto", "on", "off":
+	switch s.Scale {
+	case infer.ScaleAuto, infer.ScaleOn, infer.ScaleOff:
 	default:
-		return nil, usageErr("scale", "%q: want auto, on or off", r.scale)
+		return s, usageErr("scale", "%q: want auto, on or off", r.scale)
 	}
 	if r.evalEvery < 0 {
-		return nil, usageErr("eval-every", "must not be negative")
+		return s, usageErr("eval-every", "must not be negative")
 	}
 	if _, err := sgd.ParseNonFinite(r.nonFinite); err != nil {
-		return nil, usageErr("nonfinite", "%q: want fail or skip", r.nonFinite)
+		return s, usageErr("nonfinite", "%q: want fail or skip", r.nonFinite)
 	}
 	if d.maxValue < 0 || math.IsNaN(d.maxValue) || math.IsInf(d.maxValue, 0) {
-		return nil, usageErr("max-value", "%v: want 0 (no bound) or a finite bound > 0", d.maxValue)
+		return s, usageErr("max-value", "%v: want 0 (no bound) or a finite bound > 0", d.maxValue)
 	}
-	oc, err := m.optConfig(c)
-	if err != nil {
-		return nil, err
+	if s.Opt, err = m.optConfig(c); err != nil {
+		return s, err
 	}
-	if c.set("classes") && m.classes < 2 {
-		return nil, usageErr("classes", "want at least 2 classes, got %d", m.classes)
+	if err := m.check(c, s.Kind); err != nil {
+		return s, err
 	}
-	if kind != model.MLP && (c.set("hidden") || c.set("init-seed")) {
-		return nil, usageErr("hidden", "--hidden and --init-seed are for --model mlp")
-	}
-	if kind == model.MLP && (m.hidden < 1 || m.hidden > model.MaxHidden) {
-		return nil, usageErr("hidden", "want 1..%d hidden units, got %d", model.MaxHidden, m.hidden)
-	}
-	if kind == model.Logreg && c.set("classes") && m.classes != 2 {
-		return nil, usageErr("classes", "logreg is binary (2 classes); use --model softmax for %d classes", m.classes)
-	}
-	labelBase := 0
-	if d.labelBase != "auto" {
-		v, err := strconv.Atoi(d.labelBase)
-		if err != nil {
-			return nil, usageErr("label-base", "%q is not auto or an integer", d.labelBase)
+	if !s.LabelBaseAuto {
+		if s.LabelBase, err = strconv.Atoi(d.labelBase); err != nil {
+			return s, usageErr("label-base", "%q is not auto or an integer", d.labelBase)
 		}
-		labelBase = v
 	}
-	files, size, err := expandInputs(d.train, "train")
-	if err != nil {
-		return nil, err
-	}
-	base := data.Options{
-		Format:    format,
-		ZeroBased: d.zeroBased,
-		Dim:       m.dim,
-		SkipBad:   d.skipBad,
-		MaxValue:  d.maxValue, // the training data's bound (not the test set's: see below)
-	}
-	job := &trainJob{log: log, c: c, d: d, r: r, trainFiles: files, trainBytes: size}
-
-	l2Auto := m.l2 == "auto"
-	if !l2Auto {
+	if s.L2Auto = m.l2 == "auto"; !s.L2Auto {
 		v, err := strconv.ParseFloat(m.l2, 64)
 		if err != nil || v < 0 || math.IsInf(v, 0) || math.IsNaN(v) {
-			return nil, usageErr("l2", "%q is not auto or a number >= 0", m.l2)
+			return s, usageErr("l2", "%q is not auto or a number >= 0", m.l2)
 		}
-		oc.L2 = v
+		s.Opt.L2 = v
 	}
+	return s, nil
+}
 
-	// Infer what the flags leave open from one pass over the data: the
-	// model kind, the dimension, the classes and their label base, and the
-	// row count behind --l2 auto.
-	dim, classes := m.dim, m.classes
-	needScan := kind == 0 || dim == 0 || l2Auto ||
-		(kind.Multiclass() && (classes == 0 || d.labelBase == "auto")) ||
-		(r.scale == "on" && !r.distributed)
-	var scan *data.ScanResult
-	if needScan {
-		scanOpt := base
-		scanOpt.Labels = d.trainLabels
-		start := time.Now()
-		log.Info().Strs("files", files).Msg("scanning the training data to infer what the flags leave open")
-		sr, err := data.Scan(d.train, scanOpt)
-		if err != nil {
-			return nil, labelsFlag(err, "train-labels")
-		}
-		log.Info().Int64("rows", sr.Rows).Int64("nonzeros", sr.NNZ).Str("took", roundDur(time.Since(start)).String()).Msg("scan done")
-		if sr.Rows == 0 {
-			return nil, usageErr("train", "the training data has no rows")
-		}
-		if sr.Format == data.FormatLibSVM || sr.Format == data.FormatCache {
-			scan = &sr
-		}
-		if dim == 0 {
-			dim = max(sr.Dim, uint64(sr.MaxIndex+1))
-			if d.test != "" {
-				to := scanOpt
-				to.Labels, to.MaxValue = d.testLabels, 0
-				tr, err := data.Scan([]string{d.test}, to)
-				if err != nil {
-					return nil, labelsFlag(err, "test-labels")
-				}
-				dim = max(dim, tr.Dim, uint64(tr.MaxIndex+1))
-			}
-			if dim == 0 {
-				return nil, usageErr("dim", "cannot infer the dimension: the training data has no features")
-			}
-			log.Info().Uint64("dim", dim).Msg("--dim inferred from the data (largest feature index + 1)")
-		}
-		k, lo, ok := sr.Classes()
-		if kind == 0 {
-			switch {
-			case !ok:
-				return nil, usageErr("model", "cannot tell the model from the labels (not all integers, or over 1000 distinct); give --model")
-			case k == 0 && !c.set("classes"):
-				kind = model.Logreg
-				log.Info().Msg("--model auto: logreg (the labels are binary)")
-			default:
-				kind = model.Softmax
-				log.Info().Int("labels", len(sr.Labels)).Msg("--model auto: softmax (the labels are classes)")
-			}
-		}
-		warnRareLabels(log, sr, kind)
-		if kind.Multiclass() {
-			if d.labelBase == "auto" {
-				// The smallest training label is class 0, as --help says
-				// (so -1/+1 labels are classes 0 and 2 of 3).
-				labelBase = min(lo, 0)
-				if ok && len(sr.Labels) > 0 {
-					labelBase = int(slices.Min(slices.Collect(maps.Keys(sr.Labels))))
-				}
-			}
-			if classes == 0 {
-				hi := math.Inf(-1)
-				for l := range sr.Labels {
-					hi = max(hi, l)
-				}
-				classes = max(int(hi)-labelBase+1, 2)
-				log.Info().Int("classes", classes).Int("label_base", labelBase).Msg("--classes inferred from the training labels (largest label - label base + 1)")
-			}
-		}
-		if l2Auto {
-			oc.L2 = 1 / float64(sr.Rows)
-			if parts <= 1 {
-				// The scan counted this peer's own files; with --part it
-				// counted the whole shared input, the job's rows.
-				job.l2Rows = sr.Rows
-			}
-			log.Info().Float64("l2", oc.L2).Int64("rows", sr.Rows).Msg("--l2 auto: 1/rows, the strength of liblinear's C=1")
-		}
+// check checks the model flags that depend on the kind of model.
+func (m *modelFlags) check(c *command, kind model.Kind) error {
+	if c.set("classes") && m.classes < 2 {
+		return usageErr("classes", "want at least 2 classes, got %d", m.classes)
 	}
-	if format == data.FormatCriteo && dim == 0 {
-		return nil, usageErr("dim", "criteo input is hashed into --dim features: give it (e.g. --dim 16777216)")
+	if kind != model.MLP && (c.set("hidden") || c.set("init-seed")) {
+		return usageErr("hidden", "--hidden and --init-seed are for --model mlp")
 	}
-	base.Dim = dim
-	if kind.Multiclass() {
-		base.Classes = classes
-		base.LabelBase = labelBase
+	if kind == model.MLP && (m.hidden < 1 || m.hidden > model.MaxHidden) {
+		return usageErr("hidden", "want 1..%d hidden units, got %d", model.MaxHidden, m.hidden)
 	}
-	job.trainOpt = base
-	job.trainOpt.Part, job.trainOpt.Parts = part, parts
-	job.trainOpt.Labels = d.trainLabels
-	job.testOpt = base
-	// --max-value keeps values that would overflow a gradient out of
-	// training; evaluating computes none.
-	job.testOpt.Labels, job.testOpt.MaxValue = d.testLabels, 0
-	if err := job.trainOpt.Validate(); err != nil {
-		return nil, fmt.Errorf("%w: %v", errUsage, err)
+	if kind == model.Logreg && c.set("classes") && m.classes != 2 {
+		return usageErr("classes", "logreg is binary (2 classes); use --model softmax for %d classes", m.classes)
 	}
-	if kind == model.Logreg {
-		classes = 2
-	}
-	shards := m.shards
-	if !c.set("shards") {
-		// A model smaller than the default shard count (Adult has 127
-		// features) gets as many shards as it has rows, rounded down to a
-		// power of two.
-		for uint64(shards) > dim+1 && shards > 1 {
-			shards /= 2
-		}
-	}
-	if kind == model.MLP && r.epochsAuto && !r.distributed {
-		r.epochs = autoMLPEpochs
-	}
-	var mod *model.Model
-	if kind == model.MLP {
-		if m.hidden < classes {
-			return nil, usageErr("hidden", "%d hidden units for %d classes: want at least as many units as classes", m.hidden, classes)
-		}
-		mod, err = model.NewMLP(dim, classes, m.hidden, shards, oc, m.initSeed)
-	} else {
-		mod, err = model.New(kind, dim, classes, shards, oc)
-	}
-	if err != nil {
-		return nil, usageErr("shards", "%v", err)
-	}
-	mod.LabelBase = int64(labelBase)
-	// What the model was trained on, for inspect and for eval's and
-	// predict's warnings.
-	inFormat := format
-	if scan != nil {
-		inFormat = scan.Format
-	} else if inFormat == data.FormatAuto {
-		if f, err := data.DetectFormat(files[0]); err == nil {
-			inFormat = f
-		}
-	}
-	if inFormat != data.FormatAuto {
-		mod.Input = model.Input{Format: inFormat.String(), ZeroBased: d.zeroBased}
-	}
+	return nil
+}
+
+// givenFlags is the flags given on c's command line, as --name=value
+// separated by spaces (saved with the model: inspect shows them).
+func givenFlags(c *command) string {
 	var given []string
 	c.flags.Visit(func(f *flag.Flag) { given = append(given, "--"+f.Name+"="+f.Value.String()) })
-	mod.Meta = map[string]string{"flags": strings.Join(given, " ")}
-	job.model = mod
-	if r.scale != "off" && !r.distributed && scan != nil {
-		if job.scale = data.ScalingFor(*scan, dim); job.scale != nil {
-			n, centred := job.scale.Scaled()
-			log.Info().Int("features", n).Int("standardised", centred).
-				Msg("--scale: training on numeric features brought to unit size (dense ones standardised, sparse ones divided by their largest |value|); the model is saved in the raw features' units")
-		}
-	}
-	log.Info().Str("model", kind.String()).Uint64("dim", dim).Int("classes", classes).
-		Str("layout", mod.Layout.String()).Str("optimizer", oc.String()).
-		Float64("model_MiB", float64(len(mod.W))*4/(1<<20)).Msg("model ready")
-	return job, nil
-}
-
-// warnRareLabels warns about labels so rare they look like typos: with
-// three or more distinct labels, one with fewer rows than 1% of the median
-// label's (a stray 2 among -1/+1 labels would otherwise silently make
-// --model auto a 3-class softmax). The warning names the first rows.
-func warnRareLabels(log zerolog.Logger, sr data.ScanResult, kind model.Kind) {
-	if len(sr.Labels) < 3 || sr.LabelsCapped {
-		return
-	}
-	counts := slices.Sorted(maps.Values(sr.Labels))
-	median := counts[len(counts)/2]
-	for _, l := range slices.Sorted(maps.Keys(sr.Labels)) {
-		n := sr.Labels[l]
-		if n*100 >= median {
-			continue
-		}
-		var where []string
-		for _, p := range sr.LabelPlaces[l] {
-			where = append(where, p.String())
-		}
-		ev := log.Warn().Float64("label", l).Int64("rows", n).Int64("of_rows", sr.Rows).Strs("first_rows", where)
-		binaryWithout := true
-		for o := range sr.Labels {
-			if o != l && o != 0 && o != 1 && o != -1 {
-				binaryWithout = false
-			}
-		}
-		if binaryWithout {
-			ev.Msgf("label %g is on only %d rows: a typo? Without it the labels are binary (logreg); with it --model auto makes a softmax over every label from the smallest to the largest. Fix those rows, or give --model logreg (they then fail as bad labels, or are skipped with --skip-bad-lines)", l, n)
-			continue
-		}
-		ev.Msgf("label %g is on only %d rows, under 1%% of a typical label's: a typo?", l, n)
-	}
-}
-
-// expandInputs resolves patterns to files, naming the flag when one matches
-// nothing, and returns the files' total size.
-func expandInputs(patterns []string, flagName string) ([]string, int64, error) {
-	var files []string
-	var size int64
-	for _, p := range patterns {
-		m, err := filepath.Glob(p)
-		if err != nil {
-			return nil, 0, usageErr(flagName, "bad pattern %q: %v", p, err)
-		}
-		if len(m) == 0 {
-			if _, err := os.Stat(p); err != nil {
-				return nil, 0, usageErr(flagName, "%q: no such file (and no file matches it as a pattern)", p)
-			}
-			m = []string{p}
-		}
-		for _, f := range m {
-			st, err := os.Stat(f)
-			if err != nil {
-				return nil, 0, usageErr(flagName, "%v", err)
-			}
-			if st.IsDir() {
-				return nil, 0, usageErr(flagName, "%s is a directory; give files or a pattern such as '%s/*.svm'", f, f)
-			}
-			size += st.Size()
-			files = append(files, f)
-		}
-	}
-	return files, size, nil
-}
-
-// openTrain opens the training data for one epoch.
-func (j *trainJob) openTrain(epoch int) (data.Source, error) {
-	var src data.Source
-	var err error
-	if j.d.cache != "" {
-		src, err = data.OpenCached(j.trainFiles, j.trainOpt, j.d.cache)
-	} else {
-		src, err = data.Open(j.trainFiles, j.trainOpt)
-	}
-	if err != nil {
-		return nil, err
-	}
-	return data.Rescaled(src, j.scale), nil
-}
-
-// openTest opens the test data, or returns nil when there is none.
-func (j *trainJob) openTest() func() (data.Source, error) {
-	if j.d.test == "" {
-		return nil
-	}
-	return func() (data.Source, error) {
-		src, err := data.Open([]string{j.d.test}, j.testOpt)
-		if err != nil {
-			return nil, err
-		}
-		return data.Rescaled(src, j.scale), nil
-	}
-}
-
-// runLocal trains on this process alone and writes the report and model.
-// mf's --metrics-addr serves the same metrics and pprof profiles as a
-// peer's (topology "single", mode "local"), so one peer alone can be
-// profiled and compared with a cluster's peers.
-func (j *trainJob) runLocal(ctx context.Context, mf *metricsFlags) (sgd.Summary, error) {
-	log := j.log
-	mt, closeMetrics, err := mf.start(log)
-	if err != nil {
-		return sgd.Summary{}, err
-	}
-	defer closeMetrics()
-	mt.SetInfo(metrics.Info{Topology: "single", Mode: "local", Version: version})
-	rep, err := j.openReport("")
-	if err != nil {
-		return sgd.Summary{}, err
-	}
-	defer rep.Close()
-	sampler := report.NewSampler()
-	j.model.OwnAll()
-
-	prog := j.progressHook()
-	open := func(epoch int) (data.Source, error) {
-		s, err := j.openTrain(epoch)
-		if err != nil {
-			return nil, err
-		}
-		s = data.Shared(s) // Train reads on a goroutine of its own; the progress hook asks for Stats
-		prog.track(s)
-		return s, nil
-	}
-	var bad int64
-	hooks := sgd.Hooks{
-		Skipped: skippedLogger(log),
-		Progress: func(p sgd.Progress) {
-			prog.fn(p)
-			mt.Progress(p.Examples, p.Epoch)
-		},
-		Eval: func(e sgd.EvalPoint) {
-			logMetrics(log.Info(), e.Metrics).Str("examples", humanCount(float64(e.Examples))).Msg("evaluation")
-			rep.Write(report.Eval{Type: report.TypeEval, Examples: e.Examples, Seconds: e.Seconds, Epoch: e.Epoch, Metrics: reportMetrics(e.Metrics)})
-			mt.Eval(metrics.EvalFigures{LogLoss: e.LogLoss, Error: e.Error, AUC: e.AUC, Examples: e.Examples, Seconds: e.Seconds})
-		},
-	}
-	cfg := sgd.DefaultConfig()
-	cfg.Batch = j.r.batch
-	cfg.Epochs = j.r.epochs
-	if j.r.epochsAuto {
-		cfg.StopTol, cfg.MinEpochs = autoStopTol, autoMinEpochs
-	}
-	cfg.EvalEvery = j.r.evalEvery
-	cfg.Threads = j.r.threads
-	cfg.NonFinite, _ = sgd.ParseNonFinite(j.r.nonFinite)      // checked by prepareTraining
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(j.r.threads)) // at most --threads CPUs at a time while training
-	log.Info().Strs("train", j.trainFiles).Int("batch", cfg.Batch).Int("epochs", cfg.Epochs).Int("threads", cfg.Threads).Msg("training")
-	sum, err := sgd.Train(ctx, j.model, cfg, open, j.openTest(), hooks)
-	if prog.cur != nil {
-		bad = prog.cur.Stats().BadLines
-	}
-	if err != nil {
-		return sum, err
-	}
-	j.model.Examples += sum.Examples
-	if j.scale != nil {
-		// Back to the raw features' units, so the saved model (and
-		// model_hash) needs no scaling to predict.
-		j.model.Unscale(j.scale.Scale, j.scale.Shift)
-	}
-	if j.r.epochsAuto {
-		ev := log.Info().Int("epochs", sum.Epochs)
-		if len(sum.EpochLoss) > 0 {
-			ev = ev.Float64("train_logloss", round4(sum.EpochLoss[len(sum.EpochLoss)-1]))
-		}
-		if sum.Converged {
-			ev.Msg("--epochs auto: the training loss stopped improving")
-		} else {
-			ev.Msg("--epochs auto: stopped at the most epochs auto runs; the loss was still improving (give --epochs)")
-		}
-	}
-	// The model's figures before the resources: reading every weight
-	// faults in the pages training never touched (a 2^29-row model: its
-	// whole 2 GiB), and the peak RSS reported is the process's, as a
-	// peer's is after it hashed its shards.
-	nonzeros, hash := j.model.NonZeros(), j.model.Hash()
-	res := sampler.Sample()
-	if bad > 0 {
-		log.Warn().Int64("bad_lines", bad).Msg("malformed lines were skipped (--skip-bad-lines)")
-	}
-	warnSkipped(log, sum.SkippedNonFinite)
-	s := report.Summary{
-		Type: report.TypeSummary, Examples: sum.Examples, Seconds: sum.Seconds,
-		ExamplesPerSec: report.Num(sum.ExamplesPerSec), Epochs: sum.Epochs, Steps: sum.Steps,
-		Metrics:       reportMetrics(sum.Final),
-		ModelNonzeros: nonzeros, ModelHash: fmt.Sprintf("%016x", hash),
-		BadLines: bad, BatchesSkippedNonFinite: sum.SkippedNonFinite, Resources: res,
-		Peers: 1, Topology: "single", Mode: "local", Batch: j.r.batch, Threads: j.r.threads, Shards: j.model.Layout.Shards, Owned: j.model.Layout.Shards,
-	}
-	if err := rep.Write(s); err != nil {
-		return sum, err
-	}
-	mt.Summary(metrics.SummaryFigures{Examples: sum.Examples,
-		Eval:    metrics.EvalFigures{LogLoss: sum.Final.LogLoss, Error: sum.Final.Error, AUC: sum.Final.AUC},
-		HasEval: sum.Evaluated})
-	logMetrics(log.Info(), sum.Final).Str("examples", humanCount(float64(sum.Examples))).
-		Float64("seconds", round4(sum.Seconds)).Str("examples_per_sec", humanCount(sum.ExamplesPerSec)).
-		Int64("model_nonzeros", s.ModelNonzeros).Str("resources", res.String()).Msg("done")
-	if j.r.save != "" {
-		if err := j.model.SaveFile(j.r.save, model.SaveOptions{}); err != nil {
-			return sum, fmt.Errorf("--save: %w", err)
-		}
-		log.Info().Str("file", j.r.save).Msg("model saved")
-	}
-	return sum, nil
-}
-
-// progress logs progress lines with an ETA from the bytes read so far.
-type progress struct {
-	j         *trainJob
-	cur       data.Source // the epoch being read
-	doneBytes int64       // bytes of finished epochs
-	last      time.Time
-	lastEx    int64 // examples at the previous line
-	fn        func(sgd.Progress)
-}
-
-// progressHook returns the progress logger of this job. A line after which
-// no example was trained says what the peer waits for, and since when,
-// instead of an ETA that would only grow (TestProgressLineWaiting).
-func (j *trainJob) progressHook() *progress {
-	p := &progress{j: j, last: time.Now()}
-	p.fn = func(sp sgd.Progress) {
-		if j.r.progressEvery <= 0 || time.Since(p.last) < j.r.progressEvery {
-			return
-		}
-		p.last = time.Now()
-		idle := sp.Examples == p.lastEx && sp.Waiting != ""
-		p.lastEx = sp.Examples
-		if idle {
-			j.log.Info().Int("epoch", sp.Epoch).Str("examples", humanCount(float64(sp.Examples))).
-				Str("waited", roundDur(time.Duration(sp.Idle*float64(time.Second))).String()).Str("for", sp.Waiting).Msg("waiting")
-			return
-		}
-		ev := j.log.Info().Int("epoch", sp.Epoch).Str("examples", humanCount(float64(sp.Examples))).
-			Str("examples_per_sec", humanCount(sp.ExamplesPerSec)).Float64("train_logloss", round4(sp.TrainLoss))
-		// --epochs auto alone has no known end: no ETA.
-		if p.cur != nil && j.trainBytes > 0 && !(j.r.epochsAuto && !j.r.distributed) {
-			total := float64(j.trainBytes) * float64(j.r.epochs)
-			done := float64(p.doneBytes + p.cur.Stats().Bytes)
-			if done > 0 && done < total {
-				eta := time.Duration(sp.Seconds * (total - done) / done * float64(time.Second))
-				ev = ev.Str("eta", roundDur(eta).String()).Str("done", fmt.Sprintf("%.0f%%", 100*done/total))
-			}
-		}
-		ev.Msg("training")
-	}
-	return p
-}
-
-// skippedLogger logs the first batches skipped as not finite one by one
-// (--nonfinite skip), then says the rest are only counted.
-func skippedLogger(log zerolog.Logger) func(*sgd.NonFiniteError) {
-	n := 0
-	return func(e *sgd.NonFiniteError) {
-		n++
-		switch {
-		case n <= 10:
-			log.Warn().Str("rows", e.Where()).Str("why", e.What()).Int("skipped", n).
-				Msg("skipped a batch whose gradient is not finite (--nonfinite skip): nothing of it reached the model")
-		case n == 11:
-			log.Warn().Msg("more batches whose gradient is not finite: they are skipped and counted, no longer logged one by one")
-		}
-	}
-}
-
-// warnSkipped logs how many batches were skipped as not finite, if any.
-func warnSkipped(log zerolog.Logger, n int64) {
-	if n > 0 {
-		log.Warn().Int64("batches_skipped_nonfinite", n).
-			Msg("batches whose gradient was not finite were skipped (--nonfinite skip): their rows hold values that overflow; --max-value refuses them as bad lines")
-	}
-}
-
-// track notes the source of a new epoch.
-func (p *progress) track(s data.Source) {
-	if p.cur != nil {
-		p.doneBytes += p.cur.Stats().Bytes
-	}
-	if s != nil {
-		p.cur = s
-	}
-}
-
-// openReport creates the report file (if asked for) and writes its start line.
-func (j *trainJob) openReport(peerID string) (*report.Writer, error) {
-	if j.r.report == "" {
-		return nil, nil
-	}
-	w, err := report.Create(j.r.report)
-	if err != nil {
-		return nil, fmt.Errorf("--report: %w", err)
-	}
-	w.Write(report.Start{Type: report.TypeStart, Time: time.Now().UTC().Format(time.RFC3339), PeerID: peerID, Version: version, Config: j.c.flagValues(), Effective: effectiveSettings(j.model)})
-	return w, nil
-}
-
-func reportMetrics(m sgd.Metrics) report.Metrics {
-	return report.Metrics{
-		TestExamples: m.Examples, TestLogLoss: report.Num(m.LogLoss), TestError: report.Num(m.Error),
-		TestAUC: report.Num(m.AUC), TestAccuracy: report.Num(m.Accuracy),
-	}
-}
-
-func logMetrics(e *zerolog.Event, m sgd.Metrics) *zerolog.Event {
-	if m.Examples == 0 {
-		return e
-	}
-	e = e.Float64("test_logloss", round4(m.LogLoss)).Float64("test_accuracy", round4(m.Accuracy))
-	if !math.IsNaN(m.AUC) {
-		e = e.Float64("test_auc", round4(m.AUC))
-	}
-	return e
-}
-
-func round4(f float64) float64 {
-	if math.IsNaN(f) || math.IsInf(f, 0) {
-		return f
-	}
-	return math.Round(f*1e4) / 1e4
-}
-
-// trainGCPercent is the garbage collector's GOGC while training a model of
-// up to 64 MiB of weights, unless the environment sets GOGC. Go lets
-// garbage grow to GOGC% of the live heap before it collects, and the live
-// heap of a training process is mostly the model's weights and optimizer
-// state (a 2^24-row model: 64 MiB of weights alone), so at Go's default of
-// 100 a peer let 60-90 MiB of per-round messages pile up before the
-// collector reused any of it. Each of those pages is new memory the first
-// time it is written, and new memory is expensive on VMs (13-15 µs per 4
-// KiB page on the 2-vCPU VMs this project is measured on, where the host
-// backs guest memory on first touch): `gossiptrain bench --cpus 0.4
-// --peers 1,4 --topologies ring --modes sync,async` ran 4 capped peers at
-// 0.67x and 0.81x of one peer with GOGC=100, 0.95x and 1.02x with 25, 0.98x
-// and 1.05x with 10 (one run each, side by side), and a peer's peak RSS
-// went from 182 to 106 MiB at 25. The model's arrays hold no pointers, so
-// the extra collections cost little. A lone `train` allocates almost
-// nothing per step and is not affected either way.
-const trainGCPercent = 25
-
-// trainGarbageBytes is the garbage a training process lets pile up before
-// it collects, whatever its model's size: 25% of 64 MiB. A percentage of
-// the heap alone does not do for large models: the weights are allocated
-// whole, and a peer touches only its shards' pages of them (and a lone
-// process only the rows its data uses), so with --dim 2^29 (2 GiB of
-// weights) GOGC 25 let a peer's garbage reach half a gigabyte, and each of
-// 4 peers peaked at 58-82% of the RSS of one process training alone.
-const trainGarbageBytes = 16 << 20
-
-// trainGCPercentFor is the GOGC for a model of weightBytes of weights:
-// trainGCPercent, lower for models so large that it would allow more than
-// trainGarbageBytes of garbage, and at least 1.
-func trainGCPercentFor(weightBytes int64) int {
-	if weightBytes <= 0 {
-		return trainGCPercent
-	}
-	return int(max(1, min(trainGCPercent, 100*trainGarbageBytes/weightBytes)))
-}
-
-// gcForTraining sets the collector for a training process whose model has
-// weightBytes of weights (see trainGCPercentFor); an explicit GOGC in the
-// environment wins.
-func gcForTraining(weightBytes int64) {
-	if _, set := os.LookupEnv("GOGC"); !set {
-		debug.SetGCPercent(trainGCPercentFor(weightBytes))
-	}
+	return strings.Join(given, " ")
 }

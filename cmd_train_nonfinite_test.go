@@ -1,19 +1,13 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/rs/zerolog"
 
 	"github.com/gossiptrain/gossiptrain/report"
-	"github.com/gossiptrain/gossiptrain/sgd"
 )
 
 // overflowSVM writes 400 rows: good ones, with lines 201-300 the issue's
@@ -76,64 +70,5 @@ func TestTrainNonFiniteFromTheCommandLine(t *testing.T) {
 	}
 	if r, err := report.ReadFile(rep); err != nil || r.Summary == nil || r.Summary.BadLines != 100 || r.Summary.BatchesSkippedNonFinite != 0 {
 		t.Errorf("--max-value with --skip-bad-lines: report %+v (%v); want 100 bad lines, no batch skipped", r.Summary, err)
-	}
-}
-
-// A progress line after which no example was trained says the peer waits,
-// for how long and for what, instead of an ETA that only grows.
-func TestProgressLineWaiting(t *testing.T) {
-	var logs bytes.Buffer
-	j := &trainJob{log: zerolog.New(&logs), r: &runFlags{progressEvery: time.Nanosecond, epochs: 5}, trainBytes: 1000}
-	p := j.progressHook()
-	p.fn(sgd.Progress{Epoch: 1, Examples: 100, Seconds: 10, ExamplesPerSec: 10})
-	time.Sleep(time.Millisecond)
-	p.fn(sgd.Progress{Epoch: 1, Examples: 100, Seconds: 55, Idle: 45, Waiting: "round 12: a reply from peer01 to its push of round 11"})
-	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
-	if len(lines) != 2 {
-		t.Fatalf("%d lines: %s", len(lines), logs.String())
-	}
-	if !strings.Contains(lines[0], `"message":"training"`) {
-		t.Errorf("a line with examples trained: %s", lines[0])
-	}
-	for _, want := range []string{`"message":"waiting"`, `"waited":"45s"`, `"for":"round 12: a reply from peer01 to its push of round 11"`} {
-		if !strings.Contains(lines[1], want) || strings.Contains(lines[1], "eta") {
-			t.Errorf("a line with no example trained since the previous: %s; want %s and no ETA", lines[1], want)
-		}
-	}
-}
-
-// Skipped batches are logged one by one, with their rows, up to ten; the
-// rest are counted, so bad data cannot flood the log.
-func TestSkippedBatchesLogged(t *testing.T) {
-	var logs bytes.Buffer
-	log := skippedLogger(zerolog.New(&logs))
-	for i := range 12 {
-		log(&sgd.NonFiniteError{Epoch: 1, FirstRow: int64(50*i + 1), Examples: 50, InGradient: true, Value: float32(math.Inf(-1))})
-	}
-	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
-	if len(lines) != 11 || !strings.Contains(lines[0], `"rows":"epoch 1, rows 1-50"`) || !strings.Contains(lines[0], `-Inf at model row 0`) ||
-		!strings.Contains(lines[10], "no longer logged one by one") {
-		t.Errorf("12 skipped batches logged as:\n%s", logs.String())
-	}
-	logs.Reset()
-	warnSkipped(zerolog.New(&logs), 0)
-	if logs.Len() != 0 {
-		t.Errorf("no batch skipped, yet: %s", logs.String())
-	}
-	warnSkipped(zerolog.New(&logs), 4)
-	if !strings.Contains(logs.String(), `"batches_skipped_nonfinite":4`) {
-		t.Errorf("4 batches skipped: %s", logs.String())
-	}
-}
-
-func TestStallTimeoutCoversDeadAfter(t *testing.T) {
-	for _, c := range []struct{ st, dead, want time.Duration }{
-		{2 * time.Minute, 5 * time.Second, 2 * time.Minute},
-		{2 * time.Minute, time.Minute, 4 * time.Minute},
-		{0, time.Minute, 0},
-	} {
-		if got := stallTimeout(c.st, c.dead); got != c.want {
-			t.Errorf("--stall-timeout %v with --dead-after %v: %v, want %v", c.st, c.dead, got, c.want)
-		}
 	}
 }

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"os"
 	"path/filepath"
-	"runtime/debug"
 	"testing"
 
 	"github.com/gossiptrain/gossiptrain/report"
@@ -37,29 +35,5 @@ func TestTrainThreadsSameModel(t *testing.T) {
 			t.Errorf("--threads %s: model %s, test log-loss %v after %d examples; --threads 1: %s, %v, %d",
 				threads, s.ModelHash, s.TestLogLoss, s.Examples, first.ModelHash, first.TestLogLoss, first.Examples)
 		}
-	}
-}
-
-// A training process collects garbage at GOGC 25 (trainGCPercent), lower
-// for a model so large that 25% of it is more than 16 MiB, unless the user
-// set GOGC.
-func TestTrainingGCPercent(t *testing.T) {
-	defer debug.SetGCPercent(debug.SetGCPercent(100))
-	t.Setenv("GOGC", "")
-	os.Unsetenv("GOGC")
-	for _, tc := range []struct {
-		weights int64
-		want    int
-	}{{0, 25}, {4 << 20, 25}, {64 << 20, 25}, {128 << 20, 12}, {1 << 30, 1}, {2 << 30, 1}} {
-		debug.SetGCPercent(100)
-		gcForTraining(tc.weights)
-		if got := debug.SetGCPercent(100); got != tc.want {
-			t.Errorf("without GOGC, %d MiB of weights: GC percent %d, want %d", tc.weights>>20, got, tc.want)
-		}
-	}
-	t.Setenv("GOGC", "100")
-	gcForTraining(2 << 30)
-	if got := debug.SetGCPercent(100); got != 100 {
-		t.Errorf("with GOGC=100 in the environment: GC percent %d, want 100 (the user's)", got)
 	}
 }

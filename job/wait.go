@@ -1,16 +1,17 @@
-package main
+package job
 
-// The waiting phase of a distributed run (issue 12): until the cluster has
-// formed, a peer says every few seconds what it has found and why the
-// cluster has not formed; it gives up after --wait-timeout, and at once
-// when its bootstrap peer refused it at the hello (its settings differ).
-// The hello's settings (node.Config.Spec) come from the model and flags
-// here too.
+// The waiting phase of a distributed run: until the cluster has formed, a
+// peer says every few seconds what it has found and why the cluster has
+// not formed; it gives up after --wait-timeout, and at once when its
+// bootstrap peer refused it at the hello (its settings differ). The
+// hello's settings (node.Config.Spec) come from the model and flags here
+// too.
 
 import (
 	"context"
-	"flag"
+	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -23,7 +24,7 @@ import (
 	"github.com/gossiptrain/gossiptrain/peerlog"
 )
 
-// defaultWaitTimeout is how long a peer waits for its cluster by default:
+// DefaultWaitTimeout is how long a peer waits for its cluster by default:
 // long enough for the VMs of a job started by hand or by an instance group
 // to boot, copy their data and scan it (minutes), so peers started in any
 // order meet; short enough that a peer nobody will ever join (a typo in an
@@ -33,12 +34,7 @@ import (
 // cluster: a peer that joins a running job has met it within seconds, and
 // the join itself (copying the model, taking over shards) is not counted.
 // --wait-timeout 0 waits for ever.
-const defaultWaitTimeout = 30 * time.Minute
-
-// registerWaitFlag adds --wait-timeout.
-func registerWaitFlag(fs *flag.FlagSet, d *time.Duration) {
-	fs.DurationVar(d, "wait-timeout", defaultWaitTimeout, "give up if the cluster has not formed (--min-peers members, agreed) within this `time`;\n0 waits for ever. Meanwhile the peer logs what it found every --progress-every: dial\nerrors per --peer, peers of other jobs, refused peers, the members it has")
-}
+const DefaultWaitTimeout = 30 * time.Minute
 
 // clusterNode is what waitForCluster reads of a node (an interface, so a
 // test can script it).
@@ -89,7 +85,7 @@ func waitForCluster(ctx context.Context, n clusterNode, min int, boot []string, 
 				return node.State{}, fmt.Errorf("a --peer refused this peer at connect, so it cannot join the job through it: %w", err)
 			}
 		case <-report:
-			logDiagnosis(log, n.Diagnose())
+			LogDiagnosis(log, n.Diagnose())
 		case <-expired:
 			d := n.Diagnose()
 			return node.State{}, fmt.Errorf("the cluster did not form within --wait-timeout %v: %s (--wait-timeout 0 waits for ever)",
@@ -98,9 +94,9 @@ func waitForCluster(ctx context.Context, n clusterNode, min int, boot []string, 
 	}
 }
 
-// logDiagnosis logs one "still waiting" line: a warning when something
+// LogDiagnosis logs one "still waiting" line: a warning when something
 // looks wrong (failed dials, other jobs, refusals), else information.
-func logDiagnosis(log zerolog.Logger, d node.Diagnosis) {
+func LogDiagnosis(log zerolog.Logger, d node.Diagnosis) {
 	ev := log.Info()
 	if waitProblem(d) {
 		ev = log.Warn()
@@ -128,16 +124,16 @@ func waitProblem(d node.Diagnosis) bool {
 // computed from each peer's own rows, so it may differ between honest
 // peers (it changes how an owner regularises its shards, not whether the
 // peers can work together).
-func jobSpec(m *model.Model, ds distSettings, initSeed uint64, batch int) node.Spec {
-	spec := node.Spec{{Flag: "mode", Value: ds.mode.String()}, {Flag: "gather", Value: ds.gather.String()},
+func jobSpec(m *model.Model, d Dist, batch int) node.Spec {
+	spec := node.Spec{{Flag: "mode", Value: d.Mode.String()}, {Flag: "gather", Value: d.Gather.String()},
 		// Owners bound a push's examples by the batch, and its rows by
 		// --max-row-grad: every peer must agree on both.
 		{Flag: "batch", Value: strconv.Itoa(batch)},
-		{Flag: "max-row-grad", Value: strconv.FormatFloat(ds.maxRowGrad(m.Kind), 'g', -1, 64)},
-		{Flag: "combine", Value: ds.combine.String()},
-		{Flag: "local-steps", Value: strconv.Itoa(max(1, ds.localSteps))}}
-	if ds.mode == train.SSP {
-		spec = append(spec, node.SpecItem{Flag: "staleness", Value: strconv.Itoa(ds.staleness)})
+		{Flag: "max-row-grad", Value: strconv.FormatFloat(d.maxRowGrad(m.Kind), 'g', -1, 64)},
+		{Flag: "combine", Value: d.Combine.String()},
+		{Flag: "local-steps", Value: strconv.Itoa(max(1, d.LocalSteps))}}
+	if d.Mode == train.SSP {
+		spec = append(spec, node.SpecItem{Flag: "staleness", Value: strconv.Itoa(d.Staleness)})
 	}
 	for _, s := range modelSettings(m) {
 		if s.Flag != "l2" {
@@ -145,7 +141,7 @@ func jobSpec(m *model.Model, ds distSettings, initSeed uint64, batch int) node.S
 		}
 	}
 	if m.Kind == model.MLP {
-		spec = append(spec, node.SpecItem{Flag: "init-seed", Value: strconv.FormatUint(initSeed, 10)})
+		spec = append(spec, node.SpecItem{Flag: "init-seed", Value: strconv.FormatUint(d.InitSeed, 10)})
 	}
 	return spec
 }
@@ -193,4 +189,42 @@ func effectiveSettings(m *model.Model) map[string]string {
 		out[s.Flag] = s.Value
 	}
 	return out
+}
+
+// memberStates is what waitAgreed reads of a node (an interface, so a test
+// can script the states).
+type memberStates interface {
+	Subscribe() (<-chan node.Event, func())
+	State() node.State
+}
+
+// waitAgreed waits until the membership view is agreed by every member,
+// has at least min members, and includes one of the bootstrap peers (when
+// any is given). A peer that met them and was then left alone (they all
+// left or died first: the run ended) fails rather than train a model of
+// its own.
+func waitAgreed(ctx context.Context, n memberStates, min int, boot []string) (node.State, error) {
+	evs, cancel := n.Subscribe()
+	defer cancel()
+	met := len(boot) == 0
+	for {
+		st := n.State()
+		for _, b := range boot {
+			met = met || slices.Contains(st.View.Members, b)
+		}
+		if st.Agreed && len(st.View.Members) >= min && st.Ring != nil && met {
+			if len(boot) > 0 && len(st.View.Members) == 1 {
+				// Met the run, then everyone left or died before this
+				// peer joined: training alone would make a model of its
+				// own under the job's name.
+				return st, errors.New("every peer of the job this peer met (through --peer) left before it could join: the run has ended or stopped; start the job again, or train alone without --peer")
+			}
+			return st, nil
+		}
+		select {
+		case <-ctx.Done():
+			return st, fmt.Errorf("waiting for the members to agree: %w", ctx.Err())
+		case <-evs:
+		}
+	}
 }

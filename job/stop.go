@@ -1,12 +1,12 @@
-package main
+package job
 
-// Stopping a distributed run (issue 12): the first SIGINT/SIGTERM leaves
-// gracefully (this peer's shards are handed over, the others train on), a
-// second one stops at once, and peerlog.StopSignal stops at once from the
-// start (the whole job is stopping: "gossiptrain cluster" sends it to every
-// peer on Ctrl-C). A peer that stops before the end of training reports its
-// run as partial: its test metrics are null, its report and --save say at
-// which round it stopped.
+// Stopping a distributed run: the first SIGINT/SIGTERM leaves gracefully
+// (this peer's shards are handed over, the others train on), a second one
+// stops at once, and peerlog.StopSignal stops at once from the start (the
+// whole job is stopping: "gossiptrain cluster" sends it to every peer on
+// Ctrl-C). A peer that stops before the end of training reports its run as
+// partial: its test metrics are null, its report and --save say at which
+// round it stopped (TestLeaverReportsAPartialRun).
 
 import (
 	"context"
@@ -26,18 +26,6 @@ import (
 	"github.com/gossiptrain/gossiptrain/peerlog"
 	"github.com/gossiptrain/gossiptrain/report"
 )
-
-// stopHelp is the paragraph of train's help on stopping a peer of a job.
-const stopHelp = `
-
-Stopping a peer of a job: SIGINT or SIGTERM (Ctrl-C) leaves gracefully (its
-shards are handed over; the others train on) and exits 0; a second signal
-stops at once. ` + peerlog.StopSignalName + ` stops at once from the start: the whole job is
-stopping ('gossiptrain cluster' sends it to every peer on Ctrl-C), and
-handing shards to peers that stop too would only wait for them. A peer that
-stops before the end writes its report with "partial": true, null test
-metrics and the round it stopped at (stopped_at_round), saves a --save model
-marked partial, and exits with status 130 when it was stopped at once.`
 
 // errStopNow is the cause of a run stopped by peerlog.StopSignal: the whole
 // job is stopping. It wraps context.Canceled, so the process exits 130
