@@ -221,3 +221,9 @@ func sortedKeys[V any](m map[string]V) []string {
 	sort.Strings(k)
 	return k
 }
+
+// exitCode is an error that makes the process exit with that status and
+// print nothing (the peer's own log said why).
+type exitCode int
+
+func (e exitCode) Error() string { return "exit status " + strconv.Itoa(int(e)) }

@@ -1,49 +1,21 @@
 package main
 
 import (
-	"bytes"
-	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"math"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/gossiptrain/gossiptrain/cluster"
-	"github.com/gossiptrain/gossiptrain/data"
-	"github.com/gossiptrain/gossiptrain/human"
-	"github.com/gossiptrain/gossiptrain/report"
 )
-
-// benchDefaultFeatures is the feature space of bench's generated data: a
-// Criteo-sized hashed space, so that gradient and parameter messages are
-// large (tens to hundreds of KiB a round) and the network matters.
-const benchDefaultFeatures = 1 << 24
 
 // benchDefaultBatch is bench's batch when --batches is not given: large
 // enough that a round's messages are big and few (batches of 100-10,000
 // are what field reports of this setup used).
 const benchDefaultBatch = 1000
-
-// benchConfig is one configuration bench runs.
-type benchConfig struct {
-	topology, mode string
-	batch          int
-	localSteps     int // batches a window (1: a gradient every batch)
-}
-
-func (b benchConfig) dirName() string {
-	name := fmt.Sprintf("%s-%s-b%d", b.topology, b.mode, b.batch)
-	if b.localSteps > 1 {
-		name += fmt.Sprintf("-h%d", b.localSteps)
-	}
-	return name
-}
 
 func benchCmd() *command {
 	c := newCommand("bench", "run several configurations on the same data and report on them (report.md, bench.json, plots)",
@@ -79,7 +51,7 @@ func benchCmd() *command {
 	})
 	c.group("VM emulation", cf.register)
 	c.group("Network emulation", nf.register)
-	tp := registerTrainFlags(c, mergeSkip(clusterSkipFlags, "batch", "topology", "mode", "epochs", "save", "local-steps"))
+	tp := registerTrainFlags(c, skipAlso("batch", "topology", "mode", "epochs", "save", "local-steps"))
 	c.group("Logging", lf.register)
 	c.help = `
 Run every combination of --topologies, --modes and --batches as a cluster of
@@ -127,8 +99,7 @@ VMs (root; C x N should fit in the machine's cores).`
 		}
 		// A list of counts is a scaling series: 1 is one plain train
 		// process alone, the baseline of every speedup.
-		series := len(counts) > 1
-		if series && !containsInt(counts, 1) {
+		if len(counts) > 1 && !slices.Contains(counts, 1) {
 			counts = append(counts, 1)
 			log.Info().Msg("--peers: a scaling series runs one peer alone too (1: plain train on all the data), the baseline of its speedups")
 		}
@@ -142,42 +113,15 @@ VMs (root; C x N should fit in the machine's cores).`
 			return usageErr("eval-points", "want 0 or more, got %d", evalPoints)
 		}
 		slices.Sort(counts)
-		clusterCounts := counts
-		if series {
-			clusterCounts = counts[1:]
+		variants, err := benchVariants(topologies.vals, modes.vals, batches.vals, localSteps.vals)
+		if err != nil {
+			return err
 		}
-		maxPeers := counts[len(counts)-1]
-		var cfgs []benchConfig
-		for _, t := range topologies.vals {
-			if t != "master" && t != "ring" {
-				return usageErr("topologies", "%q: want master or ring", t)
-			}
-			for _, m := range modes.vals {
-				if m != "sync" && m != "ssp" && m != "async" {
-					return usageErr("modes", "%q: want sync, ssp or async", m)
-				}
-				for _, b := range batches.vals {
-					n, err := strconv.Atoi(b)
-					if err != nil || n < 1 {
-						return usageErr("batches", "%q is not a batch size (a whole number >= 1)", b)
-					}
-					for _, hs := range localSteps.vals {
-						h, err := strconv.Atoi(hs)
-						if err != nil || h < 1 || h > 1<<16 {
-							return usageErr("local-steps", "%q is not a window size (a whole number 1..65536)", hs)
-						}
-						cfgs = append(cfgs, benchConfig{topology: t, mode: m, batch: n, localSteps: h})
-					}
-				}
-			}
-		}
-		if len(cfgs) == 0 {
-			return usageErr("topologies", "nothing to run: give at least one topology, mode and batch")
-		}
-		if examples < int64(maxPeers) {
+		if maxPeers := counts[len(counts)-1]; examples < int64(maxPeers) {
 			return usageErr("examples", "want at least one example per peer (%d), got %d", maxPeers, examples)
 		}
-		if err := cf.check(c); err != nil {
+		caps, err := cf.caps(c)
+		if err != nil {
 			return err
 		}
 		netns, err := nf.config(c)
@@ -189,272 +133,63 @@ VMs (root; C x N should fit in the machine's cores).`
 		}
 		ctx, cancel := signalContext()
 		defer cancel()
-		if netns != nil {
-			if removed, err := cluster.CleanupStale(); err != nil {
-				return err
-			} else if len(removed) > 0 {
-				log.Info().Strs("runs", removed).Msg("removed the namespaces an earlier run left behind")
-			}
-		}
-
-		// The data: generated once, or the user's, passed whole enough
-		// times to make --examples.
-		pass := tp.args(perPeerFlags...)
-		local := tp.localArgs(perPeerFlags...) // what a plain train (the baseline) takes of them
-		var trainPats []string
-		epochs := 1
-		if len(tp.trainPatterns()) == 0 {
-			gen := data.DefaultGenConfig()
-			gen.Rows, gen.Parts, gen.Seed = examples, maxPeers, 1
-			if series {
-				gen.Parts = seriesParts(counts, examples) // whole files for every count
-			}
-			gen.TestRows = min(max(examples/10, 1000), 20_000) // evaluations stay cheap next to training
-			gen.Features = benchDefaultFeatures
-			if c.set("dim") {
-				d, err := strconv.ParseUint(tp.value("dim"), 10, 64)
-				if err != nil {
-					return usageErr("dim", "%q is not a number", tp.value("dim"))
-				}
-				gen.Features = d
-			}
-			m, err := ensureData(filepath.Join(out, "data"), gen, log)
-			if err != nil {
-				return err
-			}
-			trainPats = m.Files
-			var extra []string
-			if !c.set("test") {
-				extra = append(extra, "--test="+m.TestFile)
-			}
-			if !c.set("dim") {
-				extra = append(extra, "--dim="+strconv.FormatUint(m.Features, 10))
-			}
-			pass = append(append(pass, "--train="+strings.Join(m.Files, ",")), extra...)
-			local = append(local, extra...)
-		} else {
-			trainPats = tp.trainPatterns()
-			pass = append(pass, "--train="+tp.value("train"))
-		}
-		resolved, prep, err := resolveModel(pass, log)
-		if err != nil {
-			return err
-		}
-		if len(tp.trainPatterns()) > 0 {
-			sr, err := data.Scan(prep.TrainFiles, prep.TrainOpt)
-			if err != nil {
-				return err
-			}
-			if sr.Rows == 0 {
-				return usageErr("train", "the training data has no rows")
-			}
-			epochs = int((examples + sr.Rows - 1) / sr.Rows)
-			log.Info().Int64("rows", sr.Rows).Int("epochs", epochs).Int64("examples", int64(epochs)*sr.Rows).
-				Msg("--examples: whole passes over --train")
-		}
-		// runFlags are the flags of a run of n peers (or one alone).
-		runFlags := func(n int) []string {
-			a := append(append([]string(nil), resolved...), "--epochs", strconv.Itoa(epochs), "--log-level", lf.level)
-			if !c.set("eval-every") && evalPoints > 0 {
-				// evalPoints evaluations along the way and the final one:
-				// the curves of the report and the time to accuracy. Eval
-				// lines count a peer's own examples.
-				a = append(a, "--eval-every", strconv.FormatInt(max(examples*int64(epochs)/int64(n)/int64(evalPoints), 1), 10))
-			}
-			return a
-		}
-		// evalOnlyFirst: in a cluster only peer 0 evaluates along the way
-		// (its model is every peer's in sync, and a good estimate in ssp
-		// and async); the others evaluate once, at the end, so the
-		// cluster pays for one peer's evaluations as the lone peer does.
-		evalOnlyFirst := func(i int) []string {
-			if i == 0 || c.set("eval-every") {
-				return nil
-			}
-			return []string{"--eval-every", "0"}
-		}
-		splits := map[int]peerSplit{}
-		for _, n := range clusterCounts {
-			if splits[n], err = splitData(trainPats, n); err != nil {
-				return err
-			}
-		}
-
-		// The plan: the baselines first, then every configuration at every
-		// peer count.
-		type benchRun struct {
-			peers int
-			bc    benchConfig
-			alone bool // the baseline: one plain train process
-		}
-		var plan []benchRun
-		if series {
-			for _, b := range batches.vals {
-				n, _ := strconv.Atoi(b)
-				plan = append(plan, benchRun{peers: 1, bc: benchConfig{topology: "single", mode: "local", batch: n}, alone: true})
-			}
-		}
-		for _, n := range clusterCounts {
-			for _, bc := range cfgs {
-				plan = append(plan, benchRun{peers: n, bc: bc})
-			}
-		}
-		dirName := func(r benchRun) string {
-			switch {
-			case r.alone:
-				return fmt.Sprintf("single-b%d", r.bc.batch)
-			case series:
-				return fmt.Sprintf("%s-%dp", r.bc.dirName(), r.peers)
-			}
-			return r.bc.dirName()
-		}
-
-		cmdline := strings.Join(os.Args, " ")
-		ids := filepath.Join(out, "identities")
-		var failures []string
-		var ran []string // this invocation's run directories, of the first repetition
-		repDirs := make([][]string, repeat)
-		if err := os.RemoveAll(filepath.Join(out, "repeats")); err != nil {
-			return fmt.Errorf("--out: %w", err)
-		}
-		for n := range repeat * len(plan) {
-			rep, k := n/len(plan), n%len(plan)
-			r := plan[k]
-			name := dirName(r)
-			dir := filepath.Join(out, "runs", name)
-			if rep > 0 {
-				dir = filepath.Join(out, "repeats", strconv.Itoa(rep+1), name)
-			}
-			if err := os.RemoveAll(dir); err != nil {
-				return fmt.Errorf("--out: %w", err)
-			}
-			ev := log.Info().Str("configuration", name).Int("peers", r.peers).Int("of", repeat*len(plan)).Int("n", n+1)
-			if repeat > 1 {
-				ev = ev.Int("repetition", rep+1)
-			}
-			ev.Msg("running")
-			start := time.Now()
-			var res *cluster.Result
-			var err error
-			if r.alone {
-				args := append(append(append([]string(nil), local...), "--train="+strings.Join(trainPats, ",")), runFlags(1)...)
-				args = append(append(args, "--batch", strconv.Itoa(r.bc.batch)), tp.baselineCache()...)
-				res, err = runBaseline(ctx, dir, args, cf, progressEvery(tp), log)
-			} else {
-				split := splits[r.peers]
-				cfg := cluster.DefaultConfig()
-				cfg.Peers, cfg.Dir, cfg.Identities, cfg.NetNS, cfg.Log = r.peers, dir, ids, netns, log
-				cf.apply(&cfg)
-				cfg.Job = "bench-" + name
-				cfg.TrainArgs = append(append(append(withoutFlag(pass, "train"), split.common...), runFlags(r.peers)...),
-					"--topology", r.bc.topology, "--mode", r.bc.mode, "--batch", strconv.Itoa(r.bc.batch),
-					"--local-steps", strconv.Itoa(r.bc.localSteps))
-				cfg.PeerArgs = func(i int) []string { return append(append(split.own(i), tp.perPeer(i)...), evalOnlyFirst(i)...) }
-				cfg.ProgressEvery = progressEvery(tp)
-				res, err = cluster.Run(ctx, cfg)
-			}
-			if rep == 0 {
-				ran = append(ran, dir)
-			}
-			repDirs[rep] = append(repDirs[rep], dir)
-			if err != nil {
-				if ctx.Err() != nil {
-					return err
-				}
-				if stopOnError {
-					return fmt.Errorf("configuration %s: %w", name, err)
-				}
-				log.Error().Err(err).Str("configuration", name).Msg("configuration failed; going on with the next")
-				what := name
-				if repeat > 1 {
-					what = fmt.Sprintf("%s (repetition %d)", name, rep+1)
-				}
-				failures = append(failures, fmt.Sprintf("configuration %s failed: %s", what, firstLine(err.Error())))
-				continue
-			}
-			log.Info().Str("configuration", name).Str("took", human.Duration(time.Since(start)).String()).
-				Str("dir", res.Dir).Msg("configuration done")
-		}
-
-		var groups []*report.Config
-		if series {
-			// Each run on its own: the same configuration at several peer
-			// counts. Only this invocation's runs, so every speedup is
-			// against the baseline measured here.
-			var sets [][]*report.Run
-			for _, dir := range ran {
-				if _, err := os.Stat(dir); err != nil {
-					continue // the run failed before it started
-				}
-				runs, err := readReports(dir)
-				if err != nil {
-					return err
-				}
-				if len(runs) > 0 {
-					sets = append(sets, runs)
-				}
-			}
-			if groups, err = report.GroupSeries(sets); err != nil {
-				return err
-			}
-		} else {
-			runs, err := readReports(filepath.Join(out, "runs"))
-			if err != nil {
-				return err
-			}
-			if groups, err = report.GroupRuns(runs); err != nil {
-				return err
-			}
-		}
-		if len(groups) == 0 {
-			return errors.New(strings.Join(failures, "; "))
-		}
-		summarize := func(g []*report.Config) []report.BenchConfig {
-			bs := report.Summarize(g)
-			if target > 0 {
-				report.AddTimeToTarget(bs, target, 0)
-			}
-			return bs
-		}
-		title := fmt.Sprintf("gossiptrain bench: %d peers", maxPeers)
-		if series {
-			title = fmt.Sprintf("gossiptrain bench: scaling series of %s peers", joinInts(counts))
-		}
-		if cf.cpus > 0 {
-			title += ", " + cf.describe()
-		}
-		if netns != nil {
-			title += ", links " + netns.String()
-		}
-		if err := report.WriteBench(out, groups, report.WithCommand(cmdline), report.WithTitle(title), report.WithWarnings(failures...), report.WithTarget(target)); err != nil {
-			return fmt.Errorf("--out %s: %w", out, err)
-		}
-		if err := report.WriteSummaryTable(c.stdout(), summarize(groups)); err != nil {
-			return err
-		}
-		if repeat > 1 {
-			reps := make([][]report.BenchConfig, repeat)
-			for i, dirs := range repDirs {
-				if reps[i], err = summarizeRuns(dirs, series, target); err != nil {
-					return err
-				}
-			}
-			var md bytes.Buffer
-			writeRepeats(&md, reps)
-			fmt.Fprintf(c.stdout(), "\n%s", md.String())
-			path := filepath.Join(out, "repeats.md")
-			if err := os.WriteFile(path, []byte("# "+title+": repetitions\n\nCommand: `"+cmdline+"`\n\n"+md.String()), 0o644); err != nil {
-				return fmt.Errorf("--out: %w", err)
-			}
-			fmt.Fprintf(c.stdout(), "repetitions: %s\n", path)
-		}
-		fmt.Fprintf(c.stdout(), "report: %s\n", filepath.Join(out, report.ReportMDFile))
-		if len(failures) > 0 {
-			return errors.New(strings.Join(failures, "; "))
-		}
-		return nil
+		return cluster.RunBench(ctx, cluster.BenchConfig{Counts: counts, Variants: variants, Examples: examples, Dir: out,
+			StopOnError: stopOnError, Repeat: repeat, Target: target, EvalPoints: evalPoints, Caps: caps, NetNS: netns,
+			LogLevel: lf.level, Train: tp, Log: log, Out: c.stdout(), Cmdline: strings.Join(os.Args, " ")})
 	}
 	return c
+}
+
+// benchVariants are the configurations of --topologies, --modes, --batches
+// and --local-steps, every combination of them.
+func benchVariants(topologies, modes, batches, localSteps []string) ([]cluster.Variant, error) {
+	var vs []cluster.Variant
+	for _, t := range topologies {
+		if t != "master" && t != "ring" {
+			return nil, usageErr("topologies", "%q: want master or ring", t)
+		}
+		for _, m := range modes {
+			if m != "sync" && m != "ssp" && m != "async" {
+				return nil, usageErr("modes", "%q: want sync, ssp or async", m)
+			}
+			for _, b := range batches {
+				n, err := strconv.Atoi(b)
+				if err != nil || n < 1 {
+					return nil, usageErr("batches", "%q is not a batch size (a whole number >= 1)", b)
+				}
+				for _, hs := range localSteps {
+					h, err := strconv.Atoi(hs)
+					if err != nil || h < 1 || h > 1<<16 {
+						return nil, usageErr("local-steps", "%q is not a window size (a whole number 1..65536)", hs)
+					}
+					vs = append(vs, cluster.Variant{Topology: t, Mode: m, Batch: n, LocalSteps: h})
+				}
+			}
+		}
+	}
+	if len(vs) == 0 {
+		return nil, usageErr("topologies", "nothing to run: give at least one topology, mode and batch")
+	}
+	return vs, nil
+}
+
+// parsePeerList parses bench's --peers: one count, or a list of counts
+// for a scaling series.
+func parsePeerList(vals []string) ([]int, error) {
+	var out []int
+	for _, v := range vals {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return nil, usageErr("peers", "%q is not a number of peers (a whole number >= 1)", v)
+		}
+		if !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	if len(out) == 0 {
+		return nil, usageErr("peers", "give at least one number of peers")
+	}
+	return out, nil
 }
 
 // defaultList is a comma-separated list flag with a default that the
@@ -475,146 +210,9 @@ func (l *defaultList) Set(s string) error {
 		l.vals, l.set = nil, true
 	}
 	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" && !contains(l.vals, p) {
+		if p = strings.TrimSpace(p); p != "" && !slices.Contains(l.vals, p) {
 			l.vals = append(l.vals, p)
 		}
 	}
 	return nil
-}
-
-func firstLine(s string) string {
-	line, _, _ := strings.Cut(s, "\n")
-	return line
-}
-
-// summarizeRuns summarizes one repetition's run directories (a scaling
-// series groups each run on its own, as the main report does).
-func summarizeRuns(dirs []string, series bool, target float64) ([]report.BenchConfig, error) {
-	var sets [][]*report.Run
-	var all []*report.Run
-	for _, dir := range dirs {
-		if _, err := os.Stat(dir); err != nil {
-			continue // the run failed before it started
-		}
-		runs, err := readReports(dir)
-		if err != nil {
-			return nil, err
-		}
-		if len(runs) > 0 {
-			sets = append(sets, runs)
-			all = append(all, runs...)
-		}
-	}
-	var groups []*report.Config
-	var err error
-	if series {
-		groups, err = report.GroupSeries(sets)
-	} else {
-		groups, err = report.GroupRuns(all)
-	}
-	if err != nil {
-		return nil, err
-	}
-	bs := report.Summarize(groups)
-	if target > 0 {
-		report.AddTimeToTarget(bs, target, 0)
-	}
-	return bs, nil
-}
-
-// writeRepeats writes, for each configuration of the first repetition,
-// its examples/s in every repetition and their median, likewise its
-// speedup when the runs have a baseline, and its steady-state rounds/s
-// (report.RoundTimes) when the runs have round lines. A configuration
-// missing from a repetition (it failed there) shows "-" and counts in no
-// median.
-func writeRepeats(w io.Writer, reps [][]report.BenchConfig) {
-	fmt.Fprintf(w, "Every configuration in each of %d interleaved repetitions, and the median:\n\n", len(reps))
-	speedup := func(b report.BenchConfig) float64 {
-		if b.Baseline == "" {
-			return math.NaN()
-		}
-		return float64(b.Speedup)
-	}
-	toTarget := func(b report.BenchConfig) float64 {
-		if b.Baseline == "" {
-			return math.NaN()
-		}
-		return float64(b.SpeedupToTarget)
-	}
-	steady := func(b report.BenchConfig) float64 {
-		if !(b.Steady > 0) { // NaN: too few round lines (a plain train); 0: none summarized
-			return math.NaN()
-		}
-		return float64(b.Steady)
-	}
-	columns := []struct {
-		title  string
-		value  func(report.BenchConfig) float64
-		format func(float64) string
-	}{
-		{"examples/s", func(b report.BenchConfig) float64 { return float64(b.ExamplesPerSec) }, human.Count},
-		{"speedup", speedup, func(v float64) string { return fmt.Sprintf("%.2f", v) }},
-		{"speedup to target", toTarget, func(v float64) string { return fmt.Sprintf("%.2f", v) }},
-		{"steady rounds/s", steady, func(v float64) string { return fmt.Sprintf("%.1f", v) }},
-	}
-	// A column shows when some configuration of the first repetition has it.
-	shown := columns[:1]
-	for _, c := range columns[1:] {
-		if slices.ContainsFunc(reps[0], func(b report.BenchConfig) bool { return !math.IsNaN(c.value(b)) }) {
-			shown = append(shown, c)
-		}
-	}
-	fmt.Fprint(w, "| configuration |")
-	for _, c := range shown {
-		fmt.Fprintf(w, " %s | median |", c.title)
-	}
-	fmt.Fprint(w, "\n|---|")
-	for range shown {
-		fmt.Fprint(w, "---|---:|")
-	}
-	fmt.Fprintln(w)
-	for _, b := range reps[0] {
-		fmt.Fprintf(w, "| %s |", b.Name)
-		for _, c := range shown {
-			var cells []string
-			var vs []float64
-			for _, rep := range reps {
-				i := slices.IndexFunc(rep, func(o report.BenchConfig) bool { return o.Name == b.Name })
-				v := math.NaN()
-				if i >= 0 {
-					v = c.value(rep[i])
-				}
-				if math.IsNaN(v) {
-					cells = append(cells, "-")
-					continue
-				}
-				cells = append(cells, c.format(v))
-				vs = append(vs, v)
-			}
-			m := "-"
-			if len(vs) > 0 {
-				m = c.format(report.Median(vs))
-			}
-			fmt.Fprintf(w, " %s | %s |", strings.Join(cells, ", "), m)
-		}
-		fmt.Fprintln(w)
-	}
-}
-
-// readReports reads every report file under dir.
-func readReports(dir string) ([]*report.Run, error) {
-	files, err := findReports([]string{dir})
-	if err != nil {
-		return nil, err
-	}
-	var runs []*report.Run
-	for _, f := range files {
-		r, err := report.ReadFile(f)
-		if err != nil {
-			return nil, err
-		}
-		runs = append(runs, r)
-	}
-	return runs, nil
 }

@@ -216,31 +216,3 @@ func (l *lockedBuffer) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
-
-// The table's last line says whether the peers that ran to the end agree,
-// and which stopped early (their models are partial, not compared).
-func TestWriteHashLine(t *testing.T) {
-	done := report.BenchPeer{Finished: true, ModelHash: "aaaa"}
-	left := report.BenchPeer{Finished: true, ModelHash: "bbbb", Partial: true, Stopped: "left", StoppedAt: 40}
-	stop := func(at int64) report.BenchPeer {
-		return report.BenchPeer{Finished: true, Partial: true, Stopped: "job stopped", StoppedAt: at}
-	}
-	cases := []struct {
-		b    report.BenchConfig
-		want string
-	}{
-		{report.BenchConfig{ModelHashesAgree: true, Peers: []report.BenchPeer{done, done}}, "model hashes agree: yes, every peer ends with model aaaa\n"},
-		{report.BenchConfig{ModelHashesAgree: true, Peers: []report.BenchPeer{done, left}},
-			"model hashes agree: yes, every peer that ran to the end has model aaaa (stopped early, partial models not compared: peer 1 left at round 40)\n"},
-		{report.BenchConfig{ModelHashesAgree: true, Peers: []report.BenchPeer{stop(9), stop(9)}},
-			"every peer stopped before the end of training (job stopped at round 9): the models are partial, not compared\n"},
-		{report.BenchConfig{ModelHashesAgree: false, Peers: []report.BenchPeer{done, done}}, "model hashes agree: NO (see the warnings)\n"},
-	}
-	for _, c := range cases {
-		var b bytes.Buffer
-		writeHashLine(&b, c.b)
-		if b.String() != c.want {
-			t.Errorf("got  %q\nwant %q", b.String(), c.want)
-		}
-	}
-}

@@ -366,36 +366,6 @@ func TestDefaultList(t *testing.T) {
 	}
 }
 
-func TestSplitData(t *testing.T) {
-	dir := t.TempDir()
-	for i := 1; i <= 3; i++ {
-		os.WriteFile(filepath.Join(dir, fmt.Sprintf("train-%d.svm", i)), []byte("1 1:1\n"), 0o644)
-	}
-	one := filepath.Join(dir, "train-1.svm")
-	all := filepath.Join(dir, "train-*.svm")
-	for _, c := range []struct {
-		patterns []string
-		peers    int
-		common   string
-		peer1    string
-	}{
-		{[]string{all}, 3, "", "--train " + filepath.Join(dir, "train-2.svm")},
-		{[]string{all}, 2, "--train " + all, "--part 2/2"},
-		{[]string{one}, 4, "--train " + one, "--part 2/4"},
-	} {
-		s, err := splitData(c.patterns, c.peers)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := strings.Join(s.common, " "); got != c.common {
-			t.Errorf("%v over %d peers: common %q, want %q", c.patterns, c.peers, got, c.common)
-		}
-		if got := strings.Join(s.own(1), " "); got != c.peer1 {
-			t.Errorf("%v over %d peers: peer 1 gets %q, want %q", c.patterns, c.peers, got, c.peer1)
-		}
-	}
-}
-
 // Plain train (one peer alone) serves --metrics-addr too, so the baseline
 // of a scaling comparison can be profiled like a cluster's peers; a bad
 // address is refused before training, naming the flag.

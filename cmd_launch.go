@@ -1,24 +1,18 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"flag"
 	"fmt"
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strconv"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/gossiptrain/gossiptrain/cluster"
-	"github.com/gossiptrain/gossiptrain/data"
-	"github.com/gossiptrain/gossiptrain/infer"
-	"github.com/gossiptrain/gossiptrain/model"
 )
 
 // hiddenCommands are run by gossiptrain itself and not listed in help.
@@ -63,7 +57,7 @@ func launchCmd() *command {
 		fs.StringVar(&swarmKey, "swarm-key", "", "swarm key `FILE` every peer gets, copied to each host as DIR/runs/<run>/swarm.key (mode 0600)\nand passed with --swarm-key: only holders of the key can connect to the peers. Default:\na new key for each launch, written to the run directory (--dir) as swarm.key")
 		fs.StringVar(&save, "save", "", "the first host's peer saves the trained model, copied back here to `FILE` (every peer ends\nwith the same model)")
 	})
-	tp := registerTrainFlags(c, mergeSkip(clusterSkipFlags, "save"))
+	tp := registerTrainFlags(c, skipAlso("save"))
 	c.group("Logging", lf.register)
 	c.help = `
 Run one peer of 'gossiptrain train' on each of --hosts over SSH, as
@@ -111,30 +105,10 @@ dashboard is on its status server; the URL of the first is logged.`
 		if err != nil {
 			return err
 		}
-		specs := append([]string(nil), hosts...)
-		if hostsFile != "" {
-			more, err := readHostsFile(hostsFile)
-			if err != nil {
-				return usageErr("hosts-file", "%v", err)
-			}
-			specs = append(specs, more...)
+		hs, err := parseHosts(hosts, hostsFile)
+		if err != nil {
+			return err
 		}
-		if len(specs) == 0 {
-			return usageErr("hosts", "give at least one host (or --hosts-file)")
-		}
-		var hs []cluster.Host
-		for _, s := range specs {
-			h, err := cluster.ParseHost(s)
-			if err != nil {
-				flagName := "hosts"
-				if !contains(hosts, s) {
-					flagName = "hosts-file"
-				}
-				return usageErr(flagName, "%v", err)
-			}
-			hs = append(hs, h)
-		}
-		n := len(hs)
 		if dir == "" {
 			dir = defaultRunDir("launch")
 		}
@@ -142,7 +116,7 @@ dashboard is on its status server; the URL of the first is logged.`
 			return err
 		}
 		if job == "" {
-			job = launchJobName()
+			job = cluster.LaunchJobName()
 			log.Info().Str("job", job).Msg("a job name of its own for this launch (--job to choose one)")
 		}
 		ssh := cluster.DefaultSSH()
@@ -169,296 +143,41 @@ dashboard is on its status server; the URL of the first is logged.`
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return usageErr("dir", "%v", err)
 		}
-		// Mistakes in the flags first (they need no host), then the hosts:
-		// one that cannot be used fails the start before any data is
-		// generated, scanned or copied.
-		patterns := tp.trainPatterns()
-		localData := len(patterns) > 0 && (shipData || localFilesExist(patterns))
-		switch {
-		case localData:
-			if _, _, err := infer.Expand(patterns, "train"); err != nil {
-				return err
-			}
-			for _, f := range []string{"test", "train-labels", "test-labels"} {
-				if v := tp.value(f); v != "" {
-					if _, _, err := infer.Expand([]string{v}, f); err != nil {
-						return err
-					}
-				}
-			}
-		case len(patterns) > 0:
-			if err := remoteModelFlags(c, tp); err != nil {
-				return err
-			}
-		}
 		ctx, cancel := signalContext()
 		defer cancel()
-		log.Info().Int("hosts", n).Msg("checking the hosts")
-		if err := ssh.Check(ctx); err != nil {
-			return err
-		}
-
-		pass := tp.args(perPeerFlags...)
-		var split peerSplit
-		var meta *data.GenMeta
-		var resolved []string
-		var ship shipList
-		if len(tp.trainPatterns()) == 0 {
-			gen := clusterDefaultData()
-			gen.Parts = n
-			m, err := ensureData(filepath.Join(dir, "data"), gen, log)
-			if err != nil {
-				return err
-			}
-			meta = &m
-			if !shipData {
-				log.Info().Msg("shipping the generated data set to the hosts (as --ship-data)")
-				shipData = true
-			}
-			pass = append(pass, "--train="+strings.Join(m.Files, ","))
-			if !c.set("test") {
-				pass = append(pass, "--test="+m.TestFile)
-			}
-			if !c.set("dim") {
-				pass = append(pass, "--dim="+strconv.FormatUint(m.Features, 10))
-			}
-			if !c.set("eval-every") {
-				if ep, err := strconv.Atoi(tp.value("epochs")); err == nil && ep > 0 {
-					pass = append(pass, "--eval-every="+strconv.FormatInt(max(m.Rows*int64(ep)/int64(n)/4, 1), 10))
-				}
-			}
-			if split, err = splitData(m.Files, n); err != nil {
-				return err
-			}
-		} else if localData {
-			if split, err = splitData(patterns, n); err != nil {
-				return err
-			}
-			meta = split.meta
-			pass = append(pass, "--train="+tp.value("train"))
-		} else {
-			// The hosts' own files: nothing to scan here.
-			split = remoteSplit(patterns, n)
-			pass = append(pass, "--train="+tp.value("train"))
-		}
-		if localData || len(patterns) == 0 {
-			if resolved, _, err = resolveModel(pass, log); err != nil {
-				return err
-			}
-		}
-		common := append(append(withoutFlag(pass, "train"), split.common...), resolved...)
-		own := split.own
-		if shipData {
-			if ship, err = shipFiles(pass, split, n); err != nil {
-				return err
-			}
-			common = ship.rewrite(common)
-			own = func(i int) []string { return ship.rewrite(split.own(i)) }
-			ssh.Files = func(i int) []string { return ship.files[i] }
-		}
-		cfg := cluster.DefaultConfig()
-		cfg.Peers, cfg.Dir, cfg.Job, cfg.Log, cfg.Launcher = n, dir, job, log, ssh
-		cfg.SwarmKey = swarmKey
-		cfg.TrainArgs = append(common, "--log-level", lf.level)
-		remoteModel := "runs/" + ssh.Run + "/model.gt"
-		cfg.PeerArgs = func(i int) []string {
-			a := own(i)
-			if i == 0 && save != "" {
-				a = append(a, "--save", remoteModel)
-			}
-			return append(a, tp.perPeer(i)...)
-		}
-		cfg.ProgressEvery = progressEvery(tp)
-		cfg.StartTimeout = 0
-
-		log.Info().Int("hosts", n).Str("dir", dir).Str("job", job).Str("split", split.how).Bool("ship_data", shipData).Msg("launching")
-		res, err := cluster.Run(ctx, cfg)
-		if err != nil {
-			return err
-		}
-		if save != "" {
-			if err := ssh.Fetch(ctx, 0, remoteModel, save); err != nil {
-				return fmt.Errorf("--save: %w", err)
-			}
-			log.Info().Str("file", save).Str("from", hs[0].String()).Msg("model copied back")
-		}
-		return finishCluster(c.stdout(), res, meta, strings.Join(os.Args, " "), log)
+		return cluster.RunLaunch(ctx, cluster.LaunchConfig{SSH: ssh, Dir: dir, Job: job, SwarmKey: swarmKey, Save: save,
+			ShipData: shipData, LogLevel: lf.level, Train: tp, Log: log, Out: c.stdout(), Cmdline: strings.Join(os.Args, " ")})
 	}
 	return c
 }
 
-// launchJobName is a job name of its own for a launch: "launch-" and 6
-// random hex digits, so that two launches (or a launch and a stranger's
-// job on the same network) never take each other for peers of one job.
-func launchJobName() string {
-	b := make([]byte, 3)
-	rand.Read(b) // never fails (crypto/rand)
-	return "launch-" + hex.EncodeToString(b)
-}
-
-// readHostsFile reads one host a line; '#' starts a comment.
-func readHostsFile(path string) ([]string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var out []string
-	sc := bufio.NewScanner(f)
-	for line := 1; sc.Scan(); line++ {
-		s, _, _ := strings.Cut(sc.Text(), "#")
-		s = strings.TrimSpace(s)
-		if s == "" {
-			continue
-		}
-		if strings.ContainsAny(s, " \t") {
-			return nil, fmt.Errorf("%s:%d: %q: one host a line", path, line, s)
-		}
-		out = append(out, s)
-	}
-	return out, sc.Err()
-}
-
-// localFilesExist reports whether every pattern names files here.
-func localFilesExist(patterns []string) bool {
-	if len(patterns) == 0 {
-		return false
-	}
-	_, _, err := infer.Expand(patterns, "train")
-	return err == nil
-}
-
-// remoteModelFlags checks that the model is fully given when the data
-// lives on the hosts only: each peer would otherwise infer its own model
-// from its own part.
-func remoteModelFlags(c *command, tp *trainPass) error {
-	if !c.set("dim") {
-		return usageErr("dim", "required when --train names the hosts' files (they cannot be scanned here to infer it; or use --ship-data)")
-	}
-	kind := tp.value("model")
-	if kind == "" || kind == "auto" {
-		return usageErr("model", "give logreg, softmax or mlp when --train names the hosts' files (or use --ship-data)")
-	}
-	if k, err := model.ParseKind(kind); err == nil && k.Multiclass() && !c.set("classes") {
-		return usageErr("classes", "required for --model %s when --train names the hosts' files", kind)
-	}
-	return nil
-}
-
-// remoteSplit divides remote training files among n hosts without seeing
-// them: one each when --train lists exactly n plain names, else --part.
-func remoteSplit(patterns []string, n int) peerSplit {
-	plain := len(patterns) == n && n > 1
-	for _, p := range patterns {
-		plain = plain && !strings.ContainsAny(p, "*?[")
-	}
-	if plain {
-		return peerSplit{own: func(i int) []string { return []string{"--train", patterns[i]} }, how: "one file per host (the hosts' own)"}
-	}
-	if n == 1 {
-		return peerSplit{common: []string{"--train", strings.Join(patterns, ",")}, own: func(int) []string { return nil }, how: "one host reads everything"}
-	}
-	return peerSplit{
-		common: []string{"--train", strings.Join(patterns, ",")},
-		own:    func(i int) []string { return []string{"--part", fmt.Sprintf("%d/%d", i+1, n)} },
-		how:    fmt.Sprintf("every host reads every %d-th row of its own copy (--part i/%d)", n, n),
-	}
-}
-
-// shipList is what --ship-data copies: the files of each host, and the
-// names the train flags give them there.
-type shipList struct {
-	files  [][]string        // by host
-	rename map[string]string // local path -> data/<name>
-}
-
-// rewrite replaces local paths in flag values by their shipped names.
-func (s shipList) rewrite(args []string) []string {
-	out := make([]string, len(args))
-	for i, a := range args {
-		name, val, hasEq := strings.Cut(a, "=")
-		if !hasEq || !strings.HasPrefix(name, "--") {
-			name, val = "", a
-		}
-		parts := strings.Split(val, ",")
-		for j, p := range parts {
-			if r, ok := s.rename[p]; ok {
-				parts[j] = r
-			}
-		}
-		val = strings.Join(parts, ",")
-		if name != "" {
-			val = name + "=" + val
-		}
-		out[i] = val
-	}
-	return out
-}
-
-// shipFiles lists each host's files: its training files (every file with
-// --part), the test set, and the labels of IDX images.
-func shipFiles(pass []string, split peerSplit, n int) (shipList, error) {
-	s := shipList{files: make([][]string, n), rename: map[string]string{}}
-	value := func(args []string, name string) string {
-		for j := 0; j < len(args); j++ {
-			if v, ok := strings.CutPrefix(args[j], "--"+name+"="); ok {
-				return v
-			}
-			if args[j] == "--"+name && j+1 < len(args) {
-				return args[j+1]
-			}
-		}
-		return ""
-	}
-	taken := map[string]string{}
-	add := func(i int, path, flagName string) error {
-		if path == "" {
-			return nil
-		}
-		files, _, err := infer.Expand([]string{path}, flagName)
+// parseHosts parses --hosts and the hosts of --hosts-file, naming the flag
+// of a host that is not [USER@]HOST[:PORT].
+func parseHosts(hosts []string, hostsFile string) ([]cluster.Host, error) {
+	specs := append([]string(nil), hosts...)
+	if hostsFile != "" {
+		more, err := cluster.ReadHostsFile(hostsFile)
 		if err != nil {
-			return err
+			return nil, usageErr("hosts-file", "%v", err)
 		}
-		var names []string
-		defer func() { s.rename[path] = strings.Join(names, ",") }() // a pattern becomes its files
-		for _, f := range files {
-			with := []string{f}
-			if strings.Contains(filepath.Base(f), "idx3") && value(pass, flagName+"-labels") == "" {
-				if l, err := data.IDXLabelsPath(f); err == nil {
-					with = append(with, l)
-				}
-			}
-			for _, g := range with {
-				name := cluster.ShipName(g)
-				if prev, ok := taken[name]; ok && prev != g {
-					return usageErr(flagName, "%s and %s would both be shipped as %s: give the files different names", prev, g, name)
-				}
-				taken[name] = g
-				s.rename[g] = name
-				if g == f {
-					names = append(names, name)
-				}
-				if !contains(s.files[i], g) {
-					s.files[i] = append(s.files[i], g)
-				}
-			}
-		}
-		return nil
+		specs = append(specs, more...)
 	}
-	for i := range n {
-		trainArgs := append(append([]string(nil), split.common...), split.own(i)...)
-		for _, p := range strings.Split(value(trainArgs, "train"), ",") {
-			if err := add(i, p, "train"); err != nil {
-				return s, err
-			}
-		}
-		for _, f := range []string{"test", "train-labels", "test-labels"} {
-			if err := add(i, value(pass, f), f); err != nil {
-				return s, err
-			}
-		}
+	if len(specs) == 0 {
+		return nil, usageErr("hosts", "give at least one host (or --hosts-file)")
 	}
-	return s, nil
+	var hs []cluster.Host
+	for _, s := range specs {
+		h, err := cluster.ParseHost(s)
+		if err != nil {
+			flagName := "hosts"
+			if !slices.Contains(hosts, s) {
+				flagName = "hosts-file"
+			}
+			return nil, usageErr(flagName, "%v", err)
+		}
+		hs = append(hs, h)
+	}
+	return hs, nil
 }
 
 // launchAgentCmd is what launch runs on each host: one peer, its report
@@ -516,9 +235,3 @@ type repeatFlag []string
 
 func (r *repeatFlag) String() string     { return strings.Join(*r, " ") }
 func (r *repeatFlag) Set(s string) error { *r = append(*r, s); return nil }
-
-// exitCode is an error that makes the process exit with that status and
-// print nothing (the peer's own log said why).
-type exitCode int
-
-func (e exitCode) Error() string { return "exit status " + strconv.Itoa(int(e)) }

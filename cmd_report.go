@@ -4,11 +4,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
-	"sort"
-	"strings"
 
 	"github.com/gossiptrain/gossiptrain/report"
 )
@@ -50,7 +47,7 @@ JSON stops the command, naming the file and line.`
 		if len(paths) == 0 {
 			return fmt.Errorf("%w: no report files or directories given", errUsage)
 		}
-		files, err := findReports(paths)
+		files, err := report.Find(paths)
 		if err != nil {
 			return err
 		}
@@ -120,53 +117,4 @@ func interspersed(c *command, args []string) ([]string, error) {
 		args = args[1:]
 	}
 	return paths, nil
-}
-
-// findReports expands paths into report files: files as given, directories
-// searched recursively for *.jsonl. Every file appears once, in path order
-// within a directory.
-func findReports(paths []string) ([]string, error) {
-	var files []string
-	seen := map[string]bool{}
-	add := func(f string) {
-		key := filepath.Clean(f)
-		if abs, err := filepath.Abs(f); err == nil {
-			key = abs
-		}
-		if !seen[key] {
-			seen[key] = true
-			files = append(files, f)
-		}
-	}
-	for _, p := range paths {
-		st, err := os.Stat(p)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %v", errUsage, err)
-		}
-		if !st.IsDir() {
-			add(p)
-			continue
-		}
-		var found []string
-		err = filepath.WalkDir(p, func(path string, d fs.DirEntry, err error) error {
-			if err != nil {
-				return err
-			}
-			if !d.IsDir() && strings.HasSuffix(d.Name(), ".jsonl") {
-				found = append(found, path)
-			}
-			return nil
-		})
-		if err != nil {
-			return nil, fmt.Errorf("report: %w", err)
-		}
-		if len(found) == 0 {
-			return nil, fmt.Errorf("%w: %s: no *.jsonl report files in this directory or below", errUsage, p)
-		}
-		sort.Strings(found)
-		for _, f := range found {
-			add(f)
-		}
-	}
-	return files, nil
 }

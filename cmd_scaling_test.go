@@ -127,7 +127,7 @@ func TestBenchScalingSeries(t *testing.T) {
 		t.Errorf("ring peers received %v bytes per example: they exchange updates", ring.RecvBytesPerExample)
 	}
 	// The baseline is a plain train on all the files: no job.
-	runs, err := readReports(filepath.Join(out, "runs", "single-b500"))
+	runs, err := report.ReadDir(filepath.Join(out, "runs", "single-b500"))
 	if err != nil || len(runs) != 1 {
 		t.Fatalf("the baseline's reports: %d, %v", len(runs), err)
 	}
@@ -233,34 +233,6 @@ func TestClusterAndBenchScalingUsage(t *testing.T) {
 			if !strings.Contains(out.String(), w) {
 				t.Errorf("%s --help lacks %q", c.cmd, w)
 			}
-		}
-	}
-}
-
-// Files that are a multiple of the peers: each peer reads every n-th file,
-// whole; a scaling series generates a number of files every count divides.
-func TestClusterSplitDataWholeFiles(t *testing.T) {
-	dir := t.TempDir()
-	var files []string
-	for i := 1; i <= 4; i++ {
-		f := filepath.Join(dir, fmt.Sprintf("train-%d.svm", i))
-		os.WriteFile(f, []byte("1 1:1\n"), 0o644)
-		files = append(files, f)
-	}
-	s, err := splitData([]string{filepath.Join(dir, "train-*.svm")}, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(s.common) != 0 || strings.Join(s.own(1), " ") != "--train "+files[1]+","+files[3] {
-		t.Errorf("4 files over 2 peers: common %q, peer 1 %q; want files 2 and 4", s.common, s.own(1))
-	}
-	for _, c := range []struct {
-		counts []int
-		rows   int64
-		want   int
-	}{{[]int{1, 2, 4, 8}, 1000, 8}, {[]int{1, 2, 3, 4}, 1000, 12}, {[]int{1, 2, 4}, 3, 4}, {[]int{5, 7, 9, 11}, 10000, 11}} {
-		if got := seriesParts(c.counts, c.rows); got != c.want {
-			t.Errorf("seriesParts(%v, %d) = %d, want %d", c.counts, c.rows, got, c.want)
 		}
 	}
 }
