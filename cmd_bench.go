@@ -26,7 +26,7 @@ func benchCmd() *command {
 		topologies  = defaultList{vals: []string{"master", "ring"}}
 		modes       = defaultList{vals: []string{"sync"}}
 		batches     = defaultList{vals: []string{strconv.Itoa(benchDefaultBatch)}}
-		localSteps  = defaultList{vals: []string{"1"}}
+		localSteps  = defaultList{vals: []string{"auto"}}
 		examples    int64
 		out         string
 		nf          netFlags
@@ -41,7 +41,7 @@ func benchCmd() *command {
 		fs.Var(&topologies, "topologies", "`list` of topologies to run: master (every shard on peer 0: the parameter server) and/or ring")
 		fs.Var(&modes, "modes", "`list` of modes to run: sync, ssp (with --staleness) and/or async")
 		fs.Var(&batches, "batches", "`list` of batch sizes (examples per peer and step) to run, e.g. 1,100,1000,10000")
-		fs.Var(&localSteps, "local-steps", "`list` of window sizes to run (train's --local-steps: batches a worker trains on its own\ncopy between exchanges), e.g. 1,4,16; 1 exchanges every batch")
+		fs.Var(&localSteps, "local-steps", "`list` of window sizes to run (train's --local-steps: batches a worker trains on its own\ncopy between exchanges), e.g. 1,4,16; 1 exchanges every batch, auto is train's default")
 		fs.Int64Var(&examples, "examples", 1_000_000, "training examples of every configuration (all peers together): the generated data set's\nrows, or whole passes over --train (--epochs) that add up to at least this many")
 		fs.StringVar(&out, "out", "", "output `DIR`: data/ (generated), runs/<configuration>/ (reports, logs), report.md,\nbench.json and the plots (default ./gossiptrain-runs/<time>-bench)")
 		fs.BoolVar(&stopOnError, "stop-on-error", false, "stop at the first configuration that fails (default: report it and go on)")
@@ -158,9 +158,12 @@ func benchVariants(topologies, modes, batches, localSteps []string) ([]cluster.V
 					return nil, usageErr("batches", "%q is not a batch size (a whole number >= 1)", b)
 				}
 				for _, hs := range localSteps {
-					h, err := strconv.Atoi(hs)
-					if err != nil || h < 1 || h > 1<<16 {
-						return nil, usageErr("local-steps", "%q is not a window size (a whole number 1..65536)", hs)
+					h := 0 // auto
+					if hs != "auto" {
+						var err error
+						if h, err = strconv.Atoi(hs); err != nil || h < 1 || h > 1<<16 {
+							return nil, usageErr("local-steps", "%q is not a window size (auto, or a whole number 1..65536)", hs)
+						}
 					}
 					vs = append(vs, cluster.Variant{Topology: t, Mode: m, Batch: n, LocalSteps: h})
 				}

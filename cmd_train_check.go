@@ -50,13 +50,33 @@ func checkDistFlags(tf *trainFlags) (job.Dist, error) {
 		}
 		s.MaxRowGrad = v
 	}
-	if s.Combine, err = train.ParseCombine(d.combine); err != nil {
-		return s, usageErr("combine", "%q: want sum, trimmed or mean", d.combine)
+	switch d.localSteps {
+	case "auto":
+		s.LocalSteps = 4 // (docs/scaling.md, "Windows of local steps")
+		if s.Mode != train.Sync {
+			s.LocalSteps = 8
+		}
+		if s.Gather != train.Need {
+			s.LocalSteps = 1
+		}
+	default:
+		h, err := strconv.Atoi(d.localSteps)
+		if err != nil || h < 1 || h > 1<<16 {
+			return s, usageErr("local-steps", "%q: want auto, or 1 (exchange every batch) up to 65536", d.localSteps)
+		}
+		s.LocalSteps = h
 	}
-	if d.localSteps < 1 || d.localSteps > 1<<16 {
-		return s, usageErr("local-steps", "%d: want 1 (exchange every batch) up to 65536", d.localSteps)
+	switch d.combine {
+	case "auto":
+		s.Combine, s.AutoCombine = train.Sum, true // (mean where windows need it: job.Dist's combineFor)
+	default:
+		if s.Combine, err = train.ParseCombine(d.combine); err != nil {
+			return s, usageErr("combine", "%q: want auto, sum, mean or trimmed", d.combine)
+		}
 	}
-	s.LocalSteps = d.localSteps
+	if s.AutoCombine && s.LocalSteps > 1 && s.Mode != train.Sync {
+		s.Combine = train.Mean
+	}
 	if s.LocalSteps > 1 && s.Gather != train.Need {
 		return s, usageErr("local-steps", "windows of local steps need --gather need: a full read copy keeps no optimizer state to train on")
 	}

@@ -30,15 +30,26 @@ const BenchFeatures = 1 << 24
 type Variant struct {
 	Topology, Mode string
 	Batch          int
-	LocalSteps     int // batches a window (1: a gradient every batch)
+	LocalSteps     int // batches a window (1: a gradient every batch; 0: train's default, auto)
 }
 
 func (v Variant) dirName() string {
 	name := fmt.Sprintf("%s-%s-b%d", v.Topology, v.Mode, v.Batch)
-	if v.LocalSteps > 1 {
+	switch {
+	case v.LocalSteps == 0:
+		name += "-hauto"
+	case v.LocalSteps > 1:
 		name += fmt.Sprintf("-h%d", v.LocalSteps)
 	}
 	return name
+}
+
+// localStepsArg is train's --local-steps for a window size (0: auto).
+func localStepsArg(h int) string {
+	if h == 0 {
+		return "auto"
+	}
+	return strconv.Itoa(h)
 }
 
 // BenchConfig is a run of "gossiptrain bench": every Variant at every peer
@@ -300,7 +311,7 @@ func (cfg BenchConfig) runOne(ctx context.Context, r benchRun, name, dir string,
 	rc.Job = "bench-" + name
 	rc.TrainArgs = append(append(append(withoutFlag(d.pass, "train"), split.common...), cfg.runArgs(d, r.peers)...),
 		"--topology", r.v.Topology, "--mode", r.v.Mode, "--batch", strconv.Itoa(r.v.Batch),
-		"--local-steps", strconv.Itoa(r.v.LocalSteps))
+		"--local-steps", localStepsArg(r.v.LocalSteps))
 	rc.PeerArgs = func(i int) []string { return append(append(split.own(i), perPeer(tf, i)...), cfg.evalOnlyFirst(i)...) }
 	rc.ProgressEvery = progressEvery(tf)
 	return Run(ctx, rc)

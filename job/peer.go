@@ -43,6 +43,9 @@ type Dist struct {
 	Combine    train.Combine
 	// LocalSteps is --local-steps: batches in a window (1: none).
 	LocalSteps int
+	// AutoCombine is --combine auto: the model's kind decides too
+	// (combineFor).
+	AutoCombine bool
 	// InitSeed is the mlp's --init-seed, which every peer shares.
 	InitSeed uint64
 	// ReportRounds writes a round line every that many rounds.
@@ -59,6 +62,16 @@ type Dist struct {
 	// StallTimeout fails a run that has not moved for this long (0:
 	// never); it is raised to 4x --dead-after (stallTimeout).
 	StallTimeout time.Duration
+}
+
+// combineFor is the combine of a model of kind k: --combine auto is Mean
+// for an MLP's windows (measured: summed changes of its dense rows
+// overshoot), the settings' otherwise.
+func (d Dist) combineFor(k model.Kind) train.Combine {
+	if d.AutoCombine && d.LocalSteps > 1 && k == model.MLP {
+		return train.Mean
+	}
+	return d.Combine
 }
 
 // maxRowGrad is the bound on a pushed gradient row's norm per example for
@@ -272,7 +285,7 @@ func (p *peer) trainerConfig() (trainer.Config, error) {
 	}
 	core.Seed = p.memberID
 	core.Limits = p.lim
-	core.MaxExamples, core.MaxRowGrad, core.Combine = cfg.Batch*max(1, d.LocalSteps), d.MaxRowGrad, d.Combine
+	core.MaxExamples, core.MaxRowGrad, core.Combine = cfg.Batch*max(1, d.LocalSteps), d.MaxRowGrad, d.combineFor(m.Kind)
 	core.LocalSteps = d.LocalSteps
 	if m.Kind == model.MLP {
 		// A shard lost with every holder restarts from the MLP's initial

@@ -130,7 +130,7 @@ func jobSpec(m *model.Model, d Dist, batch int) node.Spec {
 		// --max-row-grad: every peer must agree on both.
 		{Flag: "batch", Value: strconv.Itoa(batch)},
 		{Flag: "max-row-grad", Value: strconv.FormatFloat(d.maxRowGrad(m.Kind), 'g', -1, 64)},
-		{Flag: "combine", Value: d.Combine.String()},
+		{Flag: "combine", Value: d.combineFor(m.Kind).String()},
 		{Flag: "local-steps", Value: strconv.Itoa(max(1, d.LocalSteps))}}
 	if d.Mode == train.SSP {
 		spec = append(spec, node.SpecItem{Flag: "staleness", Value: strconv.Itoa(d.Staleness)})
