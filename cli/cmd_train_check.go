@@ -1,0 +1,160 @@
+package cli
+
+import (
+	"math"
+	"os"
+	"strconv"
+
+	"github.com/gossiptrain/gossiptrain/gossip/wire"
+	"github.com/gossiptrain/gossiptrain/infer"
+	"github.com/gossiptrain/gossiptrain/job"
+	"github.com/gossiptrain/gossiptrain/node/train"
+)
+
+// Checks train makes before it reads any data, so a typo fails in a second
+// instead of after an hour of training (issue 12, "fail fast").
+
+// checkDistFlags validates the distributed-training flags exactly as a
+// distributed run needs them, whether or not this run is distributed: a
+// standalone train rejects --mode foo as train --job does (the flags would
+// otherwise be silently ignored, and the same command line with --job
+// added would fail only then). It checks the values, the peer flags
+// (node.Config.Validate, with a stand-in job name when --job is not given)
+// and --progress-every. It creates nothing; checkOutputs checks
+// --checkpoint-dir.
+func checkDistFlags(tf *trainFlags) (job.Dist, error) {
+	var s job.Dist
+	var err error
+	d := &tf.dist
+	if s.Mode, err = train.ParseMode(d.mode); err != nil {
+		return s, usageErr("mode", "%q: want sync, ssp or async", d.mode)
+	}
+	if s.Mode == train.SSP && d.staleness < 1 {
+		return s, usageErr("staleness", "ssp needs at least 1 round (0 is --mode sync), got %d", d.staleness)
+	}
+	s.Staleness = d.staleness
+	if s.Gather, err = train.ParseGather(d.gather); err != nil {
+		return s, usageErr("gather", "%q: want need or full", d.gather)
+	}
+	if s.Values, err = wire.ParseValues(d.values); err != nil {
+		return s, usageErr("values", "%v", err)
+	}
+	switch d.maxRowGrad {
+	case "auto":
+	case "off":
+		s.MaxRowGrad = -1
+	default:
+		v, err := strconv.ParseFloat(d.maxRowGrad, 64)
+		if err != nil || !(v > 0) || math.IsInf(v, 0) {
+			return s, usageErr("max-row-grad", "%q: want auto, off or a bound > 0", d.maxRowGrad)
+		}
+		s.MaxRowGrad = v
+	}
+	switch d.localSteps {
+	case "auto":
+		s.LocalSteps = 4 // (docs/scaling.md, "Windows of local steps")
+		if s.Mode != train.Sync {
+			s.LocalSteps = 8
+		}
+		if s.Gather != train.Need {
+			s.LocalSteps = 1
+		}
+	default:
+		h, err := strconv.Atoi(d.localSteps)
+		if err != nil || h < 1 || h > 1<<16 {
+			return s, usageErr("local-steps", "%q: want auto, or 1 (exchange every batch) up to 65536", d.localSteps)
+		}
+		s.LocalSteps = h
+	}
+	switch d.combine {
+	case "auto":
+		s.Combine, s.AutoCombine = train.Sum, true // (mean where windows need it: job.Dist's combineFor)
+	default:
+		if s.Combine, err = train.ParseCombine(d.combine); err != nil {
+			return s, usageErr("combine", "%q: want auto, sum, mean or trimmed", d.combine)
+		}
+	}
+	if s.AutoCombine && s.LocalSteps > 1 && s.Mode != train.Sync {
+		s.Combine = train.Mean
+	}
+	if s.LocalSteps > 1 && s.Gather != train.Need {
+		return s, usageErr("local-steps", "windows of local steps need --gather need: a full read copy keeps no optimizer state to train on")
+	}
+	if s.LocalSteps > 1 && s.Combine == train.Trimmed {
+		return s, usageErr("combine", "trimmed combines one batch's gradients; with --local-steps %d workers push a window's changes: use --combine sum or mean", s.LocalSteps)
+	}
+	if s.LocalSteps <= 1 && s.Combine == train.Mean {
+		return s, usageErr("combine", "mean averages windows' changes: it needs --local-steps above 1")
+	}
+	if s.Combine == train.Trimmed && s.Mode != train.Sync {
+		return s, usageErr("combine", "trimmed needs --mode sync: ssp and async owners apply each push as it comes, with nothing to trim against")
+	}
+	if d.reportRounds < 1 {
+		return s, usageErr("report-rounds", "want at least 1, got %d", d.reportRounds)
+	}
+	if (d.checkpointEvery > 0 || d.resume) && d.checkpointDir == "" {
+		return s, usageErr("checkpoint-dir", "required with --checkpoint-every and --resume")
+	}
+	if d.checkpointEvery < 0 {
+		return s, usageErr("checkpoint-every", "must not be negative, got %v", d.checkpointEvery)
+	}
+	if tf.r.progressEvery < 0 {
+		return s, usageErr("progress-every", "must not be negative (0 turns progress lines off), got %v", tf.r.progressEvery)
+	}
+	if tf.r.stallTimeout < 0 {
+		return s, usageErr("stall-timeout", "%v: want 0 (wait for ever) or a positive duration", tf.r.stallTimeout)
+	}
+	if d.waitTimeout < 0 {
+		return s, usageErr("wait-timeout", "%v: want 0 (wait for ever) or a positive duration", d.waitTimeout)
+	}
+	s.InitSeed, s.ReportRounds, s.CheckpointDir, s.CheckpointEvery = tf.m.initSeed, d.reportRounds, d.checkpointDir, d.checkpointEvery
+	s.Resume, s.ResumeOrStart, s.WaitTimeout, s.StallTimeout = d.resume, d.resumeOrStart, d.waitTimeout, tf.r.stallTimeout
+	p := tf.p
+	if p.job == "" {
+		p.job = "standalone-check" // --job is required only to run distributed
+		p.standalone = true        // and so is --swarm-key: a lone train listens nowhere
+	}
+	if _, err := p.config(); err != nil {
+		return s, err
+	}
+	return s, nil
+}
+
+// checkOutputs checks, before any data is read, that train will be able to
+// write what it was asked to: --save and --report name files in existing,
+// writable directories (and not directories), --test names data that
+// exists, and --checkpoint-dir can be created and written. Nothing is left
+// behind but --checkpoint-dir itself.
+func checkOutputs(tf *trainFlags) error {
+	for _, o := range []struct{ flag, path string }{{"save", tf.r.save}, {"report", tf.r.report}} {
+		if o.path == "" {
+			continue
+		}
+		if err := infer.CheckWritableFile(o.path); err != nil {
+			return usageErr(o.flag, "%v", err)
+		}
+	}
+	if tf.d.test != "" {
+		files, _, err := infer.Expand([]string{tf.d.test}, "test")
+		if err != nil {
+			return err
+		}
+		if err := infer.CheckIDXLabels(files, tf.d.testLabels, "test-labels"); err != nil {
+			return err
+		}
+	}
+	if files, _, err := infer.Expand(tf.d.train, "train"); err == nil {
+		if err := infer.CheckIDXLabels(files, tf.d.trainLabels, "train-labels"); err != nil {
+			return err
+		}
+	}
+	if dir := tf.dist.checkpointDir; dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return usageErr("checkpoint-dir", "%v", infer.PlainPathError(err))
+		}
+		if err := infer.CheckWritableDir(dir); err != nil {
+			return usageErr("checkpoint-dir", "%v", err)
+		}
+	}
+	return nil
+}
