@@ -1,4 +1,4 @@
-package cli
+package e2e
 
 // Acceptance checks of the single-peer trainer on real and generated data,
 // run the way a user runs them: through the CLI with default flags. They

@@ -1,4 +1,4 @@
-package cli
+package e2e
 
 // Tests of the scaling series (issue 11): bench --peers 1,2,…, --cpus and
 // cluster --baseline. The end-to-end ones run the built binary.
@@ -203,40 +203,5 @@ func TestClusterBaseline(t *testing.T) {
 	md, err := os.ReadFile(filepath.Join(run, report.ReportMDFile))
 	if err != nil || !strings.Contains(string(md), "## Scaling") {
 		t.Errorf("report.md lacks the scaling section: %v", err)
-	}
-}
-
-func TestClusterAndBenchScalingUsage(t *testing.T) {
-	for _, c := range []struct {
-		args []string
-		want string
-	}{
-		{[]string{"bench", "--peers", "0,2"}, "--peers: \"0\""},
-		{[]string{"bench", "--peers", "two"}, "--peers: \"two\""},
-		{[]string{"bench", "--cpus", "0.001"}, "--cpus: 0.001: want at least 0.01"},
-		{[]string{"cluster", "--cpus", "-1"}, "--cpus: -1"},
-		{[]string{"bench", "--peers", "1,8", "--examples", "4"}, "--examples: want at least one example per peer (8)"},
-	} {
-		code, _, stderr := gt(t, c.args...)
-		if code != 2 || !strings.Contains(stderr, c.want) {
-			t.Errorf("%v: exit %d, stderr %q; want exit 2 naming %q", c.args, code, stderr, c.want)
-		}
-	}
-	for _, c := range []struct {
-		cmd  string
-		want []string
-	}{
-		{"cluster", []string{"--cpus cores", "--baseline", "speedup"}},
-		{"bench", []string{"--cpus cores", "Measuring scaling", "--peers 1,2,4,8", "bench --cpus 0.4 --peers 1,2,4"}},
-	} {
-		var out, errb bytes.Buffer
-		if code := Main([]string{c.cmd, "--help"}, &out, &errb); code != 0 {
-			t.Fatalf("%s --help: exit %d", c.cmd, code)
-		}
-		for _, w := range c.want {
-			if !strings.Contains(out.String(), w) {
-				t.Errorf("%s --help lacks %q", c.cmd, w)
-			}
-		}
 	}
 }

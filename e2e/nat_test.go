@@ -1,4 +1,4 @@
-package cli
+package e2e
 
 // Peers behind NAT (issue 13), tested in network namespaces this test
 // creates: a public peer that relays (--relay) and two peers, each behind a

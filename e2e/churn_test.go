@@ -1,4 +1,4 @@
-package cli
+package e2e
 
 // Multi-process churn tests (issue 5): real gossiptrain peers on loopback
 // that join, leave on SIGTERM, die on SIGKILL, and restart from

@@ -1,4 +1,4 @@
-package cli
+package e2e
 
 // Chaos across real processes (issue 10): peers of one job are killed and
 // restarted with the same identity, leave gracefully, and new ones join,

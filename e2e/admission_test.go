@@ -1,4 +1,4 @@
-package cli
+package e2e
 
 // Process-level tests of admission by swarm key (issue 30): real
 // gossiptrain processes on loopback, the binary built once (binary(t));

@@ -1,4 +1,4 @@
-package cli
+package e2e
 
 // The dashboard in a real browser: a local cluster of the real binary,
 // Debian's chromium driven headless over the DevTools protocol (chromedp).

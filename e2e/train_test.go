@@ -1,4 +1,4 @@
-package cli
+package e2e
 
 // Multi-process tests of distributed training (issue 4): real gossiptrain
 // processes on loopback, talking libp2p. The binary is built once per test
@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"math"
 	"net"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -24,40 +23,6 @@ import (
 	"github.com/gossiptrain/gossiptrain/peerlog"
 	"github.com/gossiptrain/gossiptrain/report"
 )
-
-var (
-	e2eBinOnce sync.Once
-	e2eBin     string
-	e2eBinErr  error
-)
-
-// binary builds the gossiptrain binary once for all e2e tests.
-func binary(t *testing.T) string {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("multi-process test: skipped with -short")
-	}
-	e2eBinOnce.Do(func() {
-		if p := os.Getenv("GOSSIPTRAIN_BIN"); p != "" {
-			e2eBin = p
-			return
-		}
-		dir, err := os.MkdirTemp("", "gossiptrain-bin")
-		if err != nil {
-			e2eBinErr = err
-			return
-		}
-		e2eBin = filepath.Join(dir, "gossiptrain")
-		out, err := exec.Command("go", "build", "-o", e2eBin, "..").CombinedOutput()
-		if err != nil {
-			e2eBinErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if e2eBinErr != nil {
-		t.Fatal(e2eBinErr)
-	}
-	return e2eBin
-}
 
 // freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
 // Another process may take it before a peer binds it (CI saw a bootstrap
