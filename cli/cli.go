@@ -1,14 +1,17 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -227,3 +230,18 @@ func sortedKeys[V any](m map[string]V) []string {
 type exitCode int
 
 func (e exitCode) Error() string { return "exit status " + strconv.Itoa(int(e)) }
+
+// Version is the binary's version, which "gossiptrain version", reports and
+// metrics show; package main sets it from the build.
+var Version = "dev"
+
+// signalContext is cancelled by the first SIGINT or SIGTERM; a second one
+// kills the process the default way.
+func signalContext() (context.Context, context.CancelFunc) {
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-ctx.Done()
+		cancel() // restores default handling: a second signal exits at once
+	}()
+	return ctx, cancel
+}

@@ -20,39 +20,30 @@ const benchDefaultBatch = 1000
 func benchCmd() *command {
 	c := newCommand("bench", "run several configurations on the same data and report on them (report.md, bench.json, plots)",
 		"[--peers N|1,2,4,8] [--cpus C] [--topologies master,ring] [--modes sync,async] [--batches 1000] [--examples N] [--out DIR] [train flags]")
-	var (
-		peersList   = defaultList{vals: []string{"4"}}
-		cf          cpuFlags
-		topologies  = defaultList{vals: []string{"master", "ring"}}
-		modes       = defaultList{vals: []string{"sync"}}
-		batches     = defaultList{vals: []string{strconv.Itoa(benchDefaultBatch)}}
-		localSteps  = defaultList{vals: []string{"auto"}}
-		examples    int64
-		out         string
-		nf          netFlags
-		lf          logFlags
-		stopOnError bool
-		repeat      int
-		target      float64
-		evalPoints  int
-	)
+	f := &benchFlags{
+		peersList:  defaultList{vals: []string{"4"}},
+		topologies: defaultList{vals: []string{"master", "ring"}},
+		modes:      defaultList{vals: []string{"sync"}},
+		batches:    defaultList{vals: []string{strconv.Itoa(benchDefaultBatch)}},
+		localSteps: defaultList{vals: []string{"auto"}},
+	}
 	c.group("Benchmark", func(fs *flag.FlagSet) {
-		fs.Var(&peersList, "peers", "local peer `processes` in every configuration, or a list of counts for a scaling series\n(1,2,4,8): 1 is one plain train process alone on all the data, the baseline of the\nreport's speedup and efficiency columns and plot")
-		fs.Var(&topologies, "topologies", "`list` of topologies to run: master (every shard on peer 0: the parameter server) and/or ring")
-		fs.Var(&modes, "modes", "`list` of modes to run: sync, ssp (with --staleness) and/or async")
-		fs.Var(&batches, "batches", "`list` of batch sizes (examples per peer and step) to run, e.g. 1,100,1000,10000")
-		fs.Var(&localSteps, "local-steps", "`list` of window sizes to run (train's --local-steps: batches a worker trains on its own\ncopy between exchanges), e.g. 1,4,16; 1 exchanges every batch, auto is train's default")
-		fs.Int64Var(&examples, "examples", 1_000_000, "training examples of every configuration (all peers together): the generated data set's\nrows, or whole passes over --train (--epochs) that add up to at least this many")
-		fs.StringVar(&out, "out", "", "output `DIR`: data/ (generated), runs/<configuration>/ (reports, logs), report.md,\nbench.json and the plots (default ./gossiptrain-runs/<time>-bench)")
-		fs.BoolVar(&stopOnError, "stop-on-error", false, "stop at the first configuration that fails (default: report it and go on)")
-		fs.Float64Var(&target, "target-logloss", 0, "time every configuration to this test `log-loss` (time to accuracy: the training seconds until\nit first gets there); 0 is one peer alone's final test log-loss plus 0.5% (with --peers 1,N)")
-		fs.IntVar(&evalPoints, "eval-points", 20, "evaluations of the test set along the way, for the curves and time to accuracy: `N` evenly\nspaced in the training examples (one peer of a cluster evaluates, so the others do not pay\nfor it; every peer evaluates at the end); --eval-every overrides")
-		fs.IntVar(&repeat, "repeat", 1, "run the whole plan `N` times, interleaved (every configuration once, then all again), and print\neach configuration's examples/s and speedup in every repetition and their median (also in\nDIR/repeats.md): on a shared machine one run moves by 15% or more. report.md is the first\nrepetition's; the others are in DIR/repeats/<k>/")
+		fs.Var(&f.peersList, "peers", "local peer `processes` in every configuration, or a list of counts for a scaling series\n(1,2,4,8): 1 is one plain train process alone on all the data, the baseline of the\nreport's speedup and efficiency columns and plot")
+		fs.Var(&f.topologies, "topologies", "`list` of topologies to run: master (every shard on peer 0: the parameter server) and/or ring")
+		fs.Var(&f.modes, "modes", "`list` of modes to run: sync, ssp (with --staleness) and/or async")
+		fs.Var(&f.batches, "batches", "`list` of batch sizes (examples per peer and step) to run, e.g. 1,100,1000,10000")
+		fs.Var(&f.localSteps, "local-steps", "`list` of window sizes to run (train's --local-steps: batches a worker trains on its own\ncopy between exchanges), e.g. 1,4,16; 1 exchanges every batch, auto is train's default")
+		fs.Int64Var(&f.examples, "examples", 1_000_000, "training examples of every configuration (all peers together): the generated data set's\nrows, or whole passes over --train (--epochs) that add up to at least this many")
+		fs.StringVar(&f.out, "out", "", "output `DIR`: data/ (generated), runs/<configuration>/ (reports, logs), report.md,\nbench.json and the plots (default ./gossiptrain-runs/<time>-bench)")
+		fs.BoolVar(&f.stopOnError, "stop-on-error", false, "stop at the first configuration that fails (default: report it and go on)")
+		fs.Float64Var(&f.target, "target-logloss", 0, "time every configuration to this test `log-loss` (time to accuracy: the training seconds until\nit first gets there); 0 is one peer alone's final test log-loss plus 0.5% (with --peers 1,N)")
+		fs.IntVar(&f.evalPoints, "eval-points", 20, "evaluations of the test set along the way, for the curves and time to accuracy: `N` evenly\nspaced in the training examples (one peer of a cluster evaluates, so the others do not pay\nfor it; every peer evaluates at the end); --eval-every overrides")
+		fs.IntVar(&f.repeat, "repeat", 1, "run the whole plan `N` times, interleaved (every configuration once, then all again), and print\neach configuration's examples/s and speedup in every repetition and their median (also in\nDIR/repeats.md): on a shared machine one run moves by 15% or more. report.md is the first\nrepetition's; the others are in DIR/repeats/<k>/")
 	})
-	c.group("VM emulation", cf.register)
-	c.group("Network emulation", nf.register)
-	tp := registerTrainFlags(c, skipAlso("batch", "topology", "mode", "epochs", "save", "local-steps"))
-	c.group("Logging", lf.register)
+	c.group("VM emulation", f.cf.register)
+	c.group("Network emulation", f.nf.register)
+	f.tp = registerTrainFlags(c, skipAlso("batch", "topology", "mode", "epochs", "save", "local-steps"))
+	c.group("Logging", f.lf.register)
 	c.help = `
 Run every combination of --topologies, --modes and --batches as a cluster of
 --peers local peers (see 'gossiptrain cluster'), each on the same data and the
@@ -85,58 +76,7 @@ VMs (root; C x N should fit in the machine's cores).`
   sudo gossiptrain bench --cpus 0.4 --peers 1,2,4 --modes sync,async --out scaling
   sudo gossiptrain bench --cpus 0.4 --peers 1,2,4 --netns --rate 100mbit --topologies master,ring
   gossiptrain bench --modes sync,ssp,async --staleness 4 --batches 100,1000,10000 --examples 2000000`
-	c.run = func(c *command, args []string) error {
-		if len(args) > 0 {
-			return fmt.Errorf("%w: unexpected argument %q (flags start with --)", errUsage, args[0])
-		}
-		log, err := lf.logger()
-		if err != nil {
-			return err
-		}
-		counts, err := parsePeerList(peersList.vals)
-		if err != nil {
-			return err
-		}
-		// A list of counts is a scaling series: 1 is one plain train
-		// process alone, the baseline of every speedup.
-		if len(counts) > 1 && !slices.Contains(counts, 1) {
-			counts = append(counts, 1)
-			log.Info().Msg("--peers: a scaling series runs one peer alone too (1: plain train on all the data), the baseline of its speedups")
-		}
-		if repeat < 1 {
-			return usageErr("repeat", "want at least 1, got %d", repeat)
-		}
-		if target < 0 || math.IsNaN(target) || math.IsInf(target, 0) {
-			return usageErr("target-logloss", "%v: want a log-loss > 0, or 0 for one peer alone's final plus 0.5%%", target)
-		}
-		if evalPoints < 0 {
-			return usageErr("eval-points", "want 0 or more, got %d", evalPoints)
-		}
-		slices.Sort(counts)
-		variants, err := benchVariants(topologies.vals, modes.vals, batches.vals, localSteps.vals)
-		if err != nil {
-			return err
-		}
-		if maxPeers := counts[len(counts)-1]; examples < int64(maxPeers) {
-			return usageErr("examples", "want at least one example per peer (%d), got %d", maxPeers, examples)
-		}
-		caps, err := cf.caps(c)
-		if err != nil {
-			return err
-		}
-		netns, err := nf.config(c)
-		if err != nil {
-			return err
-		}
-		if out == "" {
-			out = defaultRunDir("bench")
-		}
-		ctx, cancel := signalContext()
-		defer cancel()
-		return cluster.RunBench(ctx, cluster.BenchConfig{Counts: counts, Variants: variants, Examples: examples, Dir: out,
-			StopOnError: stopOnError, Repeat: repeat, Target: target, EvalPoints: evalPoints, Caps: caps, NetNS: netns,
-			LogLevel: lf.level, Train: tp, Log: log, Out: c.stdout(), Cmdline: strings.Join(os.Args, " ")})
-	}
+	c.run = f.run
 	return c
 }
 
@@ -218,4 +158,76 @@ func (l *defaultList) Set(s string) error {
 		}
 	}
 	return nil
+}
+
+// benchFlags are the flags of bench; run runs it.
+type benchFlags struct {
+	tp          *trainPass // train's flags, passed to every peer
+	peersList   defaultList
+	cf          cpuFlags
+	topologies  defaultList
+	modes       defaultList
+	batches     defaultList
+	localSteps  defaultList
+	examples    int64
+	out         string
+	nf          netFlags
+	lf          logFlags
+	stopOnError bool
+	repeat      int
+	target      float64
+	evalPoints  int
+}
+
+func (f *benchFlags) run(c *command, args []string) error {
+	if len(args) > 0 {
+		return fmt.Errorf("%w: unexpected argument %q (flags start with --)", errUsage, args[0])
+	}
+	log, err := f.lf.logger()
+	if err != nil {
+		return err
+	}
+	counts, err := parsePeerList(f.peersList.vals)
+	if err != nil {
+		return err
+	}
+	// A list of counts is a scaling series: 1 is one plain train
+	// process alone, the baseline of every speedup.
+	if len(counts) > 1 && !slices.Contains(counts, 1) {
+		counts = append(counts, 1)
+		log.Info().Msg("--peers: a scaling series runs one peer alone too (1: plain train on all the data), the baseline of its speedups")
+	}
+	if f.repeat < 1 {
+		return usageErr("repeat", "want at least 1, got %d", f.repeat)
+	}
+	if f.target < 0 || math.IsNaN(f.target) || math.IsInf(f.target, 0) {
+		return usageErr("target-logloss", "%v: want a log-loss > 0, or 0 for one peer alone's final plus 0.5%%", f.target)
+	}
+	if f.evalPoints < 0 {
+		return usageErr("eval-points", "want 0 or more, got %d", f.evalPoints)
+	}
+	slices.Sort(counts)
+	variants, err := benchVariants(f.topologies.vals, f.modes.vals, f.batches.vals, f.localSteps.vals)
+	if err != nil {
+		return err
+	}
+	if maxPeers := counts[len(counts)-1]; f.examples < int64(maxPeers) {
+		return usageErr("examples", "want at least one example per peer (%d), got %d", maxPeers, f.examples)
+	}
+	caps, err := f.cf.caps(c)
+	if err != nil {
+		return err
+	}
+	netns, err := f.nf.config(c)
+	if err != nil {
+		return err
+	}
+	if f.out == "" {
+		f.out = defaultRunDir("bench")
+	}
+	ctx, cancel := signalContext()
+	defer cancel()
+	return cluster.RunBench(ctx, cluster.BenchConfig{Counts: counts, Variants: variants, Examples: f.examples, Dir: f.out,
+		StopOnError: f.stopOnError, Repeat: f.repeat, Target: f.target, EvalPoints: f.evalPoints, Caps: caps, NetNS: netns,
+		LogLevel: f.lf.level, Train: f.tp, Log: log, Out: c.stdout(), Cmdline: strings.Join(os.Args, " ")})
 }

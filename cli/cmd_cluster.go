@@ -11,32 +11,21 @@ import (
 
 func clusterCmd() *command {
 	c := newCommand("cluster", "train on several local peers at once and report on the run", "[--peers N] [--dir DIR] [train flags]")
-	var (
-		peers    int
-		dir, job string
-		swarmKey string
-		save     string
-		baseline bool
-		target   float64
-		points   int
-		cf       cpuFlags
-		nf       netFlags
-		lf       logFlags
-	)
+	f := &clusterFlags{}
 	c.group("Cluster", func(fs *flag.FlagSet) {
-		fs.IntVar(&peers, "peers", 4, "number of local peer `processes`")
-		fs.StringVar(&dir, "dir", "", "run `DIR`: identities, each peer's report and log, report.md and plots\n(default ./gossiptrain-runs/<time>-cluster)")
-		fs.StringVar(&job, "job", "cluster", "job `name` the peers get (--job)")
-		fs.StringVar(&swarmKey, "swarm-key", "", "swarm key `FILE` every peer gets (--swarm-key; 'gossiptrain keygen --swarm FILE'). Default: a\nnew key for each run, written to DIR/swarm.key (mode 0600): only this run's peers can\nconnect to each other, also with --netns")
-		fs.StringVar(&save, "save", "", "peer 0 saves the trained model to `FILE` (every peer ends with the same model)")
-		fs.BoolVar(&baseline, "baseline", true, "first run one peer alone (plain train) on all the data the peers split, under the same\n--cpus cap, and print the cluster's speedup against it, in examples/s and in the time to a\ntarget test log-loss: does the cluster pay? --baseline=false skips it")
-		fs.Float64Var(&target, "target-logloss", 0, "time the runs to this test `log-loss` (time to accuracy); 0 is one peer alone's final test\nlog-loss plus 0.5%")
-		fs.IntVar(&points, "eval-points", 20, "evaluations of the test set along the way (`N`, evenly spaced; peer 0 evaluates, the others\nonly at the end): the curves and the time to accuracy; --eval-every overrides")
+		fs.IntVar(&f.peers, "peers", 4, "number of local peer `processes`")
+		fs.StringVar(&f.dir, "dir", "", "run `DIR`: identities, each peer's report and log, report.md and plots\n(default ./gossiptrain-runs/<time>-cluster)")
+		fs.StringVar(&f.job, "job", "cluster", "job `name` the peers get (--job)")
+		fs.StringVar(&f.swarmKey, "swarm-key", "", "swarm key `FILE` every peer gets (--swarm-key; 'gossiptrain keygen --swarm FILE'). Default: a\nnew key for each run, written to DIR/swarm.key (mode 0600): only this run's peers can\nconnect to each other, also with --netns")
+		fs.StringVar(&f.save, "save", "", "peer 0 saves the trained model to `FILE` (every peer ends with the same model)")
+		fs.BoolVar(&f.baseline, "baseline", true, "first run one peer alone (plain train) on all the data the peers split, under the same\n--cpus cap, and print the cluster's speedup against it, in examples/s and in the time to a\ntarget test log-loss: does the cluster pay? --baseline=false skips it")
+		fs.Float64Var(&f.target, "target-logloss", 0, "time the runs to this test `log-loss` (time to accuracy); 0 is one peer alone's final test\nlog-loss plus 0.5%")
+		fs.IntVar(&f.points, "eval-points", 20, "evaluations of the test set along the way (`N`, evenly spaced; peer 0 evaluates, the others\nonly at the end): the curves and the time to accuracy; --eval-every overrides")
 	})
-	c.group("VM emulation", cf.register)
-	c.group("Network emulation", nf.register)
-	tp := registerTrainFlags(c, skipAlso("save"))
-	c.group("Logging", lf.register)
+	c.group("VM emulation", f.cf.register)
+	c.group("Network emulation", f.nf.register)
+	f.tp = registerTrainFlags(c, skipAlso("save"))
+	c.group("Logging", f.lf.register)
 	c.help = `
 Start --peers local processes of 'gossiptrain train', ports chosen
 automatically and bootstrapped to the first, split the training data among
@@ -77,36 +66,54 @@ the signal gets SIGKILL.`
   gossiptrain cluster --train 'data/train-*.svm' --test data/test.svm --dim 16777216 --batch 1000
   sudo gossiptrain cluster --netns --rate 100mbit --delay 1ms
   sudo gossiptrain cluster --cpus 0.4 --baseline --batch 1000   # 4 peers vs one, each on 0.4 cores`
-	c.run = func(c *command, args []string) error {
-		if len(args) > 0 {
-			return fmt.Errorf("%w: unexpected argument %q (flags start with --)", errUsage, args[0])
-		}
-		log, err := lf.logger()
-		if err != nil {
-			return err
-		}
-		if peers < 1 {
-			return usageErr("peers", "want at least 1, got %d", peers)
-		}
-		caps, err := cf.caps(c)
-		if err != nil {
-			return err
-		}
-		netns, err := nf.config(c)
-		if err != nil {
-			return err
-		}
-		if err := checkSwarmKeyFlag(swarmKey); err != nil {
-			return err
-		}
-		if dir == "" {
-			dir = defaultRunDir("cluster")
-		}
-		ctx, cancel := signalContext()
-		defer cancel()
-		return cluster.RunLocal(ctx, cluster.LocalConfig{Peers: peers, Dir: dir, Job: job, SwarmKey: swarmKey, Save: save,
-			Baseline: baseline, Target: target, EvalPoints: points, Caps: caps, NetNS: netns, LogLevel: lf.level,
-			Train: tp, Log: log, Out: c.stdout(), Cmdline: strings.Join(os.Args, " ")})
-	}
+	c.run = f.run
 	return c
+}
+
+// clusterFlags are the flags of cluster; run runs it.
+type clusterFlags struct {
+	tp       *trainPass // train's flags, passed to every peer
+	peers    int
+	dir      string
+	job      string
+	swarmKey string
+	save     string
+	baseline bool
+	target   float64
+	points   int
+	cf       cpuFlags
+	nf       netFlags
+	lf       logFlags
+}
+
+func (f *clusterFlags) run(c *command, args []string) error {
+	if len(args) > 0 {
+		return fmt.Errorf("%w: unexpected argument %q (flags start with --)", errUsage, args[0])
+	}
+	log, err := f.lf.logger()
+	if err != nil {
+		return err
+	}
+	if f.peers < 1 {
+		return usageErr("peers", "want at least 1, got %d", f.peers)
+	}
+	caps, err := f.cf.caps(c)
+	if err != nil {
+		return err
+	}
+	netns, err := f.nf.config(c)
+	if err != nil {
+		return err
+	}
+	if err := checkSwarmKeyFlag(f.swarmKey); err != nil {
+		return err
+	}
+	if f.dir == "" {
+		f.dir = defaultRunDir("cluster")
+	}
+	ctx, cancel := signalContext()
+	defer cancel()
+	return cluster.RunLocal(ctx, cluster.LocalConfig{Peers: f.peers, Dir: f.dir, Job: f.job, SwarmKey: f.swarmKey, Save: f.save,
+		Baseline: f.baseline, Target: f.target, EvalPoints: f.points, Caps: caps, NetNS: netns, LogLevel: f.lf.level,
+		Train: f.tp, Log: log, Out: c.stdout(), Cmdline: strings.Join(os.Args, " ")})
 }

@@ -22,43 +22,29 @@ func hiddenCommands() []*command {
 
 func launchCmd() *command {
 	c := newCommand("launch", "train on several machines at once, started over SSH", "--hosts HOST,… [--ship-data] [flags] [-- train flags]")
-	var (
-		hosts          listFlag
-		hostsFile      string
-		remoteDir      string
-		shipData       bool
-		dir, job, bin  string
-		swarmKey       string
-		save           string
-		sshConfig      string
-		sshOptions     repeatFlag
-		connectTimeout time.Duration
-		port           int
-		statusPort     int
-		lf             logFlags
-	)
+	f := &launchFlags{}
 	c.group("Hosts", func(fs *flag.FlagSet) {
-		fs.Var(&hosts, "hosts", "machines to run one peer each on, as `[USER@]HOST[:PORT]` (an address, a name, or an alias of\n~/.ssh/config); separate with commas or repeat. The first is the bootstrap peer of the others")
-		fs.StringVar(&hostsFile, "hosts-file", "", "`FILE` with more hosts, one a line ('#' starts a comment)")
-		fs.StringVar(&remoteDir, "remote-dir", "gossiptrain", "`DIR` on every host for the binary, identities, shipped data and each run's report and log;\nrelative to the login directory")
-		fs.BoolVar(&shipData, "ship-data", false, "copy each host's training data (its file, or all of them with --part i/N) and the test set\ninto DIR/data/ on the host. Without it, --train and --test name files as the hosts see them")
-		fs.StringVar(&bin, "binary", "", "gossiptrain `FILE` to copy to the hosts (default: this one; give a build for the hosts' system\nwhen it differs: GOOS=linux GOARCH=arm64 go build)")
-		fs.IntVar(&port, "port", 0, "TCP `PORT` every peer listens on (0: a free one); open it between the hosts")
-		fs.IntVar(&statusPort, "status-port", 0, "`PORT` of every peer's status server and dashboard, on the address the host was reached at\n(0: a free one, logged)")
+		fs.Var(&f.hosts, "hosts", "machines to run one peer each on, as `[USER@]HOST[:PORT]` (an address, a name, or an alias of\n~/.ssh/config); separate with commas or repeat. The first is the bootstrap peer of the others")
+		fs.StringVar(&f.hostsFile, "hosts-file", "", "`FILE` with more hosts, one a line ('#' starts a comment)")
+		fs.StringVar(&f.remoteDir, "remote-dir", "gossiptrain", "`DIR` on every host for the binary, identities, shipped data and each run's report and log;\nrelative to the login directory")
+		fs.BoolVar(&f.shipData, "ship-data", false, "copy each host's training data (its file, or all of them with --part i/N) and the test set\ninto DIR/data/ on the host. Without it, --train and --test name files as the hosts see them")
+		fs.StringVar(&f.bin, "binary", "", "gossiptrain `FILE` to copy to the hosts (default: this one; give a build for the hosts' system\nwhen it differs: GOOS=linux GOARCH=arm64 go build)")
+		fs.IntVar(&f.port, "port", 0, "TCP `PORT` every peer listens on (0: a free one); open it between the hosts")
+		fs.IntVar(&f.statusPort, "status-port", 0, "`PORT` of every peer's status server and dashboard, on the address the host was reached at\n(0: a free one, logged)")
 	})
 	c.group("SSH", func(fs *flag.FlagSet) {
-		fs.StringVar(&sshConfig, "ssh-config", "", "ssh configuration `FILE` instead of ~/.ssh/config (ssh -F)")
-		fs.Var(&sshOptions, "ssh-option", "ssh option `NAME=VALUE` for ssh and scp (ssh -o); repeat the flag for more (a value may hold\ncommas): --ssh-option ProxyJump=bastion --ssh-option IdentityFile=~/.ssh/lab")
-		fs.DurationVar(&connectTimeout, "connect-timeout", 5*time.Second, "longest wait to connect to a host; one that does not answer fails the start")
+		fs.StringVar(&f.sshConfig, "ssh-config", "", "ssh configuration `FILE` instead of ~/.ssh/config (ssh -F)")
+		fs.Var(&f.sshOptions, "ssh-option", "ssh option `NAME=VALUE` for ssh and scp (ssh -o); repeat the flag for more (a value may hold\ncommas): --ssh-option ProxyJump=bastion --ssh-option IdentityFile=~/.ssh/lab")
+		fs.DurationVar(&f.connectTimeout, "connect-timeout", 5*time.Second, "longest wait to connect to a host; one that does not answer fails the start")
 	})
 	c.group("Run", func(fs *flag.FlagSet) {
-		fs.StringVar(&dir, "dir", "", "local run `DIR`: each peer's report and log, report.md and plots\n(default ./gossiptrain-runs/<time>-launch)")
-		fs.StringVar(&job, "job", "", "job `name` the peers get (--job); default: launch- and 6 random hex digits, new for every\nlaunch (logged), so two launches never meet")
-		fs.StringVar(&swarmKey, "swarm-key", "", "swarm key `FILE` every peer gets, copied to each host as DIR/runs/<run>/swarm.key (mode 0600)\nand passed with --swarm-key: only holders of the key can connect to the peers. Default:\na new key for each launch, written to the run directory (--dir) as swarm.key")
-		fs.StringVar(&save, "save", "", "the first host's peer saves the trained model, copied back here to `FILE` (every peer ends\nwith the same model)")
+		fs.StringVar(&f.dir, "dir", "", "local run `DIR`: each peer's report and log, report.md and plots\n(default ./gossiptrain-runs/<time>-launch)")
+		fs.StringVar(&f.job, "job", "", "job `name` the peers get (--job); default: launch- and 6 random hex digits, new for every\nlaunch (logged), so two launches never meet")
+		fs.StringVar(&f.swarmKey, "swarm-key", "", "swarm key `FILE` every peer gets, copied to each host as DIR/runs/<run>/swarm.key (mode 0600)\nand passed with --swarm-key: only holders of the key can connect to the peers. Default:\na new key for each launch, written to the run directory (--dir) as swarm.key")
+		fs.StringVar(&f.save, "save", "", "the first host's peer saves the trained model, copied back here to `FILE` (every peer ends\nwith the same model)")
 	})
-	tp := registerTrainFlags(c, skipAlso("save"))
-	c.group("Logging", lf.register)
+	f.tp = registerTrainFlags(c, skipAlso("save"))
+	c.group("Logging", f.lf.register)
 	c.help = `
 Run one peer of 'gossiptrain train' on each of --hosts over SSH, as
 'gossiptrain cluster' does on one machine: copy the binary (and with
@@ -93,61 +79,7 @@ dashboard is on its status server; the URL of the first is logged.`
       --dim 16777216 --batch 1000
   gossiptrain launch --hosts ubuntu@10.0.0.5,ubuntu@10.0.0.6:2222 --ssh-option ProxyJump=bastion \
       -- --train /data/criteo.svm --test /data/test.svm --model logreg --dim 16777216`
-	c.run = func(c *command, args []string) error {
-		// Train flags after "--" are parsed like those before it.
-		if err := c.flags.Parse(args); err != nil {
-			return fmt.Errorf("%w: after --: %v", errUsage, err)
-		}
-		if len(c.flags.Args()) > 0 {
-			return fmt.Errorf("%w: unexpected argument %q (flags start with --)", errUsage, c.flags.Arg(0))
-		}
-		log, err := lf.logger()
-		if err != nil {
-			return err
-		}
-		hs, err := parseHosts(hosts, hostsFile)
-		if err != nil {
-			return err
-		}
-		if dir == "" {
-			dir = defaultRunDir("launch")
-		}
-		if err := checkSwarmKeyFlag(swarmKey); err != nil {
-			return err
-		}
-		if job == "" {
-			job = cluster.LaunchJobName()
-			log.Info().Str("job", job).Msg("a job name of its own for this launch (--job to choose one)")
-		}
-		ssh := cluster.DefaultSSH()
-		ssh.Hosts, ssh.Binary, ssh.RemoteDir, ssh.Dir = hs, bin, strings.TrimPrefix(remoteDir, "~/"), dir
-		ssh.Run = filepath.Base(dir)
-		ssh.ConnectTimeout, ssh.ListenPort, ssh.StatusPort, ssh.Log = connectTimeout, port, statusPort, log
-		if sshConfig != "" {
-			ssh.Options = append(ssh.Options, "-F", sshConfig)
-		}
-		for _, o := range sshOptions {
-			ssh.Options = append(ssh.Options, "-o", o)
-		}
-		if err := ssh.Validate(); err != nil {
-			switch {
-			case strings.Contains(err.Error(), "RemoteDir"):
-				return usageErr("remote-dir", "%v", err)
-			case strings.Contains(err.Error(), "ConnectTimeout"):
-				return usageErr("connect-timeout", "%v", err)
-			case strings.Contains(err.Error(), "Port"):
-				return usageErr("port", "%v", err)
-			}
-			return usageErr("dir", "%v", err)
-		}
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return usageErr("dir", "%v", err)
-		}
-		ctx, cancel := signalContext()
-		defer cancel()
-		return cluster.RunLaunch(ctx, cluster.LaunchConfig{SSH: ssh, Dir: dir, Job: job, SwarmKey: swarmKey, Save: save,
-			ShipData: shipData, LogLevel: lf.level, Train: tp, Log: log, Out: c.stdout(), Cmdline: strings.Join(os.Args, " ")})
-	}
+	c.run = f.run
 	return c
 }
 
@@ -235,3 +167,79 @@ type repeatFlag []string
 
 func (r *repeatFlag) String() string     { return strings.Join(*r, " ") }
 func (r *repeatFlag) Set(s string) error { *r = append(*r, s); return nil }
+
+// launchFlags are the flags of launch; run runs it.
+type launchFlags struct {
+	tp             *trainPass // train's flags, passed to every peer
+	hosts          listFlag
+	hostsFile      string
+	remoteDir      string
+	shipData       bool
+	dir            string
+	job            string
+	bin            string
+	swarmKey       string
+	save           string
+	sshConfig      string
+	sshOptions     repeatFlag
+	connectTimeout time.Duration
+	port           int
+	statusPort     int
+	lf             logFlags
+}
+
+func (f *launchFlags) run(c *command, args []string) error {
+	// Train flags after "--" are parsed like those before it.
+	if err := c.flags.Parse(args); err != nil {
+		return fmt.Errorf("%w: after --: %v", errUsage, err)
+	}
+	if len(c.flags.Args()) > 0 {
+		return fmt.Errorf("%w: unexpected argument %q (flags start with --)", errUsage, c.flags.Arg(0))
+	}
+	log, err := f.lf.logger()
+	if err != nil {
+		return err
+	}
+	hs, err := parseHosts(f.hosts, f.hostsFile)
+	if err != nil {
+		return err
+	}
+	if f.dir == "" {
+		f.dir = defaultRunDir("launch")
+	}
+	if err := checkSwarmKeyFlag(f.swarmKey); err != nil {
+		return err
+	}
+	if f.job == "" {
+		f.job = cluster.LaunchJobName()
+		log.Info().Str("job", f.job).Msg("a job name of its own for this launch (--job to choose one)")
+	}
+	ssh := cluster.DefaultSSH()
+	ssh.Hosts, ssh.Binary, ssh.RemoteDir, ssh.Dir = hs, f.bin, strings.TrimPrefix(f.remoteDir, "~/"), f.dir
+	ssh.Run = filepath.Base(f.dir)
+	ssh.ConnectTimeout, ssh.ListenPort, ssh.StatusPort, ssh.Log = f.connectTimeout, f.port, f.statusPort, log
+	if f.sshConfig != "" {
+		ssh.Options = append(ssh.Options, "-F", f.sshConfig)
+	}
+	for _, o := range f.sshOptions {
+		ssh.Options = append(ssh.Options, "-o", o)
+	}
+	if err := ssh.Validate(); err != nil {
+		switch {
+		case strings.Contains(err.Error(), "RemoteDir"):
+			return usageErr("remote-dir", "%v", err)
+		case strings.Contains(err.Error(), "ConnectTimeout"):
+			return usageErr("connect-timeout", "%v", err)
+		case strings.Contains(err.Error(), "Port"):
+			return usageErr("port", "%v", err)
+		}
+		return usageErr("dir", "%v", err)
+	}
+	if err := os.MkdirAll(f.dir, 0o755); err != nil {
+		return usageErr("dir", "%v", err)
+	}
+	ctx, cancel := signalContext()
+	defer cancel()
+	return cluster.RunLaunch(ctx, cluster.LaunchConfig{SSH: ssh, Dir: f.dir, Job: f.job, SwarmKey: f.swarmKey, Save: f.save,
+		ShipData: f.shipData, LogLevel: f.lf.level, Train: f.tp, Log: log, Out: c.stdout(), Cmdline: strings.Join(os.Args, " ")})
+}

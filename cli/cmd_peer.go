@@ -257,55 +257,9 @@ private networks run over TCP only. See docs/security.md.`
 		node.RouteLibp2pLogs(log, cfg.LibLogLevel)
 		ctx, cancel := signalContext()
 		defer cancel()
-		return runPeer(ctx, cfg, log)
+		return flagError(job.Watch(ctx, cfg, log))
 	}
 	return c, p
-}
-
-// runPeer runs a node until ctx ends, logging the ring whenever the member
-// set is agreed, then leaves gracefully.
-func runPeer(ctx context.Context, cfg node.Config, log zerolog.Logger) error {
-	n, err := node.New(cfg, log)
-	if err != nil {
-		return flagError(err)
-	}
-	events, stop := n.Subscribe()
-	defer stop()
-	var lastRing uint64
-	// Until the cluster has formed, say every few seconds what this peer
-	// found and why it has not (job.LogDiagnosis).
-	why := time.NewTicker(5 * time.Second)
-	defer why.Stop()
-	for {
-		select {
-		case <-why.C:
-			if d := n.Diagnose(); d.Formed() {
-				why.Stop()
-			} else {
-				job.LogDiagnosis(log, d)
-			}
-		case <-ctx.Done():
-			log.Info().Msg("signal received: leaving the cluster")
-			return n.Close()
-		case ev, ok := <-events:
-			if !ok {
-				return n.Close()
-			}
-			if !ev.Agreed || ev.RingHash == lastRing {
-				continue
-			}
-			lastRing = ev.RingHash
-			counts := map[string]int{}
-			for _, p := range ev.Ring.Assignment() {
-				counts[p]++
-			}
-			d := zerolog.Dict()
-			for _, m := range ev.View.Members {
-				d = d.Int(m, counts[m])
-			}
-			log.Info().Uint64("epoch", ev.View.Epoch).Dict("shards_per_member", d).Msg("ring")
-		}
-	}
 }
 
 func keygenCmd() *command {

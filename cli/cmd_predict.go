@@ -98,7 +98,7 @@ predict uses that --zero-based unless told, and warns when told otherwise.`
 		if err != nil {
 			return usageErr("out", "%v", err)
 		}
-		n, err := predict(m, src, batch, raw, w)
+		n, err := writePredictions(m, src, batch, raw, w)
 		if err != nil {
 			abort()
 			return err
@@ -112,9 +112,9 @@ predict uses that --zero-based unless told, and warns when told otherwise.`
 	return c
 }
 
-// predict writes one line of outputs per row of src to w and returns the
+// writePredictions writes one line of outputs per row of src to w and returns the
 // rows scored.
-func predict(m *model.Model, src data.Source, batch int, raw bool, w io.Writer) (int64, error) {
+func writePredictions(m *model.Model, src data.Source, batch int, raw bool, w io.Writer) (int64, error) {
 	sc := sgd.NewScorer(m)
 	pw := newPredWriter(w)
 	var b data.Batch

@@ -6,9 +6,12 @@
 // and predict the model and sgd packages. Main runs one command line.
 //
 // The files stand in layers, each using only those below it: run.go (the
-// command list, dispatch) over the commands (cmd_*.go; cluster, bench and
-// launch over cli_pass.go, which passes train's flags through, over
-// cmd_train.go) over cli.go (the command type, help, common flags).
+// command list and dispatch) over the commands; cluster, bench and launch
+// (cmd_cluster.go, cmd_bench.go, cmd_launch.go) over cli_pass.go, which
+// passes train's flags through to their peers, over train (cmd_train.go
+// over cmd_train_check.go over cmd_train_flags.go) over the peer's flags
+// (cmd_peer.go); eval over predict's writer (cmd_predict.go); and all of
+// them over cli.go (the command type, help, flag types, logging).
 package cli
 
 import (
@@ -18,11 +21,9 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
-	"syscall"
 )
 
 // cpuProfile writes a CPU profile of the whole command to
@@ -68,10 +69,6 @@ func commands() []*command {
 		reportCmd(),
 	}
 }
-
-// Version is the binary's version, which "gossiptrain version", reports and
-// metrics show; package main sets it from the build.
-var Version = "dev"
 
 // Main runs one command line (the arguments after the program's name) and
 // returns the process exit status: 0 success, 1 failure, 2 usage error,
@@ -151,15 +148,4 @@ Commands:
 	fmt.Fprint(w, `
 Run 'gossiptrain COMMAND --help' for a command's flags, with defaults and examples.
 `)
-}
-
-// signalContext is cancelled by the first SIGINT or SIGTERM; a second one
-// kills the process the default way.
-func signalContext() (context.Context, context.CancelFunc) {
-	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	go func() {
-		<-ctx.Done()
-		cancel() // restores default handling: a second signal exits at once
-	}()
-	return ctx, cancel
 }

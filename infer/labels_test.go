@@ -7,9 +7,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rs/zerolog"
+
 	"github.com/gossiptrain/gossiptrain/data"
 	"github.com/gossiptrain/gossiptrain/model"
-	"github.com/rs/zerolog"
 )
 
 // A rare stray class is named in a warning, with its first rows; balanced

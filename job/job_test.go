@@ -11,10 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/gossiptrain/gossiptrain/infer"
 	"github.com/gossiptrain/gossiptrain/peerlog"
 	"github.com/gossiptrain/gossiptrain/sgd"
-	"github.com/rs/zerolog"
 )
 
 // A progress line after which no example was trained says the peer waits,

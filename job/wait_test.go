@@ -8,13 +8,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/gossiptrain/gossiptrain/model"
 	"github.com/gossiptrain/gossiptrain/node"
 	"github.com/gossiptrain/gossiptrain/node/membership"
 	"github.com/gossiptrain/gossiptrain/node/ring"
 	"github.com/gossiptrain/gossiptrain/node/train"
 	"github.com/gossiptrain/gossiptrain/peerlog"
-	"github.com/rs/zerolog"
 )
 
 // scriptedStates plays a list of states to waitAgreed: its k-th State call
