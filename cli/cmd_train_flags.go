@@ -84,7 +84,7 @@ type runFlags struct {
 	epochs        int  // 0 until resolved when epochsAuto
 	epochsAuto    bool // --epochs auto
 	scale         string
-	distributed   bool // set by train's run before prepareTraining
+	distributed   bool // set by train's run before it builds the infer.Spec
 	evalEvery     int64
 	report        string
 	save          string
