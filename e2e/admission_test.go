@@ -246,12 +246,13 @@ func logHasLine(log string, subs ...string) bool {
 // directory; scp: cp -p), after parsing their options as OpenSSH does:
 // both need "--" before the destination and the files. Every invocation
 // is recorded in the returned file, one a line, arguments separated by
-// \x1f. Launch then runs without sshd.
+// \x1f, each line appended in one write. Launch then runs without sshd.
 func fakeSSHBin(t *testing.T, home string) (dir, calls string) {
 	t.Helper()
 	dir, calls = t.TempDir(), filepath.Join(t.TempDir(), "calls")
 	head := func(tool, withValue string) string {
-		return "#!/bin/sh\nprintf '%s\\037' " + tool + ` "$@" >> ` + calls + "; printf '\\n' >> " + calls + `
+		// One write per call (calls run at once, from several goroutines).
+		return "#!/bin/sh\nline=$(printf '%s\\037' " + tool + ` "$@"); printf '%s\n' "$line" >> ` + calls + `
 while [ $# -gt 0 ]; do
   case "$1" in --) shift; break ;; ` + withValue + `) shift 2 ;; -*) shift ;; *) echo "fake ` + tool + `: $1 before --" >&2; exit 255 ;; esac
 done

@@ -294,7 +294,7 @@ func TestLaunchOverSSH(t *testing.T) {
 				t.Errorf("%s missing or empty in the run directory: %v", f, err)
 			}
 		}
-		if left := lab.allHostProcesses(t); len(left) > 0 {
+		if left := lab.leftOnHosts(t); len(left) > 0 {
 			t.Errorf("processes left on the hosts after the run:\n%s", strings.Join(left, "\n"))
 		}
 		// A key and a job name of the launch's own: the key shipped with
@@ -357,7 +357,7 @@ func TestLaunchOverSSH(t *testing.T) {
 		if code != 130 {
 			t.Errorf("launch after Ctrl-C: exit %d, want 130\n%s\n%s", code, out, tail(errb.String(), 3000))
 		}
-		if left := lab.allHostProcesses(t); len(left) > 0 {
+		if left := lab.leftOnHosts(t); len(left) > 0 {
 			t.Errorf("processes left on the hosts after Ctrl-C:\n%s", strings.Join(left, "\n"))
 		}
 		// Every peer left gracefully and its report says so.
@@ -449,10 +449,25 @@ func TestLaunchOverSSH(t *testing.T) {
 				t.Errorf("the error lacks %q", want)
 			}
 		}
-		if left := lab.allHostProcesses(t); len(left) > 0 {
+		if left := lab.leftOnHosts(t); len(left) > 0 {
 			t.Errorf("processes left on the hosts after a peer failed:\n%s", strings.Join(left, "\n"))
 		}
 	})
+}
+
+// leftOnHosts is what still runs on the hosts (allHostProcesses) once
+// their sshd sessions have had a few seconds to end: launch has exited,
+// and a session's sshd exits after its client, later on a busy machine.
+func (l *sshLab) leftOnHosts(t *testing.T) []string {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		left := l.allHostProcesses(t)
+		if len(left) == 0 || time.Now().After(deadline) {
+			return left
+		}
+		time.Sleep(100 * time.Millisecond) // polling processes that are exiting
+	}
 }
 
 // allHostProcesses lists what runs on any host besides its sshd listener.
