@@ -146,9 +146,11 @@
 // the same gzipped 150-170 MB/s of text, about 0.4M rows/s; Criteo TSV
 // 0.3-0.38M rows/s; the cache of those rows 7.5M rows/s (about 3x plain
 // text, 18x gzip, 20x Criteo). VW text of 39 string features in two
-// namespaces reads at 0.16M rows/s, and at 31k rows/s with their quadratic
-// interaction (380 more features a row), measured with BenchmarkVW on the
-// same VM under load from other processes. Next allocates nothing in
+// namespaces (about 450 bytes a line) reads at 0.3-0.5M rows/s, and at
+// 86-95k rows/s (36-40M nonzeros/s) with their quadratic interaction, 380
+// more features a row (BenchmarkVW); Criteo with four interactions of
+// columns at 0.3M rows/s (BenchmarkCriteoInteractions), on the same VM
+// under load from other processes. Next allocates nothing in
 // steady state in every format, with interactions and weights too
 // (TestNextAllocatesNothing).
 //

@@ -160,7 +160,8 @@ func (x *interactor) add(ns byte, h uint32, v float32) {
 // InteractionHash(h1, h2[, h3]) % dim and value v1*v2[*v3]. Within a
 // namespace crossed with itself only combinations in order are made, each
 // feature with itself included (VW's default without --permutations).
-// Products that underflow to 0 are left out.
+// Products that underflow to 0 are left out. TestVWGoodLines and
+// TestVWHashMatchesReference pin the combinations and their indices.
 func (x *interactor) emit(b *Batch, dim uint64) {
 	f := x.feats
 	for _, t := range x.terms {

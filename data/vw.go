@@ -7,7 +7,7 @@ import (
 	"math/bits"
 	"slices"
 
-	"github.com/spaolacci/murmur3"
+	"github.com/twmb/murmur3"
 )
 
 // VW text format (Vowpal Wabbit's input format, as its text parser reads
@@ -28,7 +28,7 @@ import (
 // "name:string"; values of 0 drop the feature, as VW drops them.
 //
 // Hashing, VW's default ("--hash strings", hash seed 0), with MurmurHash3
-// x86_32 (github.com/spaolacci/murmur3):
+// x86_32 (github.com/twmb/murmur3):
 //
 //	hash(s, seed) = s as a decimal number + seed   if s is all digits
 //	              = murmur3_x86_32(s, seed)        otherwise
@@ -38,8 +38,9 @@ import (
 //	h(:value)     = ns + k                         the k-th (0-based) nameless feature of the namespace
 //	feature       = h mod Dim
 //
-// all in uint32 arithmetic. With a power-of-two Dim (2^b) the feature is
-// VW's index for -b b. Interactions (Options.Interactions) combine the h
+// all in uint32 arithmetic (TestVWGoodLines; TestVWHashMatchesReference
+// checks the indices against an independent implementation). With a
+// power-of-two Dim (2^b) the feature is VW's index for -b b. Interactions (Options.Interactions) combine the h
 // of their features (InteractionHash) and reduce the result mod Dim too.
 // Features that meet at one index within a row are summed into one
 // feature; a sum of 0 is left out.
@@ -51,7 +52,7 @@ func vwHash(s []byte, seed uint32) uint32 {
 	var n uint32
 	for _, c := range s {
 		if c-'0' > 9 {
-			return murmur3.Sum32WithSeed(s, seed)
+			return murmur3.SeedSum32(seed, s)
 		}
 		n = n*10 + uint32(c-'0') // wraps as VW's 64-bit sum does in its low 32 bits
 	}

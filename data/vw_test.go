@@ -14,12 +14,12 @@ import (
 	"testing"
 
 	"github.com/cespare/xxhash/v2"
-	"github.com/spaolacci/murmur3"
+	"github.com/twmb/murmur3"
 )
 
 // mm is MurmurHash3 x86_32 from the library, for expectations written
 // out by hand in the tests below.
-func mm(s string, seed uint32) uint32 { return murmur3.Sum32WithSeed([]byte(s), seed) }
+func mm(s string, seed uint32) uint32 { return murmur3.SeedSum32(seed, []byte(s)) }
 
 // vwRow reads one VW line with opt (Dim 1<<20 unless set) and returns its
 // row and weight.

@@ -28,7 +28,7 @@ type Metrics struct {
 	// LogLoss is the mean negative log-probability of the true class,
 	// clamped (ClampProb). Rows with importance weights (data.Batch.Weights)
 	// count by their weight: the mean is Σ w·loss / Σ w, VW's "average
-	// loss".
+	// loss" (TestImportanceWeights).
 	LogLoss float64
 	// Error is the fraction of rows whose predicted class is wrong: for
 	// Logreg the prediction is 1 when P(y=1) > 0.5, for Softmax the most

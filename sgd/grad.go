@@ -102,7 +102,8 @@ func (g *Grad) Examples() int { return g.examples }
 // log-loss at m's current weights, bias row included (every example touches
 // row m.Bias() with value 1), and returns the summed log-loss of b before
 // any update (exact, not clamped). A row's importance weight (b.Weights,
-// VW's) multiplies its loss and its gradient.
+// VW's) multiplies its loss and its gradient: weight 2 adds what the row
+// given twice adds (TestImportanceWeights).
 //
 // Logreg: p = sigmoid(w·x + b), dloss/dz = p - y. Softmax: p = softmax(z)
 // computed with the largest logit subtracted, dloss/dz_c = p_c - [c = y].
