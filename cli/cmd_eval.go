@@ -19,8 +19,8 @@ func evalCmd() *command {
 
 	c.group("Evaluation", func(fs *flagSet) {
 		fs.StringVar(&e.modelPath, "model", "", "model `FILE` written by 'gossiptrain train --save' (a file here; train's --model is the kind\nof model to train)")
-		fs.StringVar(&e.test, "test", "", "test data `FILE` (libsvm, criteo or idx; .gz/.zst allowed)")
-		fs.StringVar(&e.format, "format", "auto", "input `format`: libsvm, criteo, idx, or auto (from the file name)")
+		fs.StringVar(&e.test, "test", "", "test data `FILE` (libsvm, criteo, vw or idx; .gz/.zst allowed); - is standard input")
+		fs.StringVar(&e.format, "format", "auto", "input `format`: libsvm, criteo, vw, idx, or auto (from the file name and first line)")
 		fs.StringVar(&e.labels, "test-labels", "", "IDX labels `FILE` (default: found beside the images)")
 		fs.BoolVar(&e.zeroBased, "zero-based", false, "libsvm feature indices start at 0 (default: as the model was trained; a model from an\nolder binary: 1)")
 		fs.BoolVar(&e.skipBad, "skip-bad-lines", false, "count and skip malformed lines instead of stopping")
@@ -30,7 +30,9 @@ func evalCmd() *command {
 	c.group("Logging", e.lf.register)
 	c.help = `
 Load a model saved by 'gossiptrain train --save', evaluate it on --test and
-print one JSON object on standard output:
+print one JSON object on standard output (rows with importance weights count
+by their weight in test_logloss and test_error, as VW's average loss; the
+interactions the model was trained with are applied):
 
   {"model":"model.gt","test":"test.svm","test_examples":…,"test_logloss":…,
    "test_error":…,"test_auc":…,"test_accuracy":…,"model_nonzeros":…}
@@ -77,7 +79,7 @@ func (e *evalFlags) run(c *command, args []string) error {
 	if err != nil {
 		return usageErr("format", "%v", err)
 	}
-	inputs, _, err := infer.Expand([]string{e.test}, "test")
+	inputs, _, err := infer.ExpandData([]string{e.test}, "test")
 	if err != nil {
 		return err
 	}
@@ -98,7 +100,11 @@ func (e *evalFlags) run(c *command, args []string) error {
 		zb = m.Input.ZeroBased
 	}
 	infer.WarnInput(log, m, e.modelPath, inputs[0], f, zb, c.set("zero-based"))
-	opt := data.Options{Format: f, ZeroBased: zb, Dim: m.Dim, SkipBad: e.skipBad, Labels: e.labels, LabelBase: int(m.LabelBase)}
+	inter, err := infer.ModelInteractions(m)
+	if err != nil {
+		return fmt.Errorf("--model %s: %w", e.modelPath, err)
+	}
+	opt := data.Options{Format: f, ZeroBased: zb, Dim: m.Dim, SkipBad: e.skipBad, Labels: e.labels, LabelBase: int(m.LabelBase), Interactions: inter}
 	if m.Kind.Multiclass() {
 		opt.Classes = m.Classes
 	}

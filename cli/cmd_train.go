@@ -44,9 +44,13 @@ writing a JSON-lines report and a model file.
 
 Input formats: libsvm/svmlight text (labels 0/1, -1/+1 or integer classes;
 idx:value pairs), Criteo TSV (label, 13 integer and 26 categorical columns,
-hashed into --dim features), and IDX images (MNIST, Fashion-MNIST). Files ending
-in .gz or .zst are decompressed on the fly. A malformed line stops the run with
-an error naming the file, line and token, unless --skip-bad-lines is given.
+hashed into --dim features), VW text (Vowpal Wabbit's format, hashed into --dim
+as VW hashes; --interactions crosses namespaces as VW's -q and --cubic), and
+IDX images (MNIST, Fashion-MNIST). Files ending in .gz or .zst are decompressed
+on the fly. - is standard input (cat data | gossiptrain train --train - ...).
+Importance weights (VW's, libsvm's label:weight) multiply a row's loss and
+gradient. A malformed line stops the run with an error naming the file, line
+and token, unless --skip-bad-lines is given.
 
 With --job, train runs as one peer of a cluster (no master): it finds the other
 peers of the job (--peer, --mdns, --dht), trains on its own --train data, owns
@@ -61,6 +65,7 @@ taken over from their replicas (--replicas 2) after --dead-after.`
 	c.example = `  gossiptrain gen --out data --rows 1000000 --test-rows 100000
   gossiptrain train --train 'data/train*.svm' --test data/test.svm --dim 16777216 \
       --report run.jsonl --save model.gt
+  zcat clicks.vw.gz | gossiptrain train --train - --dim 16777216 --interactions ua --save vw.gt
   gossiptrain train --model softmax --classes 10 --dim 784 \
       --train /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz \
       --test /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz --epochs 5
@@ -118,6 +123,7 @@ func (tf *trainFlags) run(c *command, args []string) error {
 	if err != nil {
 		return err
 	}
+	defer plan.RemoveSpools()
 	job.GCForTraining(int64(len(plan.Model.W)) * 4) // its size known now
 	nonFinite, _ := sgd.ParseNonFinite(r.nonFinite) // checked by spec
 	cfg := job.Config{Plan: plan, Batch: r.batch, EvalEvery: r.evalEvery, Threads: r.threads, NonFinite: nonFinite,

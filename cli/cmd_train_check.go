@@ -46,6 +46,9 @@ func (tf *trainFlags) spec(c *command) (infer.Spec, error) {
 	if s.Part, s.Parts, err = parsePart(d.part); err != nil {
 		return s, err
 	}
+	if s.Interactions, err = data.ParseInteractions(d.inter); err != nil {
+		return s, usageErr("interactions", "%v", err)
+	}
 	if r.batch < 1 {
 		return s, usageErr("batch", "must be at least 1, got %d", r.batch)
 	}
@@ -282,7 +285,7 @@ func checkOutputs(tf *trainFlags) error {
 		}
 	}
 	if tf.d.test != "" {
-		files, _, err := infer.Expand([]string{tf.d.test}, "test")
+		files, _, err := infer.ExpandData([]string{tf.d.test}, "test")
 		if err != nil {
 			return err
 		}
@@ -290,7 +293,7 @@ func checkOutputs(tf *trainFlags) error {
 			return err
 		}
 	}
-	if files, _, err := infer.Expand(tf.d.train, "train"); err == nil {
+	if files, _, err := infer.ExpandData(tf.d.train, "train"); err == nil {
 		if err := infer.CheckIDXLabels(files, tf.d.trainLabels, "train-labels"); err != nil {
 			return err
 		}

@@ -29,12 +29,14 @@ type dataFlags struct {
 	part        string
 	cache       string
 	labelBase   string
+	inter       string // --interactions
 }
 
 func (d *dataFlags) register(fs *flag.FlagSet) {
-	fs.Var(&d.train, "train", "training data: a `FILE` or a quoted glob ('data/train*.svm'); repeat the flag or separate\nwith commas for several; .gz and .zst are decompressed on the fly")
-	fs.StringVar(&d.test, "test", "", "test data `FILE` for evaluation (same format as --train)")
-	fs.StringVar(&d.format, "format", "auto", "input `format`: libsvm (svmlight), criteo (TSV, hashed into --dim), idx (MNIST images),\nor auto (from the file name)")
+	fs.Var(&d.train, "train", "training data: a `FILE` or a quoted glob ('data/train*.svm'); repeat the flag or separate\nwith commas for several; .gz and .zst are decompressed on the fly. - is standard input\n(cat data | gossiptrain train --train - ...): copied to a temporary file when it must be read\nmore than once (a scan, then epochs), streamed with --epochs 1 and nothing to infer")
+	fs.StringVar(&d.test, "test", "", "test data `FILE` for evaluation (same format as --train; - is standard input, when --train is not)")
+	fs.StringVar(&d.format, "format", "auto", "input `format`: libsvm (svmlight; a label may carry a weight, label:weight), criteo (TSV,\nhashed into --dim), vw (Vowpal Wabbit text: label [weight] ['tag]|namespace feature[:value] ...,\nhashed into --dim with murmur3 as VW hashes), idx (MNIST images), or auto (from the file\nname and first line). CSV is not read")
+	fs.StringVar(&d.inter, "interactions", "", "VW's -q and --cubic: a comma-separated `list` of 2 or 3 namespaces, each named by its first\ncharacter (ab,abc): every row also gets a feature per combination of one feature from each,\nhashed into --dim (VW's FNV combination), valued the product. VW text's namespaces are its own;\nCriteo's columns are a..m (I1..I13) and A..Z (C1..C26). The model file records them, so eval\nand predict apply them too. libsvm and idx input have no namespaces")
 	fs.StringVar(&d.trainLabels, "train-labels", "", "IDX labels `FILE` for --train (default: found beside the images by the standard name)")
 	fs.StringVar(&d.testLabels, "test-labels", "", "IDX labels `FILE` for --test (default: found beside the images by the standard name)")
 	fs.BoolVar(&d.zeroBased, "zero-based", false, "libsvm feature indices start at 0 (default: 1, as in LIBSVM and liblinear)")

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -79,4 +80,18 @@ func gt(t *testing.T, args ...string) (int, string, string) {
 		t.Fatalf("gossiptrain %v: %v", args, err)
 	}
 	return 0, out.String(), errb.String()
+}
+
+// evalJSON runs eval with args and returns the JSON object it prints.
+func evalJSON(t *testing.T, args ...string) map[string]any {
+	t.Helper()
+	code, out, stderr := gt(t, append([]string{"eval"}, args...)...)
+	if code != 0 {
+		t.Fatalf("eval %v: exit %d: %s", args, code, stderr)
+	}
+	var m map[string]any
+	if err := json.Unmarshal([]byte(out), &m); err != nil {
+		t.Fatalf("eval output %q: %v", out, err)
+	}
+	return m
 }

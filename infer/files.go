@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/gossiptrain/gossiptrain/data"
 	"github.com/gossiptrain/gossiptrain/usage"
@@ -40,6 +41,19 @@ func Expand(patterns []string, flagName string) ([]string, int64, error) {
 		}
 	}
 	return files, size, nil
+}
+
+// ExpandData is Expand for the data of train, eval and predict, where -
+// (data.Stdin) is standard input: the only input, never globbed, of
+// unknown size.
+func ExpandData(patterns []string, flagName string) ([]string, int64, error) {
+	if slices.Contains(patterns, data.Stdin) {
+		if len(patterns) > 1 {
+			return nil, 0, usage.Flag(flagName, "%q (standard input) must be the only input, but %d were given", data.Stdin, len(patterns))
+		}
+		return []string{data.Stdin}, 0, nil
+	}
+	return Expand(patterns, flagName)
 }
 
 // CheckIDXLabels checks that IDX images files among files (names, not

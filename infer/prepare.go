@@ -20,6 +20,7 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -76,6 +77,9 @@ type Spec struct {
 	Part, Parts int
 	// Cache is --cache: the training data's binary cache file ("": none).
 	Cache string
+	// Interactions are --interactions: namespaces crossed as VW's -q and
+	// --cubic (data.ParseInteractions), for VW and Criteo input.
+	Interactions []string
 	// LabelBase is --label-base unless LabelBaseAuto (the smallest
 	// training label).
 	LabelBase     int
@@ -131,19 +135,33 @@ type Plan struct {
 	// Scale changes the features while training alone (--scale); nil for
 	// none. The model's rows are mapped back at the end.
 	Scale *data.Scaling
+	// spools remove the temporary copies of standard input (data.Spool).
+	spools []func() error
+	log    zerolog.Logger
 }
 
 // Prepare infers what spec leaves open from one pass over the training
 // data (when anything is open) and builds the model.
-func Prepare(spec Spec, log zerolog.Logger) (*Plan, error) {
+func Prepare(spec Spec, log zerolog.Logger) (plan *Plan, err error) {
 	if len(spec.Train) == 0 {
 		return nil, usage.Flag("train", "no training data given (e.g. --train 'data/train*.svm')")
 	}
-	files, size, err := Expand(spec.Train, "train")
+	files, size, err := ExpandData(spec.Train, "train")
 	if err != nil {
 		return nil, err
 	}
-	p := &Plan{TrainFiles: files, TrainBytes: size, Test: spec.Test, Cache: spec.Cache, EpochsAuto: spec.Epochs == 0, Epochs: spec.Epochs}
+	if spec.Test == data.Stdin && slices.Contains(files, data.Stdin) {
+		return nil, usage.Flag("test", "standard input (-) cannot be both --train and --test: give one of them as a file")
+	}
+	if err := checkInteractions(spec, files[0]); err != nil {
+		return nil, err
+	}
+	p := &Plan{TrainFiles: files, TrainBytes: size, Test: spec.Test, Cache: spec.Cache, EpochsAuto: spec.Epochs == 0, Epochs: spec.Epochs, log: log}
+	defer func() {
+		if err != nil {
+			p.RemoveSpools()
+		}
+	}()
 	if p.EpochsAuto {
 		p.Epochs = AutoMaxEpochs
 		if spec.Distributed {
@@ -151,18 +169,22 @@ func Prepare(spec Spec, log zerolog.Logger) (*Plan, error) {
 		}
 	}
 	base := data.Options{
-		Format:    spec.Format,
-		ZeroBased: spec.ZeroBased,
-		Dim:       spec.Dim,
-		SkipBad:   spec.SkipBad,
-		MaxValue:  spec.MaxValue, // the training data's bound (not the test set's: see below)
+		Format:       spec.Format,
+		ZeroBased:    spec.ZeroBased,
+		Dim:          spec.Dim,
+		SkipBad:      spec.SkipBad,
+		MaxValue:     spec.MaxValue, // the training data's bound (not the test set's: see below)
+		Interactions: spec.Interactions,
+	}
+	if err := p.spoolStdin(spec); err != nil {
+		return nil, err
 	}
 	in, err := inferFromData(spec, base, files, log)
 	if err != nil {
 		return nil, err
 	}
-	if spec.Format == data.FormatCriteo && in.dim == 0 {
-		return nil, usage.Flag("dim", "criteo input is hashed into --dim features: give it (e.g. --dim 16777216)")
+	if (spec.Format == data.FormatCriteo || spec.Format == data.FormatVW) && in.dim == 0 {
+		return nil, usage.Flag("dim", "%v input is hashed into --dim features: give it (e.g. --dim 16777216)", spec.Format)
 	}
 	if in.l2Rows > 0 && spec.Parts <= 1 {
 		// The scan counted this peer's own files; with --part it counted
@@ -220,10 +242,7 @@ type inferred struct {
 // and the row count behind --l2 auto.
 func inferFromData(spec Spec, base data.Options, files []string, log zerolog.Logger) (inferred, error) {
 	in := inferred{kind: spec.Kind, dim: spec.Dim, classes: spec.Classes, labelBase: spec.LabelBase, l2: spec.Opt.L2}
-	needScan := in.kind == 0 || in.dim == 0 || spec.L2Auto ||
-		(in.kind.Multiclass() && (in.classes == 0 || spec.LabelBaseAuto)) ||
-		(spec.Scale == ScaleOn && !spec.Distributed)
-	if !needScan {
+	if !needsScan(spec) {
 		return in, nil
 	}
 	scanOpt := base
@@ -284,6 +303,14 @@ func inferFromData(spec Spec, base data.Options, files []string, log zerolog.Log
 		log.Info().Float64("l2", in.l2).Int64("rows", sr.Rows).Msg("--l2 auto: 1/rows, the strength of liblinear's C=1")
 	}
 	return in, nil
+}
+
+// needsScan says whether the flags leave anything to infer from a scan of
+// the training data.
+func needsScan(spec Spec) bool {
+	return spec.Kind == 0 || spec.Dim == 0 || spec.L2Auto ||
+		(spec.Kind.Multiclass() && (spec.Classes == 0 || spec.LabelBaseAuto)) ||
+		(spec.Scale == ScaleOn && !spec.Distributed)
 }
 
 // inferDim is the dimension of the training data (and of the test data,
@@ -352,6 +379,9 @@ func buildModel(spec Spec, in inferred, first string) (*model.Model, error) {
 		mod.Input = model.Input{Format: inFormat.String(), ZeroBased: spec.ZeroBased}
 	}
 	mod.Meta = map[string]string{"flags": spec.Given}
+	if len(spec.Interactions) > 0 {
+		mod.Meta[metaInteractions] = strings.Join(spec.Interactions, ",")
+	}
 	return mod, nil
 }
 
