@@ -67,7 +67,10 @@ func TestTrainResumeWithoutCheckpoints(t *testing.T) {
 // TestStartersResumeFromTheRoundBeforeADamagedFile).
 func TestTrainResumePassesOverADamagedCheckpoint(t *testing.T) {
 	train, _, dim := e2eDataRows(t, 20000)
-	data := []string{"--train", train, "--dim", fmt.Sprint(dim), "--model", "logreg", "--batch", "50", "--epochs", "20"}
+	// --local-steps 1: a round a batch, so the run lasts long enough for
+	// more than two checkpoints 100ms apart (windows of 4 end it in about
+	// a second, with one or none).
+	data := []string{"--train", train, "--dim", fmt.Sprint(dim), "--model", "logreg", "--batch", "50", "--epochs", "20", "--local-steps", "1"}
 	ckpt := filepath.Join(t.TempDir(), "ckpt")
 	if code, stderr, _ := resumeTrain(t, data, ckpt, "--checkpoint-every", "100ms"); code != 0 {
 		t.Fatalf("the run that writes checkpoints: exit %d\n%s", code, stderr)
