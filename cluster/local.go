@@ -209,6 +209,7 @@ func finish(w io.Writer, res, base *Result, meta *data.GenMeta, cmdline string, 
 		return err
 	}
 	bs := report.Summarize(cfgs)
+	wholeLifePeaks(bs, res, base)
 	if target > 0 {
 		report.AddTimeToTarget(bs, target, 0)
 	}
@@ -229,4 +230,31 @@ func finish(w io.Writer, res, base *Result, meta *data.GenMeta, cmdline string, 
 		}
 	}
 	return nil
+}
+
+// wholeLifePeaks raises each peer's peak resident memory in bs to the
+// kernel's count at its exit (PeerResult.PeakRSS), where that is higher: a
+// report's peak is taken when the peer writes its summary, and what a peer
+// does after it (handing shards over as it leaves) must show too
+// (TestWholeLifePeaks).
+func wholeLifePeaks(bs []report.BenchConfig, results ...*Result) {
+	peak := map[string]int64{}
+	for _, res := range results {
+		if res == nil {
+			continue
+		}
+		for _, pr := range res.Peers {
+			if pr.Report != "" && pr.PeakRSS > 0 {
+				peak[filepath.Clean(pr.Report)] = pr.PeakRSS
+			}
+		}
+	}
+	for i := range bs {
+		for j := range bs[i].Peers {
+			p := &bs[i].Peers[j]
+			if v := peak[filepath.Clean(p.File)]; v > p.PeakRSSBytes {
+				p.PeakRSSBytes = v
+			}
+		}
+	}
 }
