@@ -16,7 +16,7 @@ func TestWholeLifePeaks(t *testing.T) {
 		{File: "/runs/r/peer-2.jsonl", PeakRSSBytes: 300 << 20},
 	}}}
 	res := &Result{Peers: []PeerResult{
-		{Report: "/runs/r/peer-0.jsonl", PeakRSS: 2245 << 20}, // grew after its summary
+		{Report: "/runs/r/peer-0.jsonl", PeakRSS: 2245 << 20},  // grew after its summary
 		{Report: "/runs/r/./peer-1.jsonl", PeakRSS: 200 << 20}, // (a sampling the kernel counts lower: kept)
 		{Report: "/runs/r/peer-2.jsonl"},                       // unknown (a remote peer)
 	}}
