@@ -76,6 +76,7 @@ func WriteClusterTable(w io.Writer, bs []BenchConfig, planted Planted) error {
 		if alone != nil && b.Baseline == alone.Name {
 			fmt.Fprintf(w, "one peer alone (plain train on all the data, same cap): %s examples/s in %.1f s, test log-loss %.4f; the cluster's speedup %s, efficiency %s (speedup / %d peers); a peer received %.0f bytes per example it trained\n",
 				human.Count(float64(alone.ExamplesPerSec)), alone.Seconds, finiteOr(float64(alone.TestLogLoss)), fmtTimes(b.Speedup), fmtEff(b.Efficiency), b.Workers, finiteOr(float64(b.RecvBytesPerExample)))
+			writeMemoryLine(w, b, *alone)
 			writeTargetLine(w, b, *alone)
 		}
 	}
@@ -173,4 +174,23 @@ func writeTargetLine(w io.Writer, b, alone BenchConfig) {
 	}
 	fmt.Fprintf(w, "time to accuracy (test log-loss %.4f, one peer alone's final + 0.5%% unless --target-logloss): one peer alone %s, the cluster %s: %s\n",
 		t, when(alone.SecondsToTarget), when(b.SecondsToTarget), fmtTimes(b.SpeedupToTarget))
+}
+
+// writeMemoryLine compares the busiest peer's peak resident memory with
+// the lone peer's: sharding the model pays in memory when a peer holds
+// only its share (TestClusterTableMemoryLine).
+func writeMemoryLine(w io.Writer, b, alone BenchConfig) {
+	if len(alone.Peers) == 0 || alone.Peers[0].PeakRSSBytes <= 0 {
+		return
+	}
+	var most int64
+	for _, p := range b.Peers {
+		most = max(most, p.PeakRSSBytes)
+	}
+	if most <= 0 {
+		return
+	}
+	lone := alone.Peers[0].PeakRSSBytes
+	fmt.Fprintf(w, "peak memory: the busiest peer %.0f MiB, %.0f%% of one peer alone's %.0f MiB\n",
+		float64(most)/(1<<20), 100*float64(most)/float64(lone), float64(lone)/(1<<20))
 }
