@@ -64,6 +64,10 @@ type Input struct {
 	Format string
 	// ZeroBased is --zero-based: libsvm feature indices start at 0.
 	ZeroBased bool
+	// SignedLabels says a binary model's training labels were written
+	// -1/+1 rather than 0/1, so its predicted labels are too (Label;
+	// saved from format version 4 on).
+	SignedLabels bool
 }
 
 // New returns a zero model with no shard owned. For Logreg classes must be 0

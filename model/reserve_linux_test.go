@@ -1,0 +1,69 @@
+package model
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// Under an address-space limit (ulimit -v), a model whose dense
+// reservation does not fit is refused with an error that names the
+// bytes and the limit, before anything is allocated: by CheckReservation
+// (train's check) and by LoadFile. A model that fits passes.
+func TestCheckReservationUnderLimit(t *testing.T) {
+	// A model file that needs 16 GiB of address space: dim 2^32-1, one row.
+	big := mustNew(t, Logreg, 1<<32-1, 0, 256, DefaultOptConfig(AdaGrad))
+	big.Row(12345)[0] = 1
+	path := filepath.Join(t.TempDir(), "big.gt")
+	if err := big.SaveFile(path, SaveOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	big = nil
+
+	var old syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_AS, &old); err != nil {
+		t.Skip(err)
+	}
+	status, err := os.ReadFile("/proc/self/status")
+	inUse, ok := statusKiB(status, "VmSize:")
+	if err != nil || !ok {
+		t.Skip("/proc/self/status has no VmSize here")
+	}
+	limit := uint64(inUse + ReserveMargin + 1<<30) // 1 GiB to spare
+	if limit > old.Max {
+		t.Skipf("cannot set RLIMIT_AS to %d (hard limit %d)", limit, old.Max)
+	}
+	lim := old
+	lim.Cur = limit
+	if err := syscall.Setrlimit(syscall.RLIMIT_AS, &lim); err != nil {
+		t.Skip(err)
+	}
+	defer syscall.Setrlimit(syscall.RLIMIT_AS, &old)
+
+	if err := CheckReservation(Logreg, 1<<20, 0, 0, 256, AdaGrad, true); err != nil {
+		t.Errorf("8 MiB under a limit with 1 GiB to spare: %v", err)
+	}
+	err = CheckReservation(Logreg, 3000000000, 0, 0, 256, AdaGrad, true)
+	var ae *AddressSpaceError
+	if !errors.As(err, &ae) || !errors.Is(err, ErrAddressSpace) {
+		t.Fatalf("24 GB under a limit of %d: %v, want an *AddressSpaceError", limit, err)
+	}
+	want, _ := Reservation(Logreg, 3000000000, 0, 0, 256, AdaGrad, true)
+	if ae.Bytes != want || ae.Bytes < 24e9 || ae.Limit != int64(limit) || ae.Resource != "RLIMIT_AS" || ae.InUse <= 0 {
+		t.Errorf("error fields %+v, want %d bytes under RLIMIT_AS %d", ae, want, limit)
+	}
+	t.Log(err)
+	for _, s := range []string{"22.4 GiB", "24000002048 bytes", "adagrad state", "RLIMIT_AS (ulimit -v)", FormatBytes(int64(limit))} {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("%q does not say %q", err, s)
+		}
+	}
+	_, err = LoadFile(path)
+	if !errors.Is(err, ErrAddressSpace) || !strings.HasPrefix(err.Error(), path+": ") || !strings.Contains(err.Error(), "16.0 GiB") {
+		t.Errorf("LoadFile of a 16 GiB model: %v, want ErrAddressSpace naming the file and 16.0 GiB", err)
+	}
+}
+
