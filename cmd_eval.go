@@ -20,8 +20,8 @@ func evalCmd() *command {
 	var lf logFlags
 	c.group("Evaluation", func(fs *flagSet) {
 		fs.StringVar(&modelPath, "model", "", "model `FILE` written by 'gossiptrain train --save' (a file here; train's --model is the kind\nof model to train)")
-		fs.StringVar(&test, "test", "", "test data `FILE` (libsvm, criteo or idx; .gz/.zst allowed)")
-		fs.StringVar(&format, "format", "auto", "input `format`: libsvm, criteo, idx, or auto (from the file name)")
+		fs.StringVar(&test, "test", "", "test data `FILE` (libsvm, criteo, vw or idx; .gz/.zst allowed); - is standard input")
+		fs.StringVar(&format, "format", "auto", "input `format`: libsvm, criteo, vw, idx, or auto (from the file name and first line)")
 		fs.StringVar(&labels, "test-labels", "", "IDX labels `FILE` (default: found beside the images)")
 		fs.BoolVar(&zeroBased, "zero-based", false, "libsvm feature indices start at 0 (default: as the model was trained; a model from an\nolder binary: 1)")
 		fs.BoolVar(&skipBad, "skip-bad-lines", false, "count and skip malformed lines instead of stopping")
@@ -31,7 +31,9 @@ func evalCmd() *command {
 	c.group("Logging", lf.register)
 	c.help = `
 Load a model saved by 'gossiptrain train --save', evaluate it on --test and
-print one JSON object on standard output:
+print one JSON object on standard output (rows with importance weights count
+by their weight in test_logloss and test_error, as VW's average loss; the
+interactions the model was trained with are applied):
 
   {"model":"model.gt","test":"test.svm","test_examples":…,"test_logloss":…,
    "test_error":…,"test_auc":…,"test_accuracy":…,"model_nonzeros":…}
@@ -61,7 +63,7 @@ refused with an error that says which.`
 		if err != nil {
 			return usageErr("format", "%v", err)
 		}
-		inputs, _, err := expandInputs([]string{test}, "test")
+		inputs, _, err := expandDataInputs([]string{test}, "test")
 		if err != nil {
 			return err
 		}
@@ -82,7 +84,11 @@ refused with an error that says which.`
 			zb = m.Input.ZeroBased
 		}
 		warnInput(log, m, modelPath, inputs[0], f, zb, c.set("zero-based"))
-		opt := data.Options{Format: f, ZeroBased: zb, Dim: m.Dim, SkipBad: skipBad, Labels: labels, LabelBase: int(m.LabelBase)}
+		inter, err := modelInteractions(m)
+		if err != nil {
+			return fmt.Errorf("--model %s: %w", modelPath, err)
+		}
+		opt := data.Options{Format: f, ZeroBased: zb, Dim: m.Dim, SkipBad: skipBad, Labels: labels, LabelBase: int(m.LabelBase), Interactions: inter}
 		if m.Kind.Multiclass() {
 			opt.Classes = m.Classes
 		}

@@ -25,10 +25,10 @@ func predictCmd() *command {
 	var lf logFlags
 	c.group("Prediction", func(fs *flagSet) {
 		fs.StringVar(&modelPath, "model", "", "model `FILE` written by 'gossiptrain train --save' (a file here; train's --model is a kind)")
-		fs.Var(&files, "data", "rows to score: a `FILE` or a quoted glob, as train's --train reads them (libsvm, criteo or idx;\n.gz/.zst allowed); labelled or not: a libsvm line may start with its first index:value, a\nCriteo line may lack the label column, IDX images need no labels file")
-		fs.StringVar(&out, "out", "", "write the predictions to `FILE` (default: standard output); the file appears only when\nevery row was scored")
+		fs.Var(&files, "data", "rows to score: a `FILE` or a quoted glob, as train's --train reads them (libsvm, criteo, vw or\nidx; .gz/.zst allowed), or - for standard input (head -1000 test.svm | gossiptrain predict ...\n--data -); labelled or not: a libsvm line may start with its first index:value, a Criteo line\nmay lack the label column, a VW line its label, IDX images need no labels file")
+		fs.StringVar(&out, "out", "", "write the predictions to `FILE` (default, or -: standard output); the file appears only\nwhen every row was scored")
 		fs.BoolVar(&raw, "raw", false, "print margins instead of probabilities: the logit w·x+b (logreg), the logits (softmax, mlp)")
-		fs.StringVar(&format, "format", "auto", "input `format`: libsvm, criteo, idx, or auto (from the file name)")
+		fs.StringVar(&format, "format", "auto", "input `format`: libsvm, criteo, vw, idx, or auto (from the file name and first line)")
 		fs.BoolVar(&zeroBased, "zero-based", false, "libsvm feature indices start at 0 (default: as the model was trained; a model from an\nolder binary: 1)")
 		fs.IntVar(&batch, "batch", 1000, "rows read at a time")
 	})
@@ -48,9 +48,11 @@ ignored; 'gossiptrain eval --predictions FILE' scores labelled rows and
 reports the metrics too. The numbers are computed exactly as eval computes
 them, so the AUC and log-loss of the written probabilities are eval's.
 
-A model file records the input format and --zero-based it was trained with;
-predict uses that --zero-based unless told, and warns when told otherwise.`
+A model file records the input format, --zero-based and --interactions it
+was trained with; predict applies those interactions, uses that --zero-based
+unless told, and warns when told otherwise.`
 	c.example = `  gossiptrain predict --model model.gt --data data/test.svm > test.pred
+  zcat test.vw.gz | gossiptrain predict --model vw.gt --data - --out -
   gossiptrain predict --model fashion.gt --out test.pred \
       --data /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz`
 	c.run = func(c *command, args []string) error {
@@ -74,11 +76,11 @@ predict uses that --zero-based unless told, and warns when told otherwise.`
 		if err != nil {
 			return usageErr("format", "%v", err)
 		}
-		inputs, _, err := expandInputs(files, "data")
+		inputs, _, err := expandDataInputs(files, "data")
 		if err != nil {
 			return err
 		}
-		if out != "" {
+		if out != "" && out != "-" {
 			if err := checkWritableFile(out); err != nil {
 				return usageErr("out", "%v", err)
 			}
@@ -92,7 +94,11 @@ predict uses that --zero-based unless told, and warns when told otherwise.`
 			zb = m.Input.ZeroBased
 		}
 		warnInput(log, m, modelPath, inputs[0], f, zb, c.set("zero-based"))
-		opt := data.Options{Format: f, ZeroBased: zb, Dim: m.Dim, NoLabels: true}
+		inter, err := modelInteractions(m)
+		if err != nil {
+			return fmt.Errorf("--model %s: %w", modelPath, err)
+		}
+		opt := data.Options{Format: f, ZeroBased: zb, Dim: m.Dim, NoLabels: true, Interactions: inter}
 		src, err := data.Open(inputs, opt)
 		if err != nil {
 			return err

@@ -38,12 +38,14 @@ type dataFlags struct {
 	part        string
 	cache       string
 	labelBase   string
+	inter       string // --interactions
 }
 
 func (d *dataFlags) register(fs *flag.FlagSet) {
-	fs.Var(&d.train, "train", "training data: a `FILE` or a quoted glob ('data/train*.svm'); repeat the flag or separate\nwith commas for several; .gz and .zst are decompressed on the fly")
-	fs.StringVar(&d.test, "test", "", "test data `FILE` for evaluation (same format as --train)")
-	fs.StringVar(&d.format, "format", "auto", "input `format`: libsvm (svmlight), criteo (TSV, hashed into --dim), idx (MNIST images),\nor auto (from the file name)")
+	fs.Var(&d.train, "train", "training data: a `FILE` or a quoted glob ('data/train*.svm'); repeat the flag or separate\nwith commas for several; .gz and .zst are decompressed on the fly. - is standard input\n(cat data | gossiptrain train --train - ...): copied to a temporary file when it must be read\nmore than once (a scan, then epochs), streamed with --epochs 1 and nothing to infer")
+	fs.StringVar(&d.test, "test", "", "test data `FILE` for evaluation (same format as --train; - is standard input, when --train is not)")
+	fs.StringVar(&d.format, "format", "auto", "input `format`: libsvm (svmlight; a label may carry a weight, label:weight), criteo (TSV,\nhashed into --dim), vw (Vowpal Wabbit text: label [weight] ['tag]|namespace feature[:value] ...,\nhashed into --dim with murmur3 as VW hashes), idx (MNIST images), or auto (from the file\nname and first line). CSV is not read")
+	fs.StringVar(&d.inter, "interactions", "", "VW's -q and --cubic: a comma-separated `list` of 2 or 3 namespaces, each named by its first\ncharacter (ab,abc): every row also gets a feature per combination of one feature from each,\nhashed into --dim (VW's FNV combination), valued the product. VW text's namespaces are its own;\nCriteo's columns are a..m (I1..I13) and A..Z (C1..C26). The model file records them, so eval\nand predict apply them too. libsvm and idx input have no namespaces")
 	fs.StringVar(&d.trainLabels, "train-labels", "", "IDX labels `FILE` for --train (default: found beside the images by the standard name)")
 	fs.StringVar(&d.testLabels, "test-labels", "", "IDX labels `FILE` for --test (default: found beside the images by the standard name)")
 	fs.BoolVar(&d.zeroBased, "zero-based", false, "libsvm feature indices start at 0 (default: 1, as in LIBSVM and liblinear)")
@@ -278,9 +280,13 @@ writing a JSON-lines report and a model file.
 
 Input formats: libsvm/svmlight text (labels 0/1, -1/+1 or integer classes;
 idx:value pairs), Criteo TSV (label, 13 integer and 26 categorical columns,
-hashed into --dim features), and IDX images (MNIST, Fashion-MNIST). Files ending
-in .gz or .zst are decompressed on the fly. A malformed line stops the run with
-an error naming the file, line and token, unless --skip-bad-lines is given.
+hashed into --dim features), VW text (Vowpal Wabbit's format, hashed into --dim
+as VW hashes; --interactions crosses namespaces as VW's -q and --cubic), and
+IDX images (MNIST, Fashion-MNIST). Files ending in .gz or .zst are decompressed
+on the fly. - is standard input (cat data | gossiptrain train --train - ...).
+Importance weights (VW's, libsvm's label:weight) multiply a row's loss and
+gradient. A malformed line stops the run with an error naming the file, line
+and token, unless --skip-bad-lines is given.
 
 With --job, train runs as one peer of a cluster (no master): it finds the other
 peers of the job (--peer, --mdns, --dht), trains on its own --train data, owns
@@ -295,6 +301,7 @@ taken over from their replicas (--replicas 2) after --dead-after.`
 	c.example = `  gossiptrain gen --out data --rows 1000000 --test-rows 100000
   gossiptrain train --train 'data/train*.svm' --test data/test.svm --dim 16777216 \
       --report run.jsonl --save model.gt
+  zcat clicks.vw.gz | gossiptrain train --train - --dim 16777216 --interactions ua --save vw.gt
   gossiptrain train --model softmax --classes 10 --dim 784 \
       --train /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz \
       --test /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz --epochs 5
@@ -327,6 +334,7 @@ taken over from their replicas (--replicas 2) after --dead-after.`
 		if err != nil {
 			return err
 		}
+		defer job.removeSpools()
 		gcForTraining(int64(len(job.model.W)) * 4) // its size known now
 		if tf.distributed(c) {
 			return job.runDistributed(tf) // it handles signals itself: the first one leaves gracefully
@@ -354,6 +362,38 @@ type trainJob struct {
 	// scale changes the features while training alone (--scale); nil for
 	// none. The model's rows are mapped back at the end.
 	scale *data.Scaling
+	// spools remove the temporary copies of standard input (data.Spool).
+	spools []func() error
+}
+
+// removeSpools removes the temporary copies of streamed input.
+func (j *trainJob) removeSpools() {
+	for _, rm := range j.spools {
+		if err := rm(); err != nil {
+			j.log.Warn().Err(err).Msg("removing the temporary copy of standard input")
+		}
+	}
+	j.spools = nil
+}
+
+// spool copies a stream input (standard input, a pipe) that must be read
+// more than once to a temporary file, logging it.
+func (j *trainJob) spool(name, flagName, why string) error {
+	if !data.IsStream(name) {
+		return nil
+	}
+	n, rm, err := data.Spool(name, "")
+	if err != nil {
+		return fmt.Errorf("--%s: %w", flagName, err)
+	}
+	j.spools = append(j.spools, rm)
+	what := name
+	if name == data.Stdin {
+		what = "standard input"
+	}
+	j.log.Info().Str("input", name).Int64("bytes", n).Str("flag", "--"+flagName).
+		Msgf("%s is read more than once (%s): copied to a temporary file, removed at the end", what, why)
+	return nil
 }
 
 // prepareTraining checks the flags, infers what may be inferred from the data
@@ -428,18 +468,43 @@ func prepareTraining(c *command, d *dataFlags, m *modelFlags, r *runFlags, log z
 		}
 		labelBase = v
 	}
-	files, size, err := expandInputs(d.train, "train")
+	files, size, err := expandDataInputs(d.train, "train")
 	if err != nil {
 		return nil, err
 	}
+	if d.test == data.Stdin && slices.Contains(files, data.Stdin) {
+		return nil, usageErr("test", "standard input (-) cannot be both --train and --test: give one of them as a file")
+	}
+	interactions, err := data.ParseInteractions(d.inter)
+	if err != nil {
+		return nil, usageErr("interactions", "%v", err)
+	}
+	if len(interactions) > 0 {
+		f := format
+		if f == data.FormatAuto {
+			if f, err = data.DetectFormat(files[0]); err != nil {
+				return nil, usageErr("train", "%v", err)
+			}
+		}
+		if f != data.FormatVW && f != data.FormatCriteo {
+			return nil, usageErr("interactions", "%s is %v input, which has no namespaces to cross (VW text and Criteo TSV have them)", files[0], f)
+		}
+	}
 	base := data.Options{
-		Format:    format,
-		ZeroBased: d.zeroBased,
-		Dim:       m.dim,
-		SkipBad:   d.skipBad,
-		MaxValue:  d.maxValue, // the training data's bound (not the test set's: see below)
+		Format:       format,
+		ZeroBased:    d.zeroBased,
+		Dim:          m.dim,
+		SkipBad:      d.skipBad,
+		MaxValue:     d.maxValue, // the training data's bound (not the test set's: see below)
+		Interactions: interactions,
 	}
 	job := &trainJob{log: log, c: c, d: d, r: r, trainFiles: files, trainBytes: size}
+	ok := false
+	defer func() {
+		if !ok {
+			job.removeSpools()
+		}
+	}()
 
 	l2Auto := m.l2 == "auto"
 	if !l2Auto {
@@ -457,6 +522,20 @@ func prepareTraining(c *command, d *dataFlags, m *modelFlags, r *runFlags, log z
 	needScan := kind == 0 || dim == 0 || l2Auto ||
 		(kind.Multiclass() && (classes == 0 || d.labelBase == "auto")) ||
 		(r.scale == "on" && !r.distributed)
+	// Standard input can be read once: copy it when it is read more.
+	switch {
+	case needScan:
+		err = job.spool(files[0], "train", "a scan to infer what the flags leave open, then the epochs; "+
+			"with --model, --dim and --l2 given, and --epochs 1 or --cache FILE, it is streamed")
+	case r.epochs > 1 && d.cache == "":
+		err = job.spool(files[0], "train", "one pass per epoch; --cache FILE would read it once")
+	}
+	if err == nil && d.test != "" {
+		err = job.spool(d.test, "test", "once per evaluation")
+	}
+	if err != nil {
+		return nil, err
+	}
 	var scan *data.ScanResult
 	if needScan {
 		scanOpt := base
@@ -532,8 +611,8 @@ func prepareTraining(c *command, d *dataFlags, m *modelFlags, r *runFlags, log z
 			log.Info().Float64("l2", oc.L2).Int64("rows", sr.Rows).Msg("--l2 auto: 1/rows, the strength of liblinear's C=1")
 		}
 	}
-	if format == data.FormatCriteo && dim == 0 {
-		return nil, usageErr("dim", "criteo input is hashed into --dim features: give it (e.g. --dim 16777216)")
+	if (format == data.FormatCriteo || format == data.FormatVW) && dim == 0 {
+		return nil, usageErr("dim", "%v input is hashed into --dim features: give it (e.g. --dim 16777216)", format)
 	}
 	base.Dim = dim
 	if kind.Multiclass() {
@@ -594,6 +673,9 @@ func prepareTraining(c *command, d *dataFlags, m *modelFlags, r *runFlags, log z
 	var given []string
 	c.flags.Visit(func(f *flag.Flag) { given = append(given, "--"+f.Name+"="+f.Value.String()) })
 	mod.Meta = map[string]string{"flags": strings.Join(given, " ")}
+	if len(interactions) > 0 {
+		mod.Meta[metaInteractions] = strings.Join(interactions, ",")
+	}
 	job.model = mod
 	if r.scale != "off" && !r.distributed && scan != nil {
 		if job.scale = data.ScalingFor(*scan, dim); job.scale != nil {
@@ -605,7 +687,34 @@ func prepareTraining(c *command, d *dataFlags, m *modelFlags, r *runFlags, log z
 	log.Info().Str("model", kind.String()).Uint64("dim", dim).Int("classes", classes).
 		Str("layout", mod.Layout.String()).Str("optimizer", oc.String()).
 		Float64("model_MiB", float64(len(mod.W))*4/(1<<20)).Msg("model ready")
+	ok = true
 	return job, nil
+}
+
+// metaInteractions is the model meta key that records --interactions, so
+// eval and predict read rows as train did.
+const metaInteractions = "interactions"
+
+// modelInteractions returns the interactions a model was trained with.
+func modelInteractions(m *model.Model) ([]string, error) {
+	list, err := data.ParseInteractions(m.Meta[metaInteractions])
+	if err != nil {
+		return nil, fmt.Errorf("the model file's interactions: %w", err)
+	}
+	return list, nil
+}
+
+// expandDataInputs is expandInputs for the data of train, eval and
+// predict, where - (data.Stdin) is standard input: the only input, never
+// globbed, of unknown size.
+func expandDataInputs(patterns []string, flagName string) ([]string, int64, error) {
+	if slices.Contains(patterns, data.Stdin) {
+		if len(patterns) > 1 {
+			return nil, 0, usageErr(flagName, "%q (standard input) must be the only input, but %d were given", data.Stdin, len(patterns))
+		}
+		return []string{data.Stdin}, 0, nil
+	}
+	return expandInputs(patterns, flagName)
 }
 
 // warnRareLabels warns about labels so rare they look like typos: with

@@ -174,7 +174,7 @@ func checkOutputs(tf *trainFlags) error {
 		}
 	}
 	if tf.d.test != "" {
-		files, _, err := expandInputs([]string{tf.d.test}, "test")
+		files, _, err := expandDataInputs([]string{tf.d.test}, "test")
 		if err != nil {
 			return err
 		}
@@ -182,7 +182,7 @@ func checkOutputs(tf *trainFlags) error {
 			return err
 		}
 	}
-	if files, _, err := expandInputs(tf.d.train, "train"); err == nil {
+	if files, _, err := expandDataInputs(tf.d.train, "train"); err == nil {
 		if err := checkIDXLabels(files, tf.d.trainLabels, "train-labels"); err != nil {
 			return err
 		}
