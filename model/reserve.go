@@ -117,3 +117,20 @@ func FormatBytes(n int64) string {
 	}
 	return fmt.Sprintf("%.1f %ciB", f, "KMGTPE"[i])
 }
+
+// CheckOwnAll reports, as CheckReservation does, when the optimizer state
+// OwnAll would allocate for the shards m does not own yet does not fit
+// under the process's address-space limits: a model read from a file
+// without state (train --init) has its weights mapped already.
+func (m *Model) CheckOwnAll() error {
+	var n int64
+	for _, st := range m.State {
+		if st == nil {
+			n += 4 * int64(m.Layout.ShardSize()) * int64(m.Opt.Kind.StatePerWeight())
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	return checkAddressSpaceFor(n, m.Opt.Kind.String()+" state")
+}
