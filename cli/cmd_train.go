@@ -127,7 +127,7 @@ func (tf *trainFlags) run(c *command, args []string) error {
 	job.GCForTraining(int64(len(plan.Model.W)) * 4) // its size known now
 	nonFinite, _ := sgd.ParseNonFinite(r.nonFinite) // checked by spec
 	cfg := job.Config{Plan: plan, Batch: r.batch, EvalEvery: r.evalEvery, Threads: r.threads, NonFinite: nonFinite,
-		ProgressEvery: r.progressEvery, Report: r.report, Save: r.save, Flags: c.flagValues(), Version: Version,
+		ProgressEvery: r.progressEvery, Report: r.report, Save: r.save, SaveState: r.saveState, Flags: c.flagValues(), Version: Version,
 		MetricsAddr: tf.metricsAddr, Log: log}
 	if r.distributed {
 		if tf.p.job == "" {
