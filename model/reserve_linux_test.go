@@ -70,6 +70,18 @@ func TestCheckReservationUnderLimit(t *testing.T) {
 			t.Errorf("%q does not say %q", err, s)
 		}
 	}
+	// CheckOwnAll: the state a model read without any (train --init)
+	// gets when a lone run owns every shard.
+	if err := mustNew(t, Logreg, 1<<20, 0, 256, DefaultOptConfig(AdaGrad)).CheckOwnAll(); err != nil {
+		t.Errorf("CheckOwnAll of 4 MiB of state: %v", err)
+	}
+	shape, err := newShape(Logreg, 3000000000, 0, 0, 256, DefaultOptConfig(AdaGrad)) // no weights allocated
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := shape.CheckOwnAll(); !errors.As(err, &ae) || ae.Bytes != want/2 || !strings.Contains(err.Error(), "adagrad state need 11.2 GiB") {
+		t.Errorf("CheckOwnAll of 12 GB of adagrad state: %v, want an *AddressSpaceError of %d bytes", err, want/2)
+	}
 	_, err = LoadFile(path)
 	if !errors.Is(err, ErrAddressSpace) || !strings.HasPrefix(err.Error(), path+": ") || !strings.Contains(err.Error(), "16.0 GiB") {
 		t.Errorf("LoadFile of a 16 GiB model: %v, want ErrAddressSpace naming the file and 16.0 GiB", err)
