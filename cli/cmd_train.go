@@ -66,6 +66,8 @@ taken over from their replicas (--replicas 2) after --dead-after.`
   gossiptrain train --train 'data/train*.svm' --test data/test.svm --dim 16777216 \
       --report run.jsonl --save model.gt
   zcat clicks.vw.gz | gossiptrain train --train - --dim 16777216 --interactions ua --save vw.gt
+  # go on training a saved model on new data (--save-state kept its optimizer's rates)
+  gossiptrain train --train data/week2.svm --init model.gt --save model2.gt
   gossiptrain train --model softmax --classes 10 --dim 784 \
       --train /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz \
       --test /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz --epochs 5
