@@ -1,0 +1,178 @@
+package sgd
+
+import (
+	"io"
+
+	"github.com/gossiptrain/gossiptrain/data"
+	"github.com/gossiptrain/gossiptrain/model"
+)
+
+// Early stopping on held-out rows (Config.Holdout).
+//
+// Every Holdout-th row of an epoch's stream, by position (rows k, 2k, …
+// for k = Holdout, counted from the epoch's first row, as Vowpal Wabbit's
+// --holdout_period counts them), is held out: Train never trains on it. The
+// held-out rows of the first epoch are kept in memory (about 1/k of the
+// parsed training data: 8 bytes a nonzero and about 12 a row), so no
+// second pass over the data is needed and a pipe works. At the end of
+// every whole epoch the model's mean log-loss on them is the held-out
+// loss. Training stops once Patience whole epochs in a row have not
+// improved the best held-out loss by more than HoldoutTol of it, and Train
+// returns the model of the best epoch: at each improvement it copies the
+// weights and the optimizer state (one more copy of the model's arrays
+// in memory), and at the end it copies them back when a later epoch was
+// run (TestTrainHoldoutKeepsTheBestEpoch).
+
+// holdoutSource passes on the rows of src that are not held out and, when
+// keep is not nil, appends the held-out ones to keep.
+type holdoutSource struct {
+	src  data.Source
+	k    int64
+	row  int64       // rows of src read so far
+	keep *data.Batch // the held-out rows kept (nil: not kept)
+	tmp  data.Batch
+	eof  bool // src returned io.EOF
+}
+
+// Next appends up to max rows that are not held out to b. Like every
+// source it returns 0 rows and io.EOF at the end (and may return rows
+// with io.EOF).
+func (h *holdoutSource) Next(b *data.Batch, max int) (int, error) {
+	b.Reset()
+	if h.eof {
+		return 0, io.EOF
+	}
+	for b.Rows() < max {
+		n, err := h.src.Next(&h.tmp, max-b.Rows())
+		for r := range n {
+			h.row++
+			if h.row%h.k == 0 {
+				if h.keep != nil {
+					appendRow(h.keep, &h.tmp, r)
+				}
+				continue
+			}
+			appendRow(b, &h.tmp, r)
+		}
+		if n > 0 {
+			if b.Span.IsZero() {
+				b.Span.First = h.tmp.Span.First
+			}
+			b.Span.Last = h.tmp.Span.Last
+		}
+		if err != nil {
+			if err == io.EOF && b.Rows() > 0 {
+				h.eof = true // the next call returns io.EOF
+				return b.Rows(), nil
+			}
+			return b.Rows(), err
+		}
+		if n == 0 {
+			break
+		}
+	}
+	return b.Rows(), nil
+}
+
+func (h *holdoutSource) Stats() data.Stats { return h.src.Stats() }
+func (h *holdoutSource) Close() error      { return h.src.Close() }
+
+// appendRow appends row r of o to b.
+func appendRow(b *data.Batch, o *data.Batch, r int) {
+	idx, val := o.Row(r)
+	for i, k := range idx {
+		b.Add(k, val[i])
+	}
+	b.EndRowWeighted(o.Labels[r], o.Weight(r))
+}
+
+// heldSource reads the rows of an in-memory batch.
+type heldSource struct {
+	b   *data.Batch
+	pos int
+}
+
+func (s *heldSource) Next(b *data.Batch, max int) (int, error) {
+	b.Reset()
+	for s.pos < s.b.Rows() && b.Rows() < max {
+		appendRow(b, s.b, s.pos)
+		s.pos++
+	}
+	if b.Rows() == 0 {
+		return 0, io.EOF
+	}
+	return b.Rows(), nil
+}
+
+func (s *heldSource) Stats() data.Stats { return data.Stats{} }
+func (s *heldSource) Close() error      { return nil }
+
+// snapshot is a copy of a model's arrays and counters: the best epoch's.
+type snapshot struct {
+	w        []float32
+	state    [][]float32
+	steps    int64
+	examples int64 // Summary.Examples when it was taken
+	epoch    int   // the whole epochs run when it was taken
+}
+
+// take copies m into s, reusing s's arrays.
+func (s *snapshot) take(m *model.Model, examples int64, epoch int) {
+	s.w = append(s.w[:0], m.W...)
+	if len(s.state) != len(m.State) {
+		s.state = make([][]float32, len(m.State))
+	}
+	for i, st := range m.State {
+		if st == nil {
+			s.state[i] = nil
+			continue
+		}
+		s.state[i] = append(s.state[i][:0], st...)
+	}
+	s.steps, s.examples, s.epoch = m.Steps, examples, epoch
+}
+
+// restore copies s back into m.
+func (s *snapshot) restore(m *model.Model) {
+	copy(m.W, s.w)
+	for i, st := range s.state {
+		if st != nil {
+			copy(m.State[i], st)
+		}
+	}
+	m.Steps = s.steps
+}
+
+// holdoutEpoch evaluates the held-out loss after a whole epoch, keeps a
+// copy of the model when it is the best so far, and reports whether
+// training should stop (Patience epochs in a row without improvement).
+func (t *trainer) holdoutEpoch() (stop bool, err error) {
+	if t.held == nil || t.held.Rows() == 0 {
+		return false, nil
+	}
+	met, err := t.ev.Evaluate(t.m, &heldSource{b: t.held}, t.cfg.EvalBatch)
+	if err != nil {
+		return false, err
+	}
+	loss := met.LogLoss
+	t.sum.HoldoutRows = met.Examples
+	t.sum.HoldoutLoss = append(t.sum.HoldoutLoss, loss)
+	if t.sum.BestEpoch == 0 || loss < t.bestLoss*(1-t.cfg.HoldoutTol) {
+		t.bestLoss, t.sum.BestEpoch, t.worse = loss, t.sum.Epochs, 0
+		t.best.take(t.m, t.sum.Examples, t.sum.Epochs)
+		return false, nil
+	}
+	t.worse++
+	return t.worse >= max(t.cfg.Patience, 1), nil
+}
+
+// keepBest puts the best epoch's model back when a later epoch was run.
+func (t *trainer) keepBest() {
+	if t.sum.BestEpoch == 0 {
+		return
+	}
+	t.sum.BestExamples = t.best.examples
+	if t.best.epoch != t.sum.Epochs || t.sum.Examples != t.best.examples {
+		t.best.restore(t.m)
+	}
+}
