@@ -18,7 +18,8 @@ import (
 // every whole epoch the model's mean log-loss on them is the held-out
 // loss. Training stops once Patience whole epochs in a row have not
 // improved the best held-out loss by more than HoldoutTol of it, and Train
-// returns the model of the best epoch: at each improvement it copies the
+// returns the model of the epoch with the lowest held-out loss (by any
+// margin): each time the loss is the lowest so far it copies the
 // weights and the optimizer state (one more copy of the model's arrays
 // in memory), and at the end it copies them back when a later epoch was
 // run (TestTrainHoldoutKeepsTheBestEpoch).
@@ -144,8 +145,9 @@ func (s *snapshot) restore(m *model.Model) {
 }
 
 // holdoutEpoch evaluates the held-out loss after a whole epoch, keeps a
-// copy of the model when it is the best so far, and reports whether
-// training should stop (Patience epochs in a row without improvement).
+// copy of the model when it is the lowest so far, and reports whether
+// training should stop (Patience epochs in a row without an improvement
+// by more than HoldoutTol).
 func (t *trainer) holdoutEpoch() (stop bool, err error) {
 	if t.held == nil || t.held.Rows() == 0 {
 		return false, nil
@@ -157,9 +159,14 @@ func (t *trainer) holdoutEpoch() (stop bool, err error) {
 	loss := met.LogLoss
 	t.sum.HoldoutRows = met.Examples
 	t.sum.HoldoutLoss = append(t.sum.HoldoutLoss, loss)
-	if t.sum.BestEpoch == 0 || loss < t.bestLoss*(1-t.cfg.HoldoutTol) {
-		t.bestLoss, t.sum.BestEpoch, t.worse = loss, t.sum.Epochs, 0
+	first := t.sum.BestEpoch == 0
+	improved := first || loss < t.bestLoss*(1-t.cfg.HoldoutTol)
+	if first || loss < t.bestLoss {
+		t.bestLoss, t.sum.BestEpoch = loss, t.sum.Epochs
 		t.best.take(t.m, t.sum.Examples, t.sum.Epochs)
+	}
+	if improved {
+		t.worse = 0
 		return false, nil
 	}
 	t.worse++
