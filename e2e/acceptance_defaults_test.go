@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"math"
 	"os"
 	"os/exec"
@@ -178,7 +179,8 @@ func TestAcceptanceDefaultsStopOnHeldOutRows(t *testing.T) {
 			best, bestEpochs = float64(s.TestLogLoss), e
 		}
 	}
-	s := trainReport(t, "--train", train, "--test", test)
+	saved := filepath.Join(dir, "model.gt")
+	s := trainReport(t, "--train", train, "--test", test, "--save", saved)
 	t.Logf("defaults: test log-loss %.4f (ran %d epochs, kept epoch %d, held-out losses %.4f); best of 1-5 epochs %.4f (%d)",
 		s.TestLogLoss, s.Epochs, s.KeptEpoch, s.HoldoutLogLoss, best, bestEpochs)
 	if float64(s.TestLogLoss) > best*1.01 {
@@ -186,5 +188,16 @@ func TestAcceptanceDefaultsStopOnHeldOutRows(t *testing.T) {
 	}
 	if s.KeptEpoch < 1 || s.KeptEpoch > 5 || len(s.HoldoutLogLoss) != s.Epochs || s.Epochs > s.KeptEpoch+2 {
 		t.Errorf("ran %d epochs keeping epoch %d (%d held-out losses); want an early epoch kept and at most 2 more run", s.Epochs, s.KeptEpoch, len(s.HoldoutLogLoss))
+	}
+	// The model saved is the one kept, not the last epoch's.
+	code, stdout, stderr := gt(t, "eval", "--model", saved, "--test", test)
+	var ev struct {
+		LogLoss float64 `json:"test_logloss"`
+	}
+	if code != 0 || json.Unmarshal([]byte(stdout), &ev) != nil {
+		t.Fatalf("eval: exit %d: %s%s", code, stdout, stderr)
+	}
+	if math.Abs(ev.LogLoss-float64(s.TestLogLoss)) > 1e-9 {
+		t.Errorf("the saved model's test log-loss is %v, the run reported %v: the model saved is not the one kept", ev.LogLoss, s.TestLogLoss)
 	}
 }
