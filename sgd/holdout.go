@@ -19,10 +19,9 @@ import (
 // loss. Training stops once Patience whole epochs in a row have not
 // improved the best held-out loss by more than HoldoutTol of it, and Train
 // returns the model of the epoch with the lowest held-out loss (by any
-// margin): each time the loss is the lowest so far it copies the
-// weights and the optimizer state (one more copy of the model's arrays
-// in memory), and at the end it copies them back when a later epoch was
-// run (TestTrainHoldoutKeepsTheBestEpoch).
+// margin): from the epoch with the lowest loss so far on, it keeps each
+// row a step changes as it was before (undoLog), and at the end it writes
+// them back when a later epoch was run (TestTrainHoldoutKeepsTheBestEpoch).
 
 // holdoutSource passes on the rows of src that are not held out and, when
 // keep is not nil, appends the held-out ones to keep.
@@ -108,40 +107,62 @@ func (s *heldSource) Next(b *data.Batch, max int) (int, error) {
 func (s *heldSource) Stats() data.Stats { return data.Stats{} }
 func (s *heldSource) Close() error      { return nil }
 
-// snapshot is a copy of a model's arrays and counters: the best epoch's.
-type snapshot struct {
-	w        []float32
-	state    [][]float32
+// undoLog is how Train goes back to the best epoch's model without a copy
+// of the whole model: from the best epoch's end on, before a step changes
+// a row for the first time, it keeps the row as it was (its wide row:
+// weights, then optimizer state; model.AppendWide), and restore writes
+// those back. It costs the rows trained since the best epoch, as wide
+// rows, and a bit per row of the model, whose pages only the rows trained
+// touch: a sparse model's untouched rows cost nothing, where reading or
+// copying its whole arrays would fault every page of them in.
+type undoLog struct {
+	dirty    []uint64 // a bit per row: kept since the best epoch
+	keys     []uint32
+	vals     []float32 // model.StateWidth(true) per key
 	steps    int64
-	examples int64 // Summary.Examples when it was taken
-	epoch    int   // the whole epochs run when it was taken
+	examples int64 // Summary.Examples at the best epoch's end
+	epoch    int   // the whole epochs run then
 }
 
-// take copies m into s, reusing s's arrays.
-func (s *snapshot) take(m *model.Model, examples int64, epoch int) {
-	s.w = append(s.w[:0], m.W...)
-	if len(s.state) != len(m.State) {
-		s.state = make([][]float32, len(m.State))
+// reset makes m as it is now the model to go back to.
+func (u *undoLog) reset(m *model.Model, examples int64, epoch int) {
+	for _, k := range u.keys {
+		u.dirty[k/64] &^= 1 << (k % 64)
 	}
-	for i, st := range m.State {
-		if st == nil {
-			s.state[i] = nil
+	u.keys, u.vals = u.keys[:0], u.vals[:0]
+	u.steps, u.examples, u.epoch = m.Steps, examples, epoch
+}
+
+// save keeps the rows of keys not kept yet, before a step changes them.
+func (u *undoLog) save(m *model.Model, keys []uint32) {
+	if u.dirty == nil {
+		u.dirty = make([]uint64, (m.Layout.Features+63)/64)
+	}
+	for _, k := range keys {
+		if u.dirty[k/64]&(1<<(k%64)) != 0 {
 			continue
 		}
-		s.state[i] = append(s.state[i][:0], st...)
+		u.dirty[k/64] |= 1 << (k % 64)
+		u.keys = append(u.keys, k)
+		u.vals = m.AppendWide(u.vals, k)
 	}
-	s.steps, s.examples, s.epoch = m.Steps, examples, epoch
 }
 
-// restore copies s back into m.
-func (s *snapshot) restore(m *model.Model) {
-	copy(m.W, s.w)
-	for i, st := range s.state {
-		if st != nil {
-			copy(m.State[i], st)
+// restore writes the kept rows back into m.
+func (u *undoLog) restore(m *model.Model) {
+	l := &m.Layout
+	w, spw := l.Width, m.Opt.Kind.StatePerWeight()
+	sw := w * (1 + spw)
+	for i, k := range u.keys {
+		v := u.vals[i*sw : (i+1)*sw]
+		off := l.Offset(k)
+		copy(m.W[off:off+w], v[:w])
+		if st := m.State[l.Shard(k)]; st != nil {
+			j := l.Slot(k) * w * spw
+			copy(st[j:j+w*spw], v[w:])
 		}
 	}
-	m.Steps = s.steps
+	m.Steps = u.steps
 }
 
 // holdoutEpoch evaluates the held-out loss after a whole epoch, keeps a
@@ -163,7 +184,7 @@ func (t *trainer) holdoutEpoch() (stop bool, err error) {
 	improved := first || loss < t.bestLoss*(1-t.cfg.HoldoutTol)
 	if first || loss < t.bestLoss {
 		t.bestLoss, t.sum.BestEpoch = loss, t.sum.Epochs
-		t.best.take(t.m, t.sum.Examples, t.sum.Epochs)
+		t.best.reset(t.m, t.sum.Examples, t.sum.Epochs)
 	}
 	if improved {
 		t.worse = 0

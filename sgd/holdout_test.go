@@ -209,3 +209,45 @@ func TestHoldoutSource(t *testing.T) {
 		}
 	}
 }
+
+// An undoLog keeps each row once, the first time it is saved, and puts
+// back exactly those rows, weights and optimizer state, and the steps.
+func TestUndoLog(t *testing.T) {
+	m := newModel(t, model.Softmax, 5000, 3, 4, model.OptConfig{Kind: model.AdaGrad, LR: 0.1, Eps: 1e-6})
+	m.OwnAll()
+	rng := rand.New(rand.NewPCG(3, 4))
+	randomize(m, rng, 1)
+	m.Steps = 7
+	orig := m.Clone()
+	var u undoLog
+	u.reset(m, 70, 1)
+	g := model.Sparse{Idx: []uint32{3, 17, 4999}, Val: make([]float32, 9)}
+	for i := range g.Val {
+		g.Val[i] = float32(i + 1)
+	}
+	for range 2 {
+		u.save(m, g.Idx)
+		m.Apply(&g, 1, m.Steps)
+	}
+	if len(u.keys) != 3 || len(u.vals) != 3*m.StateWidth(true) {
+		t.Fatalf("kept %d rows (%d values); want 3 (each once)", len(u.keys), len(u.vals))
+	}
+	if m.Hash() == orig.Hash() {
+		t.Fatal("the steps changed nothing")
+	}
+	u.restore(m)
+	if m.Hash() != orig.Hash() || m.Steps != 7 {
+		t.Errorf("after restore: hash %x, steps %d; want the model before the steps (%x, 7)", m.Hash(), m.Steps, orig.Hash())
+	}
+	for s := range m.State {
+		for i, v := range m.State[s] {
+			if v != orig.State[s][i] {
+				t.Fatalf("state of shard %d [%d] = %v after restore, want %v", s, i, v, orig.State[s][i])
+			}
+		}
+	}
+	u.reset(m, 90, 2)
+	if len(u.keys) != 0 || u.dirty[0] != 0 {
+		t.Errorf("reset left %d rows kept", len(u.keys))
+	}
+}

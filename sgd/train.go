@@ -282,7 +282,7 @@ type trainer struct {
 	// epochs since.
 	held     *data.Batch
 	bestLoss float64
-	best     snapshot
+	best     undoLog
 	worse    int
 }
 
@@ -600,6 +600,9 @@ func (t *trainer) stepPrepared(p *Prepared) error {
 			t.h.Skipped(e)
 		}
 		return nil
+	}
+	if t.sum.BestEpoch > 0 {
+		t.best.save(t.m, p.Keys) // the rows as the best epoch left them (holdout.go)
 	}
 	t.grad.Idx, t.grad.Val = p.Keys, t.gv
 	t.wk.Apply(t.m, &t.grad, n, t.m.Steps)
