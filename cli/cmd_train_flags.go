@@ -63,6 +63,7 @@ type modelFlags struct {
 	beta      float64
 	hidden    int
 	initSeed  uint64
+	init      string // --init
 }
 
 func (m *modelFlags) register(fs *flag.FlagSet) {
@@ -79,6 +80,7 @@ func (m *modelFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&m.l1, "l1", 0, "L1 regularisation `strength` (ftrl only; makes weights exactly zero)")
 	fs.StringVar(&m.l2, "l2", "auto", "L2 regularisation `strength`: the penalty (l2/2)*||w||^2 is added to the mean log-loss\n(all optimizers; never on the bias). auto is 1/N for N training rows, which is what\nliblinear's default C=1 amounts to; it needs a count of the rows (a quick scan when --dim\nis given); give a number to skip it. A peer of a cluster reading files of its own takes\nN = its rows x the peers at the start")
 	fs.Float64Var(&m.beta, "ftrl-beta", 1, "ftrl: the `beta` of the per-coordinate step size alpha/(beta+sqrt(n))")
+	fs.StringVar(&m.init, "init", "", "warm start: go on training the model saved in `FILE` (train --save). The file fixes the\nmodel: --model, --dim, --classes, --hidden, --label-base and --interactions default to its\nvalues and must agree with them when given. The run's optimizer flags apply; the file's\noptimizer state (--save-state) is kept when --optimizer is the one that wrote it, else\ndropped (every weight goes on from its value with fresh per-coordinate rates). --scale is\noff. Training alone only")
 }
 
 // runFlags control the loop, the outputs and the logs.
@@ -92,6 +94,7 @@ type runFlags struct {
 	evalEvery     int64
 	report        string
 	save          string
+	saveState     bool
 	progressEvery time.Duration
 	threads       int
 	nonFinite     string
@@ -122,7 +125,8 @@ func (r *runFlags) register(fs *flag.FlagSet) {
 		"features as they are). Distributed runs do not scale")
 	fs.Int64Var(&r.evalEvery, "eval-every", 0, "evaluate on --test every `N` training examples (0: only at the end)")
 	fs.StringVar(&r.report, "report", "", "write a JSON-lines run report to `FILE` (one line per evaluation and a final summary)")
-	fs.StringVar(&r.save, "save", "", "save the trained model to `FILE` (read it back with 'gossiptrain eval')")
+	fs.StringVar(&r.save, "save", "", "save the trained model to `FILE` (read it back with 'gossiptrain eval'). The file holds\nevery weight or only the rows with a nonzero one (and their indices), whichever is smaller:\nits size follows the features the data used, not --dim")
+	fs.BoolVar(&r.saveState, "save-state", false, "--save also writes the optimizer state (adagrad's sums, ftrl's z and n: 1-2x the weights),\nso train --init goes on at the rates the run reached. Training alone only")
 	fs.DurationVar(&r.progressEvery, "progress-every", 5*time.Second, "log a progress line this often (0 turns it off)")
 	fs.StringVar(&r.nonFinite, "nonfinite", "fail", "what a batch whose gradient (or loss) is not finite does: finite values can still overflow\n"+
 		"float32 when a batch sums them (3e38 + 3e38). Such a gradient never reaches the model. `policy`:\n"+

@@ -17,6 +17,7 @@
 package infer
 
 import (
+	"errors"
 	"maps"
 	"math"
 	"slices"
@@ -97,9 +98,14 @@ type Spec struct {
 	Kind    model.Kind
 	Classes int
 	Dim     uint64
-	// Hidden and InitSeed are the MLP's --hidden and --init-seed.
-	Hidden   int
-	InitSeed uint64
+	// Hidden and InitSeed are the MLP's --hidden and --init-seed;
+	// HiddenGiven says --hidden was given.
+	Hidden      int
+	HiddenGiven bool
+	InitSeed    uint64
+	// Init is --init: the model file training starts from ("": a new
+	// model). It fixes the model's shape (see loadInit).
+	Init string
 	// Shards is --shards; unless ShardsGiven, a model with fewer rows
 	// gets fewer (a power of two).
 	Shards      int
@@ -169,6 +175,12 @@ func Prepare(spec Spec, log zerolog.Logger) (plan *Plan, err error) {
 	if spec.Test == data.Stdin && slices.Contains(files, data.Stdin) {
 		return nil, usage.Flag("test", "standard input (-) cannot be both --train and --test: give one of them as a file")
 	}
+	var init *model.Model
+	if spec.Init != "" {
+		if init, err = loadInit(&spec, log); err != nil {
+			return nil, err
+		}
+	}
 	if err := checkInteractions(spec, files[0]); err != nil {
 		return nil, err
 	}
@@ -228,8 +240,21 @@ func Prepare(spec Spec, log zerolog.Logger) (plan *Plan, err error) {
 	if in.kind == model.MLP && p.EpochsAuto && !spec.Distributed {
 		p.Epochs = AutoMLPEpochs
 	}
-	if p.Model, err = buildModel(spec, in, files[0]); err != nil {
+	if init != nil {
+		p.Model, err = warmStart(spec, in, init, log)
+	} else {
+		p.Model, err = buildModel(spec, in, files[0])
+	}
+	if err != nil {
 		return nil, err
+	}
+	if init != nil && !spec.Distributed {
+		// Training alone owns every shard's optimizer state (job.RunAlone):
+		// the file may hold none (buildModel checks a new model's whole
+		// reservation before it makes it).
+		if err := p.Model.CheckOwnAll(); err != nil {
+			return nil, usage.Flag(dimFlag(spec), "%v", err)
+		}
 	}
 	if spec.Scale != ScaleOff && !spec.Distributed && in.scan != nil {
 		if p.Scale = data.ScalingFor(*in.scan, in.dim); p.Scale != nil {
@@ -253,6 +278,7 @@ type inferred struct {
 	labelBase int
 	l2        float64
 	l2Rows    int64            // the rows --l2 auto counted (0: --l2 given)
+	signed    bool             // the training labels include -1 (binary labels -1/+1)
 	scan      *data.ScanResult // the scan of libsvm or cached input, for --scale
 }
 
@@ -279,8 +305,10 @@ func inferFromData(spec Spec, base data.Options, files []string, log zerolog.Log
 	if sr.Format == data.FormatLibSVM || sr.Format == data.FormatCache {
 		in.scan = &sr
 	}
+	in.signed = sr.Labels[-1] > 0
 	if in.dim == 0 {
-		if in.dim, err = inferDim(spec, scanOpt, sr); err != nil {
+		warnOutliers(log, sr, spec.ZeroBased, "training")
+		if in.dim, err = inferDim(spec, scanOpt, sr, log); err != nil {
 			return in, err
 		}
 		log.Info().Uint64("dim", in.dim).Msg("--dim inferred from the data (largest feature index + 1)")
@@ -334,7 +362,7 @@ func needsScan(spec Spec) bool {
 
 // inferDim is the dimension of the training data (and of the test data,
 // when there is one): its largest feature index + 1.
-func inferDim(spec Spec, scanOpt data.Options, sr data.ScanResult) (uint64, error) {
+func inferDim(spec Spec, scanOpt data.Options, sr data.ScanResult, log zerolog.Logger) (uint64, error) {
 	dim := max(sr.Dim, uint64(sr.MaxIndex+1))
 	if spec.Test != "" {
 		to := scanOpt
@@ -343,6 +371,7 @@ func inferDim(spec Spec, scanOpt data.Options, sr data.ScanResult) (uint64, erro
 		if err != nil {
 			return 0, LabelsFlag(err, "test-labels")
 		}
+		warnOutliers(log, tr, spec.ZeroBased, "test")
 		dim = max(dim, tr.Dim, uint64(tr.MaxIndex+1))
 	}
 	if dim == 0 {
@@ -370,12 +399,26 @@ func buildModel(spec Spec, in inferred, first string) (*model.Model, error) {
 	}
 	oc := spec.Opt
 	oc.L2 = in.l2
+	if in.kind == model.MLP && spec.Hidden < classes {
+		return nil, usage.Flag("hidden", "%d hidden units for %d classes: want at least as many units as classes", spec.Hidden, classes)
+	}
+	// The dense reservation checked before it is made: under an
+	// address-space limit (ulimit -v) Go's runtime would die with a stack
+	// dump (TestTrainUnderAddressSpaceLimit). Training alone owns every
+	// shard's optimizer state; a peer of a job checks its weights alone:
+	// which shards' state it will own is not known yet.
+	hidden := 0
+	if in.kind == model.MLP {
+		hidden = spec.Hidden
+	}
+	if err := model.CheckReservation(in.kind, in.dim, classes, hidden, shards, oc.Kind, !spec.Distributed); err != nil {
+		if errors.Is(err, model.ErrAddressSpace) { // (a shape New refuses is named below)
+			return nil, usage.Flag(dimFlag(spec), "%d: %v; a smaller --dim, --optimizer sgd (no state) or a higher limit would do", in.dim, err)
+		}
+	}
 	var mod *model.Model
 	var err error
 	if in.kind == model.MLP {
-		if spec.Hidden < classes {
-			return nil, usage.Flag("hidden", "%d hidden units for %d classes: want at least as many units as classes", spec.Hidden, classes)
-		}
 		mod, err = model.NewMLP(in.dim, classes, spec.Hidden, shards, oc, spec.InitSeed)
 	} else {
 		mod, err = model.New(in.kind, in.dim, classes, shards, oc)
@@ -384,6 +427,10 @@ func buildModel(spec Spec, in inferred, first string) (*model.Model, error) {
 		return nil, usage.Flag("shards", "%v", err)
 	}
 	mod.LabelBase = int64(in.labelBase)
+	// Predicted labels are written as the training data wrote them
+	// (predict --labels): -1/+1 when it had -1. Without a scan this is
+	// not known and they are 0/1.
+	mod.Input.SignedLabels = in.kind == model.Logreg && in.signed
 	// What the model was trained on, for inspect and for eval's and
 	// predict's warnings.
 	inFormat := spec.Format
@@ -395,7 +442,7 @@ func buildModel(spec Spec, in inferred, first string) (*model.Model, error) {
 		}
 	}
 	if inFormat != data.FormatAuto {
-		mod.Input = model.Input{Format: inFormat.String(), ZeroBased: spec.ZeroBased}
+		mod.Input.Format, mod.Input.ZeroBased = inFormat.String(), spec.ZeroBased
 	}
 	mod.Meta = map[string]string{"flags": spec.Given}
 	if len(spec.Interactions) > 0 {
@@ -432,4 +479,13 @@ func (p *Plan) OpenTest() func() (data.Source, error) {
 		}
 		return data.Rescaled(src, p.Scale), nil
 	}
+}
+
+// dimFlag names the flag an address-space error is about: --dim, which
+// sizes the model (with --init, the file's).
+func dimFlag(spec Spec) string {
+	if spec.Init != "" {
+		return "init"
+	}
+	return "dim"
 }

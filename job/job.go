@@ -58,6 +58,9 @@ type Config struct {
 	// Report is the JSON-lines report file ("": none), Save the model
 	// file ("": none).
 	Report, Save string
+	// SaveState writes the optimizer state into Save too (train
+	// --save-state), so train --init goes on at the rates reached.
+	SaveState bool
 	// Flags is every flag of the command and its value, for the report's
 	// start line.
 	Flags map[string]string
@@ -192,7 +195,7 @@ func (cfg Config) finishAlone(sum sgd.Summary, bad int64, sampler *report.Sample
 		Float64("seconds", human.Round4(sum.Seconds)).Str("examples_per_sec", human.Count(sum.ExamplesPerSec)).
 		Int64("model_nonzeros", s.ModelNonzeros).Str("resources", res.String()).Msg("done")
 	if cfg.Save != "" {
-		if err := p.Model.SaveFile(cfg.Save, model.SaveOptions{}); err != nil {
+		if err := p.Model.SaveFile(cfg.Save, model.SaveOptions{State: cfg.SaveState}); err != nil {
 			return fmt.Errorf("--save: %w", err)
 		}
 		log.Info().Str("file", cfg.Save).Msg("model saved")
