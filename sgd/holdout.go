@@ -122,6 +122,7 @@ type undoLog struct {
 	steps    int64
 	examples int64 // Summary.Examples at the best epoch's end
 	epoch    int   // the whole epochs run then
+	restored bool  // Train is over: the model is the best epoch's
 }
 
 // reset makes m as it is now the model to go back to.
@@ -195,12 +196,14 @@ func (t *trainer) holdoutEpoch() (stop bool, err error) {
 }
 
 // keepBest puts the best epoch's model back when a later epoch was run.
+// It does so once: Train ends after it.
 func (t *trainer) keepBest() {
-	if t.sum.BestEpoch == 0 {
+	if t.sum.BestEpoch == 0 || t.best.restored {
 		return
 	}
 	t.sum.BestExamples = t.best.examples
 	if t.best.epoch != t.sum.Epochs || t.sum.Examples != t.best.examples {
 		t.best.restore(t.m)
 	}
+	t.best.restored = true
 }

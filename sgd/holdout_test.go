@@ -251,3 +251,41 @@ func TestUndoLog(t *testing.T) {
 		t.Errorf("reset left %d rows kept", len(u.keys))
 	}
 }
+
+// A run cancelled after its best epoch returns that epoch's model too.
+func TestTrainHoldoutCancelledKeepsTheBestEpoch(t *testing.T) {
+	rows := overfitProblem()
+	full, _ := holdoutRun(t, rows, 5, 1000, 30)
+	best := 0
+	for e, l := range full.HoldoutLoss {
+		if l < full.HoldoutLoss[best] {
+			best = e
+		}
+	}
+	if best >= 25 {
+		t.Fatalf("the best epoch is %d of 30; the test needs one before 25", best+1)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	open := func(epoch int) (data.Source, error) {
+		s := newSource(rows)
+		if epoch == 25 {
+			s.onNext = cancel // at the start of epoch 26
+		}
+		return s, nil
+	}
+	m := newModel(t, model.Logreg, 40, 0, 1, model.OptConfig{Kind: model.AdaGrad, LR: 0.05, Eps: 1e-6})
+	cfg := DefaultConfig()
+	cfg.Batch, cfg.Epochs, cfg.Holdout, cfg.Patience, cfg.HoldoutTol = 10, 30, 5, 1000, holdoutTol
+	sum, err := Train(ctx, m, cfg, open, nil, Hooks{})
+	if err != context.Canceled || sum.Epochs != 25 || sum.BestEpoch != best+1 {
+		t.Fatalf("Train = %v after %d epochs keeping epoch %d; want context.Canceled after 25, keeping %d", err, sum.Epochs, sum.BestEpoch, best+1)
+	}
+	kept, err := Evaluate(m, newSource(heldRows(rows, 5)), 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kept.LogLoss != full.HoldoutLoss[best] {
+		t.Errorf("the cancelled run's model has held-out loss %v; want the best epoch's %v", kept.LogLoss, full.HoldoutLoss[best])
+	}
+}

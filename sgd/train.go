@@ -295,6 +295,7 @@ func (t *trainer) run(ctx context.Context) error {
 		lossBefore, examplesBefore := t.lossSum, t.sum.Examples
 		whole, err := t.runEpoch(ctx)
 		if err != nil {
+			t.keepBest() // a run stopped (cancelled) returns its best epoch's model too
 			return err
 		}
 		if whole {
