@@ -59,6 +59,10 @@ func (tf *trainFlags) spec(c *command) (infer.Spec, error) {
 			return s, usageErr("epochs", "must be at least 1, got %d", r.epochs)
 		}
 	}
+	s.Holdout, s.HoldoutGiven = r.holdout.n, c.set("holdout")
+	if s.HoldoutGiven && s.Holdout > 0 && r.distributed {
+		return s, usageErr("holdout", "not implemented for distributed runs (--job): their peers do not agree on an early stop yet; leave it out (--epochs auto is 5 there) or give --holdout off")
+	}
 	switch s.Scale {
 	case infer.ScaleAuto, infer.ScaleOn, infer.ScaleOff:
 	default:

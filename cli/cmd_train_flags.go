@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gossiptrain/gossiptrain/cluster"
+	"github.com/gossiptrain/gossiptrain/infer"
 	"github.com/gossiptrain/gossiptrain/job"
 	"github.com/gossiptrain/gossiptrain/node/train"
 )
@@ -87,6 +88,7 @@ type runFlags struct {
 	batch         int
 	epochs        int  // 0 until resolved when epochsAuto
 	epochsAuto    bool // --epochs auto
+	holdout       holdoutValue
 	scale         string
 	distributed   bool // set by train's run before it builds the infer.Spec
 	evalEvery     int64
@@ -103,10 +105,16 @@ type runFlags struct {
 func (r *runFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&r.batch, "batch", 100, "examples per SGD step (minibatch size)")
 	r.epochsAuto = true
-	fs.Var(epochsValue{r}, "epochs", "passes over the training data: `N`, or auto: train alone until an epoch improves the training\n"+
-		"loss by less than 0.1% (at least 3 and at most 200 epochs; an mlp at most 20, since its\n"+
-		"training loss falls long after its test loss has nearly settled). On a big data set give a\n"+
+	fs.Var(epochsValue{r}, "epochs", "passes over the training data: `N`, or auto: train alone until the loss on the rows --holdout\n"+
+		"holds out stops improving (2 epochs in a row not better than the best by 0.1%), and keep the\n"+
+		"best epoch's model; at most 200 epochs (an mlp at most 20). With --holdout off, until an epoch\n"+
+		"improves the training loss by less than 0.1% (at least 3 epochs). On a big data set give a\n"+
 		"number (1 is a single streaming pass). Distributed runs (--job) do not stop early: auto is 5")
+	r.holdout = holdoutValue{n: infer.AutoHoldout}
+	fs.Var(&r.holdout, "holdout", "`N` or off: with --epochs auto, every N-th training row (rows N, 2N, ..., by position, as\n"+
+		"Vowpal Wabbit's default of 10) is held out, never trained on, and its loss after each epoch\n"+
+		"decides when to stop; the held-out rows are kept in memory (about 1/N of the parsed data).\n"+
+		"Given with --epochs N, the same early stop within N epochs. off: nothing is held out")
 	fs.StringVar(&r.scale, "scale", "auto", "train alone on numeric features brought to unit size: a feature with values other than 0\n"+
 		"and 1 is standardised (mean 0, standard deviation 1) when it is in at least half the rows; a\n"+
 		"sparser one with values beyond [-1, 1] is divided by its largest |value|; binary (one-hot)\n"+
@@ -135,6 +143,29 @@ func (r *runFlags) registerDist(fs *flag.FlagSet) {
 		"waits for (a progress line says so every --progress-every meanwhile). Waits on this peer's own\n"+
 		"work (a gradient, an evaluation, reading data) do not count. At least 4x --dead-after (a run may wait\n"+
 		"that long for crashes to be noticed); 0 waits for ever")
+}
+
+// holdoutValue is --holdout: a number >= 2 or off (0).
+type holdoutValue struct{ n int }
+
+func (v *holdoutValue) String() string {
+	if v == nil || v.n == 0 {
+		return "off"
+	}
+	return strconv.Itoa(v.n)
+}
+
+func (v *holdoutValue) Set(s string) error {
+	if s == "off" {
+		v.n = 0
+		return nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 2 {
+		return fmt.Errorf("%q is not off or a number >= 2 (every N-th row held out)", s)
+	}
+	v.n = n
+	return nil
 }
 
 // epochsValue is --epochs: a positive number or auto.

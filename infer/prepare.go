@@ -32,15 +32,22 @@ import (
 	"github.com/gossiptrain/gossiptrain/usage"
 )
 
-// Epoch defaults: standalone train with --epochs auto runs until the
-// training loss stops improving (AutoStopTol) for at most AutoMaxEpochs
-// epochs; a distributed run takes DistEpochs (its peers must agree on
-// when to stop, which --epochs N gives them for free).
+// Epoch defaults: standalone train with --epochs auto holds out every
+// AutoHoldout-th training row (--holdout) and runs until the loss on the
+// held-out rows has not improved by more than AutoHoldoutTol of the best
+// for AutoPatience epochs in a row, keeping the best epoch's model, for
+// at most AutoMaxEpochs epochs (sgd.Config.Holdout). With --holdout off
+// it runs until the training loss stops improving (AutoStopTol), after
+// at least AutoMinEpochs. A distributed run takes DistEpochs (its peers
+// must agree on when to stop, which --epochs N gives them for free).
 const (
-	AutoStopTol   = 1e-3
-	AutoMinEpochs = 3
-	AutoMaxEpochs = 200
-	DistEpochs    = 5
+	AutoHoldout    = 10
+	AutoPatience   = 2
+	AutoHoldoutTol = 1e-3
+	AutoStopTol    = 1e-3
+	AutoMinEpochs  = 3
+	AutoMaxEpochs  = 200
+	DistEpochs     = 5
 	// An MLP's training loss keeps falling by more than 0.1% an epoch long
 	// after its test metrics have nearly settled (it starts to memorise:
 	// on Fashion-MNIST test accuracy gains 0.05 points an epoch over
@@ -109,7 +116,12 @@ type Spec struct {
 
 	// Epochs is --epochs (0: auto).
 	Epochs int
-	Scale  Scale
+	// Holdout is --holdout: every Holdout-th training row is held out
+	// and stops training (0: off; see AutoHoldout). HoldoutGiven says
+	// the flag was given: with --epochs N only then are rows held out.
+	Holdout      int
+	HoldoutGiven bool
+	Scale        Scale
 	// Distributed says the run is a peer of a job: --epochs auto is
 	// DistEpochs and nothing is scaled.
 	Distributed bool
@@ -134,6 +146,10 @@ type Plan struct {
 	// says it was auto (training alone then stops when the loss does).
 	Epochs     int
 	EpochsAuto bool
+	// Holdout holds out every Holdout-th training row and stops when
+	// their loss stops improving (0: no rows held out): --holdout with
+	// --epochs auto, or given with --epochs N.
+	Holdout int
 	// L2Rows is the row count behind --l2 auto when it is this peer's
 	// own files' (0: --l2 given, or --part, whose scan saw the job's
 	// rows): a peer of a job scales it by the peers (job.RunPeer).
@@ -179,6 +195,9 @@ func Prepare(spec Spec, log zerolog.Logger) (plan *Plan, err error) {
 		if spec.Distributed {
 			p.Epochs = DistEpochs
 		}
+	}
+	if (p.EpochsAuto || spec.HoldoutGiven) && !spec.Distributed {
+		p.Holdout = spec.Holdout
 	}
 	base := data.Options{
 		Format:       spec.Format,
