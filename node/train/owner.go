@@ -1592,6 +1592,13 @@ func (o *owner) answerable(k *contribution) bool {
 			return false
 		}
 	}
+	if o.final && c.cfg.Mode != Sync {
+		for _, s := range k.shards {
+			if c.isPrimary(int(s)) && o.handsOver(int(s)) {
+				return false // its replicas get the final values first (copyFinal)
+			}
+		}
+	}
 	if k.through == Final || o.final {
 		if o.final && c.cfg.Mode == Sync {
 			// Final once the last round is applied to every shard asked
@@ -2210,7 +2217,34 @@ func (o *owner) sayReady(cur *tconf) bool {
 		return false
 	}
 	o.final = true
+	o.copyFinal(cur)
 	return true
+}
+
+// copyFinal owes each replica of every shard this primary holds a copy of
+// its final values (ssp/async; docs/protocol.md, "The end of a run", E9).
+// A replica applies forwards in each worker's round order, not in the
+// primary's order, so its copy differs from the primary's in the last bits;
+// a replica that takes a shard over after some peers fetched the final
+// values would serve the others different ones (h4/async/chaos seed 12 in
+// TestFixedSeeds: a primary removed after three peers had fetched, and the
+// fourth fetched its replica's copy). Final answers wait until the copies
+// are acknowledged (answerable).
+func (o *owner) copyFinal(cur *tconf) {
+	c := o.c
+	if c.cfg.Mode == Sync {
+		return // (sync replicas apply the rounds in order: bit-identical)
+	}
+	for s := range c.shards {
+		if !c.isPrimary(s) || !o.held.has(s) {
+			continue
+		}
+		for _, h := range cur.owners[s][1:] {
+			if m, ok := cur.member(h); ok && h != c.cfg.Self {
+				o.addOwe(owe{to: h, member: m.ID, shard: s, conf: cur.ID})
+			}
+		}
+	}
 }
 
 // setRows writes rows an owner sent into the read copy (full gather),

@@ -1116,6 +1116,11 @@ func (o *owner) state(from string, msg *wire.Core) {
 		c.send(from, &wire.Core{Op: wire.CoreAck, Req: msg.Req})
 		return
 	}
+	if a == nil && c.cfg.Mode != Sync && msg.Flags&wire.FlagFinal != 0 && o.held.has(s) && cur.primary(s) == from && from != c.cfg.Self {
+		// The primary's final values, to its replica (copyFinal): they
+		// replace this copy, which may differ in the last bits.
+		a = &await{conf: msg.Round}
+	}
 	if a == nil || (c.cfg.Mode == Sync && !a.takeover && msg.Round < a.round && msg.Flags&wire.FlagFinal == 0) {
 		if o.held.has(s) {
 			c.send(from, &wire.Core{Op: wire.CoreAck, Req: msg.Req}) // a copy sent again
@@ -1206,7 +1211,10 @@ func (o *owner) state(from string, msg *wire.Core) {
 		}
 	}
 	if msg.Flags&wire.FlagFinal != 0 {
-		o.final = true // handed over after the last round: the run's values are final
+		if !o.final {
+			o.final = true // handed over after the last round: the run's values are final
+			o.copyFinal(cur)
+		}
 		if c.cfg.Mode == Sync {
 			o.finalAt = max(o.finalAt, msg.Round)
 		}
