@@ -161,6 +161,7 @@ type owner struct {
 	ff         map[int]bool            // sync takeovers: shards a copy further on may still replace
 	settle     map[int]*settleWait     // sync takeovers: installed copies other holders may still better
 	past       map[uint64]uint64       // sync: per member ID, the newest round it pushed here
+	doneFrom   map[uint64]uint64       // sync: per member ID, the first round it pushed here as done (out of data)
 	lostOK     map[int]uint64          // sync: per shard, round+1 of a round whose missing answered contributions are gone (lostCheck)
 	scanned    uint64                  // sync: the tick applySync last looked for rounds no contribution will come for
 	gapSince   map[gapKey]uint64       // ssp/async: tick a worker's contribution to a shard was first seen behind a gap
@@ -369,6 +370,7 @@ func (o *owner) init(c *Core) {
 	o.ff = map[int]bool{}
 	o.settle = map[int]*settleWait{}
 	o.past = map[uint64]uint64{}
+	o.doneFrom = map[uint64]uint64{}
 	o.lostOK = map[int]uint64{}
 	o.seen = map[uint64]struct{}{}
 	o.gapSince = map[gapKey]uint64{}
@@ -525,6 +527,11 @@ func (o *owner) receiveNarrowed(from string, msg *wire.Core, narrowed bool) {
 	}
 	if msg.Op == wire.CorePush && c.cfg.Mode == Sync && msg.Round > o.past[m.ID] {
 		o.past[m.ID] = msg.Round // (it was answered every round before: lostCheck)
+	}
+	if msg.Op == wire.CorePush && c.cfg.Mode == Sync && msg.Flags&wire.FlagDone != 0 {
+		if d, ok := o.doneFrom[m.ID]; !ok || msg.Round < d {
+			o.doneFrom[m.ID] = msg.Round // (doneBefore)
+		}
 	}
 	// Rows must lie in the shards the message names.
 	set := newShardSet(c.shards)
@@ -1065,7 +1072,7 @@ func (o *owner) applySync() bool {
 	// it forever).
 	for s := range c.shards {
 		r := o.through[s]
-		if !o.held.has(s) || o.rounds[r] != nil || !c.routeMe(s, r) || o.awaiting[s] != nil || !o.allCrashed(r) ||
+		if !o.held.has(s) || o.rounds[r] != nil || !c.routeMe(s, r) || o.awaiting[s] != nil || !(o.allCrashed(r) || (!o.final || r < o.finalAt) && o.allDoneOrCrashed(r)) ||
 			!o.currentFor(s, r, true) {
 			continue
 		}
@@ -1115,7 +1122,7 @@ func (o *owner) lostCheck(s int) {
 	t := c.cs.at(r)
 	missing := false
 	for _, m := range t.Members {
-		if c.cs.crashed[m.ID] || o.covers(r, m.ID, s) {
+		if c.cs.crashed[m.ID] || o.covers(r, m.ID, s) || o.doneBefore(m.ID, r) {
 			continue
 		}
 		if o.past[m.ID] <= r {
@@ -1155,6 +1162,35 @@ func (o *owner) covers(r uint64, id uint64, s int) bool {
 	return false
 }
 
+// doneBefore reports whether member id pushed a round before r here as
+// done (sync): out of data, it contributes nothing to round r, and the
+// round need not wait for its push. A crashed worker's push of its last
+// round may reach some primaries and not others: those it missed apply the
+// round without it and, every other worker being done, answer it as the
+// last (FlagFinal); the workers so answered push no later round, and the
+// primaries that got the crashed worker's push, for which the next round
+// is the last, would wait for their pushes of it forever (docs/protocol.md,
+// "The end of a run", E10; TestFixedSeeds h4/sync/encoded 77).
+func (o *owner) doneBefore(id uint64, r uint64) bool {
+	d, ok := o.doneFrom[id]
+	return ok && d < r
+}
+
+// allDoneOrCrashed reports whether every member of round r's configuration
+// has crashed since or is out of data before r (doneBefore): a round no
+// push will come for once the workers are answered final elsewhere.
+func (o *owner) allDoneOrCrashed(r uint64) bool {
+	if o.joinsAfter(r) {
+		return false
+	}
+	for _, m := range o.c.cs.at(r).Members {
+		if !o.c.cs.crashed[m.ID] && !o.doneBefore(m.ID, r) {
+			return false
+		}
+	}
+	return true
+}
+
 // allCrashed reports whether every member of round r's configuration has
 // crashed since.
 func (o *owner) allCrashed(r uint64) bool {
@@ -1182,14 +1218,14 @@ func (o *owner) applyRound(r uint64) bool {
 			o.seen[k.member] = struct{}{}
 		}
 		for _, m := range t.Members {
-			if _, ok := o.seen[m.ID]; !ok && !c.cs.crashed[m.ID] {
+			if _, ok := o.seen[m.ID]; !ok && !c.cs.crashed[m.ID] && !o.doneBefore(m.ID, r) {
 				return false
 			}
 		}
 	}
 	var required []Member
 	for _, m := range t.Members {
-		if !c.cs.crashed[m.ID] {
+		if !c.cs.crashed[m.ID] && !o.doneBefore(m.ID, r) {
 			required = append(required, m)
 		}
 	}
@@ -1348,6 +1384,13 @@ func (o *owner) applyGroup(r uint64, t *tconf, ra *roundAcc, g shardSet) {
 	var partEx []uint64
 	for _, m := range t.Members {
 		counted := false
+		if o.doneBefore(m.ID, r) && !c.cs.crashed[m.ID] && !slices.ContainsFunc(ra.contrib, func(k *contribution) bool { return k.member == m.ID }) {
+			// Out of data: its push of this round, if it sends one, is
+			// a done push with nothing (doneBefore).
+			counted = true
+			contributors++
+			done++
+		}
 		for _, k := range ra.contrib {
 			if k.member != m.ID || !overlap(k.set, g) {
 				continue
