@@ -139,6 +139,7 @@ type owner struct {
 	c       *Core
 	held    shardSet
 	fresh   shardSet // sync: restarted from nothing, no round applied since
+	served  shardSet // ssp/async: shards whose values this peer answered as final (pushAsync)
 	freshAt []uint64 // sync: per shard, the tick it was restarted
 	through []uint64 // sync: rounds applied, per shard (setThrough)
 	// maxThrough is the most rounds applied to any shard here, ever (O8).
@@ -354,6 +355,7 @@ func (o *owner) init(c *Core) {
 	o.c = c
 	o.held = newShardSet(c.shards)
 	o.fresh = newShardSet(c.shards)
+	o.served = newShardSet(c.shards)
 	o.freshAt = make([]uint64, c.shards)
 	o.through = make([]uint64, c.shards)
 	o.awaiting = map[int]*await{}
@@ -861,7 +863,7 @@ func (o *owner) pushAsync(k *contribution) {
 			return
 		}
 	}
-	if o.final {
+	if o.final && !slices.ContainsFunc(k.shards, func(s uint32) bool { return !o.served.has(int(s)) }) {
 		// Every worker's contributions up to its done round are in: this
 		// one was answered before (a copy sent again), or went to a
 		// holder that crashed and a shard restarted since, whose values
@@ -874,6 +876,16 @@ func (o *owner) pushAsync(k *contribution) {
 	if gap {
 		o.deferContrib(k)
 		return
+	}
+	if o.final {
+		// A primary that took a shard over since the values went final
+		// (a crash) may lack contributions the crashed primary applied
+		// but never answered (their forwards lost): their workers send
+		// them again, and they are applied until this peer has answered
+		// the shard as final (docs/protocol.md, "The end of a run", E11;
+		// TestFixedSeeds h4/ssp/chaos 30 and h4/async/chaos 161 answered
+		// such a push unapplied, and the worker's round was lost).
+		apply = slices.DeleteFunc(apply, func(s uint32) bool { return o.served.has(int(s)) })
 	}
 	if len(apply) == 0 {
 		k.applied = true // a copy sent again
@@ -1640,6 +1652,9 @@ func (o *owner) answerable(k *contribution) bool {
 			if c.isPrimary(int(s)) && o.handsOver(int(s)) {
 				return false // its replicas get the final values first (copyFinal)
 			}
+			if k.op != wire.CorePush && c.isPrimary(int(s)) && !o.served.has(int(s)) && o.pushWaits(int(s)) {
+				return false // a push sent again waits behind a gap (pushAsync)
+			}
 		}
 	}
 	if k.through == Final || o.final {
@@ -1725,6 +1740,11 @@ func (o *owner) reply(k *contribution) {
 	}
 	if o.final {
 		msg.Flags |= wire.FlagFinal
+		if c.cfg.Mode != Sync {
+			for _, s := range k.shards {
+				o.served.add(int(s))
+			}
+		}
 	}
 	switch {
 	case k.op == wire.CoreHash:
@@ -2228,6 +2248,17 @@ func (o *owner) checkFinalAsync() bool {
 		}
 	}
 	return o.sayReady(cur)
+}
+
+// pushWaits reports whether a push of shard s waits here behind a gap
+// (deferred).
+func (o *owner) pushWaits(s int) bool {
+	for _, d := range o.deferred {
+		if d.msg.Op == wire.CorePush && slices.Contains(d.msg.Shards, uint32(s)) {
+			return true
+		}
+	}
+	return false
 }
 
 // deferredPush reports whether a push of member to shard s waits here
