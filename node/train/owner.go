@@ -1192,9 +1192,6 @@ func (o *owner) doneBefore(id uint64, r uint64) bool {
 // has crashed since or is out of data before r (doneBefore): a round no
 // push will come for once the workers are answered final elsewhere.
 func (o *owner) allDoneOrCrashed(r uint64) bool {
-	if o.joinsAfter(r) {
-		return false
-	}
 	for _, m := range o.c.cs.at(r).Members {
 		if !o.c.cs.crashed[m.ID] && !o.doneBefore(m.ID, r) {
 			return false
