@@ -1081,7 +1081,11 @@ func (o *owner) applySync() bool {
 	// sync/fast-chaos 438: the two
 	// workers of a round crashed, one after the other, before the peer a
 	// handoff had made its route got either push, and the run waited for
-	// it forever).
+	// it forever). So is a round every worker of which is out of data or
+	// crashed, up to the final round ("The end of a run", E10: the workers
+	// answered final elsewhere push it no more; TestFixedSeeds
+	// h4/sync/encoded 82 stopped at the final round short of it, and
+	// h4/sync/chaos 167 waited for members that joined after it).
 	for s := range c.shards {
 		r := o.through[s]
 		if !o.held.has(s) || o.rounds[r] != nil || !c.routeMe(s, r) || o.awaiting[s] != nil || !(o.allCrashed(r) || (!o.final || r < o.finalAt) && o.allDoneOrCrashed(r)) ||

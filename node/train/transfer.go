@@ -1324,7 +1324,7 @@ func (o *owner) maybeFree(s int) {
 	}
 	if c.cfg.Mode == Sync && o.final && o.finalAt > 0 && o.through[s] >= o.finalAt && c.routeMe(s, o.finalAt-1) {
 		// The run's last round is routed here: the peers' final pulls of
-		// it come here (E2), also to a leaver whose leave took effect
+		// it come here (E12), also to a leaver whose leave took effect
 		// only after the last round (h4/sync/chaos seed 73 in
 		// TestFixedSeeds: a leaver handed its shards to the holders of
 		// the round after the last and freed them, and every peer's

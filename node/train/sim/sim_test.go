@@ -380,6 +380,15 @@ func TestFixedSeeds(t *testing.T) {
 		{"async/chaos", 273, "the raft group lost its quorum, rightly (every voter but one gone), in an earlier version's schedule (TestQuorumLossIsReported)"},
 		{"async/chaos", 124, "a primary whose values were final applied the forward of a primary before it, cut off and removed since, after it had answered final pulls: the peers fetched different models"},
 		{"async/fast-chaos", 78, "a new primary applied the crashed primary's forward of a worker's round and forwarded it on; the worker's push of that round, sent again, was answered at once while that forward was lost, and the round went with the new primary when it was removed"},
+		{"h4/async/chaos", 12, "a peer cut off as the run ended fetched the final values last: a primary removed since had been replaced by its replica, whose copy differed in the last bits (async replicas apply forwards in each worker's order, not the primary's: E9), and five shards whose two holders had finished and exited had restarted from nothing (the simulator allows only those to differ)"},
+		{"h4/sync/chaos", 134, "the simulator compared the replica of a shard restarted from nothing after the end with the shard's final primary, which had finished, exited and been declared crashed since"},
+		{"sync/leave", 80, "the simulator compared a replica with the primary a leave's configuration applied after the end named, which the peers exited before the handoff reached"},
+		{"h4/sync/encoded", 77, "a crashed worker's push of its last round reached one primary and not the others: those answered that round as the last (FlagFinal), the workers pushed no later round, and that primary waited for their pushes of the next one forever (E10)"},
+		{"h4/sync/encoded", 82, "a primary applied the rounds no push would come for only until it was final, and two shards a crash had routed to it stayed a round short of the final round: every final pull of them waited forever (E10)"},
+		{"h4/sync/chaos", 167, "three peers removed as the run ended rejoined; the last peer applied no round no push would come for while members joined after it, and its handoffs to the joiners waited for it forever (E10)"},
+		{"h4/sync/chaos", 73, "a leaver whose leave took effect after the last round handed its shards to the next holders and freed them; every peer's final pull of the last round, routed to it, waited forever (E12)"},
+		{"h4/ssp/chaos", 30, "a primary applied a worker's round, its forward to the replica was lost, and it crashed after the values went final; the replica, primary since, answered the worker's push of that round, sent again, without applying it, and the round was lost (E11)"},
+		{"h4/async/chaos", 161, "a primary crashed after the values went final with a worker's round its replica had not got (the forward cut off); the replica, primary since, answered the worker's push of it, sent again, without applying it (E11)"},
 	}
 	// Schedules found with the exact load bound (-load 100), which moves
 	// more shards between remaining members on a leave or join.
