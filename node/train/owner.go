@@ -1739,7 +1739,15 @@ func (o *owner) reply(k *contribution) {
 	if k.narrowed && k.op != wire.CoreHash {
 		msg.Shards = k.shards // (a hash answer names its shards in Clocks)
 	}
-	if o.final {
+	if o.final && !(c.cfg.Mode == Sync && k.op == wire.CorePush && k.round+1 < o.finalAt) {
+		// (Sync: a push of a round before the last is answered as not
+		// final, so its worker pushes the rounds up to the last, and its
+		// final pull reads the round after the last from that round's
+		// holders. A round does not wait for a worker out of data (E10),
+		// so its pushes of the last rounds came after they were applied;
+		// answered final, it pulled the final values of an earlier round
+		// from a holder that had handed the shard on as of a later one,
+		// and waited forever: TestFixedSeeds h4/sync/chaos 72.)
 		msg.Flags |= wire.FlagFinal
 		if c.cfg.Mode != Sync {
 			for _, s := range k.shards {
