@@ -1322,15 +1322,6 @@ func (o *owner) maybeFree(s int) {
 		// that had crashed meanwhile (sync/fast-chaos seed 32).
 		return
 	}
-	if c.cfg.Mode == Sync && o.final && o.finalAt > 0 && o.through[s] >= o.finalAt && c.routeMe(s, o.finalAt-1) {
-		// The run's last round is routed here: the peers' final pulls of
-		// it come here (E12), also to a leaver whose leave took effect
-		// only after the last round (h4/sync/chaos seed 73 in
-		// TestFixedSeeds: a leaver handed its shards to the holders of
-		// the round after the last and freed them, and every peer's
-		// final pull of those shards waited for it forever).
-		return
-	}
 	if c.cfg.Mode == Sync && !c.w.leaving && c.w.clock < o.through[s]+2 {
 		// Keep it until this worker has seen every owner apply the round
 		// after (so the new holders have it): should the peer handing it
