@@ -38,7 +38,10 @@ type benchConfig struct {
 
 func (b benchConfig) dirName() string {
 	name := fmt.Sprintf("%s-%s-b%d", b.topology, b.mode, b.batch)
-	if b.localSteps > 1 {
+	switch {
+	case b.localSteps == 0:
+		name += "-hauto"
+	case b.localSteps > 1:
 		name += fmt.Sprintf("-h%d", b.localSteps)
 	}
 	return name
@@ -53,7 +56,7 @@ func benchCmd() *command {
 		topologies  = defaultList{vals: []string{"master", "ring"}}
 		modes       = defaultList{vals: []string{"sync"}}
 		batches     = defaultList{vals: []string{strconv.Itoa(benchDefaultBatch)}}
-		localSteps  = defaultList{vals: []string{"1"}}
+		localSteps  = defaultList{vals: []string{"auto"}}
 		examples    int64
 		out         string
 		nf          netFlags
@@ -68,7 +71,7 @@ func benchCmd() *command {
 		fs.Var(&topologies, "topologies", "`list` of topologies to run: master (every shard on peer 0: the parameter server) and/or ring")
 		fs.Var(&modes, "modes", "`list` of modes to run: sync, ssp (with --staleness) and/or async")
 		fs.Var(&batches, "batches", "`list` of batch sizes (examples per peer and step) to run, e.g. 1,100,1000,10000")
-		fs.Var(&localSteps, "local-steps", "`list` of window sizes to run (train's --local-steps: batches a worker trains on its own\ncopy between exchanges), e.g. 1,4,16; 1 exchanges every batch")
+		fs.Var(&localSteps, "local-steps", "`list` of window sizes to run (train's --local-steps: batches a worker trains on its own\ncopy between exchanges), e.g. 1,4,16; 1 exchanges every batch, auto is train's default")
 		fs.Int64Var(&examples, "examples", 1_000_000, "training examples of every configuration (all peers together): the generated data set's\nrows, or whole passes over --train (--epochs) that add up to at least this many")
 		fs.StringVar(&out, "out", "", "output `DIR`: data/ (generated), runs/<configuration>/ (reports, logs), report.md,\nbench.json and the plots (default ./gossiptrain-runs/<time>-bench)")
 		fs.BoolVar(&stopOnError, "stop-on-error", false, "stop at the first configuration that fails (default: report it and go on)")
@@ -161,9 +164,12 @@ VMs (root; C x N should fit in the machine's cores).`
 						return usageErr("batches", "%q is not a batch size (a whole number >= 1)", b)
 					}
 					for _, hs := range localSteps.vals {
-						h, err := strconv.Atoi(hs)
-						if err != nil || h < 1 || h > 1<<16 {
-							return usageErr("local-steps", "%q is not a window size (a whole number 1..65536)", hs)
+						h := 0 // auto
+						if hs != "auto" {
+							var err error
+							if h, err = strconv.Atoi(hs); err != nil || h < 1 || h > 1<<16 {
+								return usageErr("local-steps", "%q is not a window size (auto, or a whole number 1..65536)", hs)
+							}
 						}
 						cfgs = append(cfgs, benchConfig{topology: t, mode: m, batch: n, localSteps: h})
 					}
@@ -347,7 +353,7 @@ VMs (root; C x N should fit in the machine's cores).`
 				cfg.Job = "bench-" + name
 				cfg.TrainArgs = append(append(append(withoutFlag(pass, "train"), split.common...), runFlags(r.peers)...),
 					"--topology", r.bc.topology, "--mode", r.bc.mode, "--batch", strconv.Itoa(r.bc.batch),
-					"--local-steps", strconv.Itoa(r.bc.localSteps))
+					"--local-steps", localStepsArg(r.bc.localSteps))
 				cfg.PeerArgs = func(i int) []string { return append(append(split.own(i), tp.perPeer(i)...), evalOnlyFirst(i)...) }
 				cfg.ProgressEvery = progressEvery(tp)
 				res, err = cluster.Run(ctx, cfg)
@@ -616,4 +622,12 @@ func readReports(dir string) ([]*report.Run, error) {
 		runs = append(runs, r)
 	}
 	return runs, nil
+}
+
+// localStepsArg is train's --local-steps for a window size (0: auto).
+func localStepsArg(h int) string {
+	if h == 0 {
+		return "auto"
+	}
+	return strconv.Itoa(h)
 }

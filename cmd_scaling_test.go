@@ -43,13 +43,14 @@ func groupsOf(pid int) []string {
 }
 
 // bench --peers 1,2 runs one plain train on all the data, then the ring on
-// 2 peers splitting the same data, and reports the speedup of one against
+// 2 peers splitting the same data (exchanging every batch, and every window
+// of 4), and reports the speedup of one against
 // the other, with the plot; the cgroups are gone afterwards.
 func TestBenchScalingSeries(t *testing.T) {
 	bin := binary(t)
 	out := filepath.Join(t.TempDir(), "bench")
 	args := append([]string{"bench", "--peers", "1,2", "--topologies", "ring", "--modes", "sync", "--batches", "500",
-		"--examples", "20000", "--dim", "65536", "--repeat", "2", "--out", out}, cpusArgs(t)...)
+		"--examples", "20000", "--dim", "65536", "--local-steps", "1,4", "--repeat", "2", "--out", out}, cpusArgs(t)...)
 	cmd := exec.Command(bin, args...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -73,7 +74,7 @@ func TestBenchScalingSeries(t *testing.T) {
 	}
 	// --repeat 2: the plan ran twice, and every configuration has two
 	// figures and their median.
-	for _, name := range []string{"single-b500", "ring-sync-b500-2p"} {
+	for _, name := range []string{"single-b500", "ring-sync-b500-2p", "ring-sync-b500-h4-2p"} {
 		if _, err := os.Stat(filepath.Join(out, "repeats", "2", name)); err != nil {
 			t.Errorf("second repetition of %s: %v", name, err)
 		}
@@ -82,7 +83,7 @@ func TestBenchScalingSeries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"single/local/b500", "ring/sync/b500/2p"} {
+	for _, name := range []string{"single/local/b500", "ring/sync/b500/2p", "ring/sync/b500/h4/2p"} {
 		i := strings.Index(string(rep), "| "+name+" |")
 		if i < 0 {
 			t.Fatalf("repeats.md has no line for %s:\n%s", name, rep)
@@ -109,8 +110,11 @@ func TestBenchScalingSeries(t *testing.T) {
 	if err := json.Unmarshal(b, &bs); err != nil {
 		t.Fatal(err)
 	}
-	if len(bs) != 2 || bs[0].Name != "single/local/b500" || bs[1].Name != "ring/sync/b500/2p" {
-		t.Fatalf("bench.json: %d configurations, want the baseline and the ring on 2 peers", len(bs))
+	if len(bs) != 3 || bs[0].Name != "single/local/b500" || bs[1].Name != "ring/sync/b500/2p" || bs[2].Name != "ring/sync/b500/h4/2p" {
+		t.Fatalf("bench.json: %d configurations, want the baseline and the ring on 2 peers with and without windows", len(bs))
+	}
+	if bs[2].LocalSteps != 4 || bs[2].Examples != 20000 {
+		t.Errorf("the windowed ring: local steps %d, examples %d; want 4 and 20000", bs[2].LocalSteps, bs[2].Examples)
 	}
 	alone, ring := bs[0], bs[1]
 	if alone.Examples != 20000 || ring.Examples != 20000 {

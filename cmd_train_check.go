@@ -27,6 +27,19 @@ type distSettings struct {
 	combine   train.Combine
 	// localSteps is --local-steps: batches in a window (1: none).
 	localSteps int
+	// autoCombine: --combine auto; the model's kind decides too
+	// (combineFor).
+	autoCombine bool
+}
+
+// combineFor is the combine of a model of kind k: --combine auto is Mean
+// for an MLP's windows (measured: summed changes of its dense rows
+// overshoot), the settings' otherwise.
+func (s distSettings) combineFor(k model.Kind) train.Combine {
+	if s.autoCombine && s.localSteps > 1 && k == model.MLP {
+		return train.Mean
+	}
+	return s.combine
 }
 
 // maxRowGrad is the bound on a pushed gradient row's norm per example for
@@ -78,13 +91,33 @@ func checkDistFlags(tf *trainFlags) (distSettings, error) {
 		}
 		s.rowGrad = v
 	}
-	if s.combine, err = train.ParseCombine(d.combine); err != nil {
-		return s, usageErr("combine", "%q: want sum, trimmed or mean", d.combine)
+	switch d.localSteps {
+	case "auto":
+		s.localSteps = 4 // (docs/scaling.md, "Windows of local steps")
+		if s.mode != train.Sync {
+			s.localSteps = 8
+		}
+		if s.gather != train.Need {
+			s.localSteps = 1
+		}
+	default:
+		h, err := strconv.Atoi(d.localSteps)
+		if err != nil || h < 1 || h > 1<<16 {
+			return s, usageErr("local-steps", "%q: want auto, or 1 (exchange every batch) up to 65536", d.localSteps)
+		}
+		s.localSteps = h
 	}
-	if d.localSteps < 1 || d.localSteps > 1<<16 {
-		return s, usageErr("local-steps", "%d: want 1 (exchange every batch) up to 65536", d.localSteps)
+	switch d.combine {
+	case "auto":
+		s.combine, s.autoCombine = train.Sum, true // (mean where windows need it: combineFor)
+	default:
+		if s.combine, err = train.ParseCombine(d.combine); err != nil {
+			return s, usageErr("combine", "%q: want auto, sum, mean or trimmed", d.combine)
+		}
 	}
-	s.localSteps = d.localSteps
+	if s.autoCombine && s.localSteps > 1 && s.mode != train.Sync {
+		s.combine = train.Mean
+	}
 	if s.localSteps > 1 && s.gather != train.Need {
 		return s, usageErr("local-steps", "windows of local steps need --gather need: a full read copy keeps no optimizer state to train on")
 	}

@@ -48,7 +48,7 @@ type distFlags struct {
 	waitTimeout     time.Duration
 	maxRowGrad      string
 	combine         string
-	localSteps      int
+	localSteps      string
 }
 
 func (f *distFlags) register(fs *flag.FlagSet) {
@@ -63,8 +63,8 @@ func (f *distFlags) register(fs *flag.FlagSet) {
 	fs.Var(resumeFlag{&f.resume, &f.resumeOrStart}, "resume", "restart the job from its newest checkpoint that every peer of it has whole: start\nevery peer again with --resume (same --identity, data and flags); the run continues at\nround R (sync: exactly as if it had not stopped; ssp/async: every example trained once).\nEach file is read through first: a damaged or cut-short one is passed over (logged) for\nthe round before. With no checkpoint on any peer --resume fails; --resume=auto starts a\nnew run from round 0 then. A peer that finds the run under way joins it")
 	registerWaitFlag(fs, &f.waitTimeout)
 	fs.StringVar(&f.maxRowGrad, "max-row-grad", "auto", "owners drop a pushed gradient row whose L2 norm is over this `bound` times its push's examples\n(a worker's bug or an overflow must not wreck the shared model): auto is 10 for logreg and\nsoftmax (honest rows of unit-scaled features stay under 1) and 1000 for the mlp; off turns\nit off. Raise it for features of large raw values (distributed runs do not --scale): owners\nlog every row they drop. Every peer of the job uses the same value")
-	fs.IntVar(&f.localSteps, "local-steps", 1, "`H` batches a worker trains on its own copy of the rows they touch before it exchanges: a\nround is then a window of H batches, and each row's change travels once a window instead of a\ngradient every batch (fewer, larger messages: less CPU per example on the message path).\n1 exchanges every batch. Every peer of the job uses the same value; needs --gather need")
-	fs.StringVar(&f.combine, "combine", "sum", "how owners combine a sync round's gradients: sum (the mean over every example, as one\nworker would) or trimmed (per coordinate, the trimmed mean of the workers that touched a\nrow: one faulty worker in four cannot move it beyond the others' range; costs some quality,\nsync only)")
+	fs.StringVar(&f.localSteps, "local-steps", "auto", "`H` batches a worker trains on its own copy of the rows they touch before it exchanges: a\nround is then a window of H batches, and each row's change travels once a window instead of a\ngradient every batch (fewer, larger messages: less CPU per example on the message path,\nstaler values). 1 exchanges every batch; auto is 4 in sync mode and 8 in ssp and async\n(measured: docs/scaling.md), and 1 with --gather full. Every peer of the job uses the same")
+	fs.StringVar(&f.combine, "combine", "auto", "how owners combine a round's contributions: sum (gradients: the mean over every example, as\none worker would; windows: every worker's changes added, each window trained as if the others'\nsquared gradients counted), mean (windows: per row, the mean of the changes of the workers\nthat touched it), or trimmed (gradients, sync: per coordinate, the trimmed mean of the workers\nthat touched a row: one faulty worker in four cannot move it beyond the others' range; costs\nsome quality). auto is mean for windows in ssp and async and for the mlp, sum otherwise")
 }
 
 // distributed reports whether train runs as a peer of a cluster.
@@ -244,7 +244,7 @@ func (j *trainJob) runDistributed(tf *trainFlags) error {
 	}
 	core.Seed = memberID
 	core.Limits = lim
-	core.MaxExamples, core.MaxRowGrad, core.Combine = j.r.batch*max(1, ds.localSteps), ds.rowGrad, ds.combine
+	core.MaxExamples, core.MaxRowGrad, core.Combine = j.r.batch*max(1, ds.localSteps), ds.rowGrad, ds.combineFor(j.model.Kind)
 	core.LocalSteps = ds.localSteps
 	if j.model.Kind == model.MLP {
 		// A shard lost with every holder restarts from the MLP's initial

@@ -134,7 +134,7 @@ func jobSpec(m *model.Model, ds distSettings, initSeed uint64, batch int) node.S
 		// --max-row-grad: every peer must agree on both.
 		{Flag: "batch", Value: strconv.Itoa(batch)},
 		{Flag: "max-row-grad", Value: strconv.FormatFloat(ds.maxRowGrad(m.Kind), 'g', -1, 64)},
-		{Flag: "combine", Value: ds.combine.String()},
+		{Flag: "combine", Value: ds.combineFor(m.Kind).String()},
 		{Flag: "local-steps", Value: strconv.Itoa(max(1, ds.localSteps))}}
 	if ds.mode == train.SSP {
 		spec = append(spec, node.SpecItem{Flag: "staleness", Value: strconv.Itoa(ds.staleness)})

@@ -40,6 +40,11 @@ type PeerResult struct {
 	Exit        string        // "exit status 0", "signal: terminated", …
 	ExitCode    int           // the exit status; -1 when a signal ended it
 	Duration    time.Duration // from its start to its exit
+	// PeakRSS is the process's peak resident memory over its whole life,
+	// its end included (the kernel's count at exit; 0 for remote peers
+	// and when unknown). A report's peak_rss_bytes is taken when the peer
+	// writes its summary, before it leaves.
+	PeakRSS int64
 }
 
 // Reports reads every peer's report file.
@@ -524,6 +529,9 @@ func (r *runner) results() []PeerResult {
 		}
 		if p.state != nil {
 			pr.ExitCode = p.state.ExitCode()
+			if ru, ok := p.state.SysUsage().(*syscall.Rusage); ok && p.where == "" {
+				pr.PeakRSS = ru.Maxrss << 10 // (KiB on Linux)
+			}
 		}
 		p.mu.Unlock()
 		out = append(out, pr)

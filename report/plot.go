@@ -179,8 +179,27 @@ func curves(bs []BenchConfig, o Options, m metric, seconds bool) (*plot.Plot, er
 		p.Y.Max = math.Min(p.Y.Max, m.max)
 	}
 	if m.name == testLogLoss.name && hi > lo {
-		pad := 0.08 * (hi - lo)
-		p.Y.Min, p.Y.Max = math.Max(0, lo-pad), hi+pad
+		// Fitted to where the curves spend their time: up to three times
+		// the third quartile's height above the lowest point, so an early
+		// spike (the first evaluation of an untrained model) does not
+		// squash the part where configurations differ.
+		var vs []float64
+		for _, s := range ss {
+			for _, xy := range s.xys {
+				vs = append(vs, xy.Y)
+			}
+		}
+		slices.Sort(vs)
+		q3 := vs[3*(len(vs)-1)/4]
+		top := math.Min(hi, lo+3*(q3-lo))
+		for _, t := range targets {
+			top = math.Max(top, t)
+		}
+		if top <= lo {
+			top = hi
+		}
+		pad := 0.08 * (top - lo)
+		p.Y.Min, p.Y.Max = math.Max(0, lo-pad), top+pad
 	}
 	for _, t := range targets {
 		xmax := 0.0

@@ -17,6 +17,8 @@ type tnet struct {
 	names []string
 	queue []Envelope
 	from  []string
+	// fetched holds each core's Ready.Fetched, in order.
+	fetched map[string][]FetchResult
 }
 
 // modPlace puts shard s on member s mod n, so placements are checkable by
@@ -73,6 +75,12 @@ func newTNet(t testing.TB, n, voters int, mode Mode) *tnet {
 // errors.
 func (tn *tnet) collect(name string) {
 	rd := tn.cores[name].Ready()
+	if len(rd.Fetched) > 0 {
+		if tn.fetched == nil {
+			tn.fetched = map[string][]FetchResult{}
+		}
+		tn.fetched[name] = append(tn.fetched[name], rd.Fetched...)
+	}
 	for _, e := range rd.Messages {
 		tn.queue = append(tn.queue, e)
 		tn.from = append(tn.from, name)

@@ -853,17 +853,14 @@ func filterRows(rs *model.Sparse, shards []uint32, width int, mask uint32) model
 }
 
 // rerouteAll moves every outstanding request whose shards now route
-// elsewhere (a configuration took effect).
+// elsewhere (a configuration took effect), hash requests included: a final
+// hash fetch whose owner crashed asks the shards' new owner
+// (TestFinalHashFetchOutlivesACrashedOwner).
 func (w *worker) rerouteAll() {
 	for _, id := range sortedKeys(w.reqs) {
-		r := w.reqs[id]
-		if r == nil {
-			continue
+		if r := w.reqs[id]; r != nil {
+			w.reroute(r, nil)
 		}
-		if r.op == wire.CoreHash {
-			continue
-		}
-		w.reroute(r, nil)
 	}
 }
 

@@ -1481,7 +1481,11 @@ func (s *sim) reference() {
 				for _, k := range keys {
 					wide = m.AppendWide(wide, k)
 				}
-				d, _ := s.window(rows, keys, wide, int64(r)*int64(o.LocalSteps), len(peers))
+				workers := len(peers) // (summed changes: each counts the others' steps)
+				if o.Combine == train.Mean {
+					workers = 1 // (averaged changes: a lone peer's steps)
+				}
+				d, _ := s.window(rows, keys, wide, int64(r)*int64(o.LocalSteps), workers)
 				part := model.Sparse{Idx: keys, Val: d}
 				sw := m.StateWidth(true)
 				kept, _ := train.GuardRows(&part, sw, 1, bound*bound*float64(o.LocalSteps), &guard)
