@@ -162,7 +162,6 @@ type owner struct {
 	ff         map[int]bool            // sync takeovers: shards a copy further on may still replace
 	settle     map[int]*settleWait     // sync takeovers: installed copies other holders may still better
 	past       map[uint64]uint64       // sync: per member ID, the newest round it pushed here
-	doneFrom   map[uint64]uint64       // sync: per member ID, the first round it pushed here as done (out of data)
 	lostOK     map[int]uint64          // sync: per shard, round+1 of a round whose missing answered contributions are gone (lostCheck)
 	scanned    uint64                  // sync: the tick applySync last looked for rounds no contribution will come for
 	gapSince   map[gapKey]uint64       // ssp/async: tick a worker's contribution to a shard was first seen behind a gap
@@ -372,7 +371,6 @@ func (o *owner) init(c *Core) {
 	o.ff = map[int]bool{}
 	o.settle = map[int]*settleWait{}
 	o.past = map[uint64]uint64{}
-	o.doneFrom = map[uint64]uint64{}
 	o.lostOK = map[int]uint64{}
 	o.seen = map[uint64]struct{}{}
 	o.gapSince = map[gapKey]uint64{}
@@ -529,11 +527,6 @@ func (o *owner) receiveNarrowed(from string, msg *wire.Core, narrowed bool) {
 	}
 	if msg.Op == wire.CorePush && c.cfg.Mode == Sync && msg.Round > o.past[m.ID] {
 		o.past[m.ID] = msg.Round // (it was answered every round before: lostCheck)
-	}
-	if msg.Op == wire.CorePush && c.cfg.Mode == Sync && msg.Flags&wire.FlagDone != 0 {
-		if d, ok := o.doneFrom[m.ID]; !ok || msg.Round < d {
-			o.doneFrom[m.ID] = msg.Round // (doneBefore)
-		}
 	}
 	// Rows must lie in the shards the message names.
 	set := newShardSet(c.shards)
@@ -1081,14 +1074,10 @@ func (o *owner) applySync() bool {
 	// sync/fast-chaos 438: the two
 	// workers of a round crashed, one after the other, before the peer a
 	// handoff had made its route got either push, and the run waited for
-	// it forever). So is a round every worker of which is out of data or
-	// crashed, up to the final round ("The end of a run", E10: the workers
-	// answered final elsewhere push it no more; TestFixedSeeds
-	// h4/sync/encoded 82 stopped at the final round short of it, and
-	// h4/sync/chaos 167 waited for members that joined after it).
+	// it forever).
 	for s := range c.shards {
 		r := o.through[s]
-		if !o.held.has(s) || o.rounds[r] != nil || !c.routeMe(s, r) || o.awaiting[s] != nil || !(o.allCrashed(r) || (!o.final || r < o.finalAt) && o.allDoneOrCrashed(r)) ||
+		if !o.held.has(s) || o.rounds[r] != nil || !c.routeMe(s, r) || o.awaiting[s] != nil || !o.allCrashed(r) ||
 			!o.currentFor(s, r, true) {
 			continue
 		}
@@ -1138,7 +1127,7 @@ func (o *owner) lostCheck(s int) {
 	t := c.cs.at(r)
 	missing := false
 	for _, m := range t.Members {
-		if c.cs.crashed[m.ID] || o.covers(r, m.ID, s) || o.doneBefore(m.ID, r) {
+		if c.cs.crashed[m.ID] || o.covers(r, m.ID, s) {
 			continue
 		}
 		if o.past[m.ID] <= r {
@@ -1178,32 +1167,6 @@ func (o *owner) covers(r uint64, id uint64, s int) bool {
 	return false
 }
 
-// doneBefore reports whether member id pushed a round before r here as
-// done (sync): out of data, it contributes nothing to round r, and the
-// round need not wait for its push. A crashed worker's push of its last
-// round may reach some primaries and not others: those it missed apply the
-// round without it and, every other worker being done, answer it as the
-// last (FlagFinal); the workers so answered push no later round, and the
-// primaries that got the crashed worker's push, for which the next round
-// is the last, would wait for their pushes of it forever (docs/protocol.md,
-// "The end of a run", E10; TestFixedSeeds h4/sync/encoded 77).
-func (o *owner) doneBefore(id uint64, r uint64) bool {
-	d, ok := o.doneFrom[id]
-	return ok && d < r
-}
-
-// allDoneOrCrashed reports whether every member of round r's configuration
-// has crashed since or is out of data before r (doneBefore): a round no
-// push will come for once the workers are answered final elsewhere.
-func (o *owner) allDoneOrCrashed(r uint64) bool {
-	for _, m := range o.c.cs.at(r).Members {
-		if !o.c.cs.crashed[m.ID] && !o.doneBefore(m.ID, r) {
-			return false
-		}
-	}
-	return true
-}
-
 // allCrashed reports whether every member of round r's configuration has
 // crashed since.
 func (o *owner) allCrashed(r uint64) bool {
@@ -1231,14 +1194,14 @@ func (o *owner) applyRound(r uint64) bool {
 			o.seen[k.member] = struct{}{}
 		}
 		for _, m := range t.Members {
-			if _, ok := o.seen[m.ID]; !ok && !c.cs.crashed[m.ID] && !o.doneBefore(m.ID, r) {
+			if _, ok := o.seen[m.ID]; !ok && !c.cs.crashed[m.ID] {
 				return false
 			}
 		}
 	}
 	var required []Member
 	for _, m := range t.Members {
-		if !c.cs.crashed[m.ID] && !o.doneBefore(m.ID, r) {
+		if !c.cs.crashed[m.ID] {
 			required = append(required, m)
 		}
 	}
@@ -1397,13 +1360,6 @@ func (o *owner) applyGroup(r uint64, t *tconf, ra *roundAcc, g shardSet) {
 	var partEx []uint64
 	for _, m := range t.Members {
 		counted := false
-		if o.doneBefore(m.ID, r) && !c.cs.crashed[m.ID] && !slices.ContainsFunc(ra.contrib, func(k *contribution) bool { return k.member == m.ID }) {
-			// Out of data: its push of this round, if it sends one, is
-			// a done push with nothing (doneBefore).
-			counted = true
-			contributors++
-			done++
-		}
 		for _, k := range ra.contrib {
 			if k.member != m.ID || !overlap(k.set, g) {
 				continue
@@ -1468,7 +1424,17 @@ func (o *owner) applyGroup(r uint64, t *tconf, ra *roundAcc, g shardSet) {
 	if c.cfg.Gather == Full {
 		o.noteChanged(r, g, o.sum.Idx)
 	}
-	allDone := contributors > 0 && done == contributors && !o.joinsAfter(r)
+	// The last round is one every member of its configuration contributed
+	// to as done (E10). A crashed member that did not contribute counts as
+	// not done: its push of this round, with data, may have reached other
+	// primaries and not this one. Those would wait for the next round,
+	// whose pushes the workers answered final here never send (TestFixedSeeds
+	// h4/sync/encoded 77: a crashed joiner's push of its last round reached
+	// one primary only, the others answered that round as the last, and that
+	// primary waited for the next forever). So every primary ends at the
+	// first round all done after the crashed members are out of the
+	// configuration, whatever of theirs it got.
+	allDone := contributors == len(t.Members) && done == contributors && !o.joinsAfter(r)
 	if allDone {
 		o.final = true
 		o.finalAt = max(o.finalAt, r+1)
@@ -1739,15 +1705,7 @@ func (o *owner) reply(k *contribution) {
 	if k.narrowed && k.op != wire.CoreHash {
 		msg.Shards = k.shards // (a hash answer names its shards in Clocks)
 	}
-	if o.final && !(c.cfg.Mode == Sync && k.op == wire.CorePush && k.round+1 < o.finalAt) {
-		// (Sync: a push of a round before the last is answered as not
-		// final, so its worker pushes the rounds up to the last, and its
-		// final pull reads the round after the last from that round's
-		// holders. A round does not wait for a worker out of data (E10),
-		// so its pushes of the last rounds came after they were applied;
-		// answered final, it pulled the final values of an earlier round
-		// from a holder that had handed the shard on as of a later one,
-		// and waited forever: TestFixedSeeds h4/sync/chaos 72.)
+	if o.final {
 		msg.Flags |= wire.FlagFinal
 		if c.cfg.Mode != Sync {
 			for _, s := range k.shards {

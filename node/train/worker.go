@@ -238,28 +238,19 @@ func (w *worker) tick() {
 }
 
 // successor returns, for a sync request to a peer that left the run and
-// is gone, the peer that applies the first later round of the request's
-// first shard that is not that peer's ("": not such a request). (The next
-// round may be the leaver's too: a round need not wait for a worker out of
-// data, so the leaver applied two without a done worker's push, lost on
-// the way, handed the shard on and went; the push sent again to the next
-// round's route went back to it forever: TestFixedSeeds h4/sync/chaos 121.)
+// is gone, the peer that applies the next round of the request's first
+// shard ("": not such a request).
 func (w *worker) successor(r *request) string {
 	c := w.c
 	if c.cfg.Mode != Sync || r.op == wire.CoreHash || len(r.shards) == 0 {
 		return ""
 	}
-	s := int(r.shards[0])
-	_, t := c.cs.routeConf(s, r.round)
+	_, t := c.cs.routeConf(int(r.shards[0]), r.round)
 	m, ok := t.member(r.to)
 	if !ok || c.isAlive(m.ID) || c.cs.removedIn[m.ID] == nil || c.cs.crashed[m.ID] {
 		return ""
 	}
-	next := r.round + 1
-	for next < c.cs.cur().Start && c.cs.route(s, next) == r.to {
-		next++
-	}
-	return c.cs.route(s, next)
+	return c.cs.route(int(r.shards[0]), r.round+1)
 }
 
 // rerouteTo sends request r again to peer to, whole.

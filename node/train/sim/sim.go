@@ -19,8 +19,11 @@
 //     contributions older than the staleness allows;
 //   - coverage: every shard held by its primary at the end;
 //   - bounded buffers: no queue of a core grows past a bound;
-//   - one model: replicas end bit-identical to their primary (sync), every
-//     peer's read copy equals the primaries' values (full gather);
+//   - one model: every finished peer fetched the same model, but for shards
+//     restarted from nothing between two peers' fetches; replicas end
+//     bit-identical to their primary (ssp and async through the final
+//     copies); every peer's read copy equals the primaries' values (full
+//     gather);
 //   - the serial reference: a sync run whose schedule loses nothing for good
 //     (drops and delays only) ends bit-identical to a serial run of the
 //     same rounds;
