@@ -539,6 +539,18 @@ func (o *owner) askState() {
 	}
 	for _, s := range sortedInts(o.awaiting) {
 		a := o.awaiting[s]
+		if !a.takeover && o.final && o.finalAt > 0 && a.round >= o.finalAt && o.held.has(s) && o.through[s] >= o.finalAt {
+			// The copy held here has the run's last round applied, and no
+			// round runs after it: a handoff as of a later round would
+			// bring this copy (docs/protocol.md, "The end of a run", E12;
+			// TestFixedSeeds h4/sync/chaos 257: a crash after the end
+			// made this peer await a shard as of the round after the last
+			// from the last round's route, which had sent it its copy as
+			// of that round already and would not again, and every final
+			// pull of the shard here waited forever).
+			delete(o.awaiting, s)
+			continue
+		}
 		if a.takeover {
 			// Ask the survivors for the shard as they have it.
 			flags := wire.FlagAsk | wire.FlagMoved

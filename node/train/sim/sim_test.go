@@ -390,6 +390,7 @@ func TestFixedSeeds(t *testing.T) {
 		{"h4/sync/chaos", 167, "a stall at the end with three peers removed and rejoining as the run ended; passes with E10, fails without it"},
 		{"h4/sync/chaos", 73, "a stall at the end after a leave and two crashes: every final pull of two shards went to the leaver, which had handed them on and freed them; passes with E10, fails without it"},
 		{"h4/sync/chaos", 88, "a stall at the end after two crashes and a leave; passes with E10, fails without it (not traced further)"},
+		{"h4/sync/chaos", 257, "a crash after the end made a peer that held a shard's final values await it as of the round after the last from the last round's route, which had sent its copy as of that round already and would not again: every final pull of the shard there waited forever (E12)"},
 		{"h4/ssp/chaos", 30, "a primary applied a worker's round, its forward to the replica was lost, and it crashed after the values went final; the replica, primary since, answered the worker's push of that round, sent again, without applying it, and the round was lost (E11)"},
 		{"h4/async/chaos", 161, "a primary crashed after the values went final with a worker's round its replica had not got (the forward cut off); the replica, primary since, answered the worker's push of it, sent again, without applying it (E11)"},
 	}
