@@ -14,6 +14,7 @@ require (
 	github.com/prometheus/client_model v0.6.3
 	github.com/prometheus/common v0.72.0
 	github.com/rs/zerolog v1.35.1
+	github.com/twmb/murmur3 v1.2.2
 	gonum.org/v1/plot v0.17.0
 )
 

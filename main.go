@@ -3,49 +3,15 @@
 //
 // Run "gossiptrain help" for the commands and "gossiptrain COMMAND --help"
 // for each command's flags. The README explains the design and the main
-// workflows.
+// workflows; package cli is the command line itself.
 package main
 
 import (
-	"context"
-	"errors"
-	"flag"
-	"fmt"
-	"io"
 	"os"
-	"os/signal"
-	"path/filepath"
-	"runtime"
 	"runtime/debug"
-	"runtime/pprof"
-	"syscall"
-)
 
-// cpuProfile writes a CPU profile of the whole command to
-// $GOSSIPTRAIN_CPUPROFILE_DIR/<command>-<pid>.prof when that variable is
-// set: every process of a cluster or bench run (they inherit it) profiles
-// itself, for 'go tool pprof'. A developer's tool, off by default; the
-// returned function stops and writes the profile.
-func cpuProfile(command string) func() {
-	dir := os.Getenv("GOSSIPTRAIN_CPUPROFILE_DIR")
-	if dir == "" {
-		return func() {}
-	}
-	f, err := os.Create(filepath.Join(dir, fmt.Sprintf("%s-%d.prof", command, os.Getpid())))
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "gossiptrain: GOSSIPTRAIN_CPUPROFILE_DIR: %v\n", err)
-		return func() {}
-	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		fmt.Fprintf(os.Stderr, "gossiptrain: GOSSIPTRAIN_CPUPROFILE_DIR: %v\n", err)
-		f.Close()
-		return func() {}
-	}
-	return func() {
-		pprof.StopCPUProfile()
-		f.Close()
-	}
-}
+	"github.com/gossiptrain/gossiptrain/cli"
+)
 
 // version is the binary's version: set at build time with -ldflags
 // "-X main.version=…", or else read from the build information Go embeds
@@ -53,11 +19,16 @@ func cpuProfile(command string) func() {
 var version = "dev"
 
 func init() {
+	cli.Version = version
 	if version == "dev" {
 		if info, ok := debug.ReadBuildInfo(); ok {
-			version = buildVersion(info)
+			cli.Version = buildVersion(info)
 		}
 	}
+}
+
+func main() {
+	os.Exit(cli.Main(os.Args[1:], os.Stdout, os.Stderr))
 }
 
 // buildVersion describes a build from its embedded information: the main
@@ -86,116 +57,4 @@ func buildVersion(info *debug.BuildInfo) string {
 		v += " (no VCS information: built outside a git checkout or with -buildvcs=false)"
 	}
 	return v
-}
-
-// commands lists the subcommands in the order "gossiptrain help" shows them.
-func commands() []*command {
-	return []*command{
-		clusterCmd(),
-		launchCmd(),
-		benchCmd(),
-		trainCmd(),
-		evalCmd(),
-		predictCmd(),
-		inspectCmd(),
-		genCmd(),
-		peerCmd(),
-		keygenCmd(),
-		statusCmd(),
-		reportCmd(),
-	}
-}
-
-func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
-}
-
-// run executes one command line and returns the process exit status:
-// 0 success, 1 failure, 2 usage error, 130 interrupted.
-func run(args []string, stdout, stderr io.Writer) int {
-	cmds := commands()
-	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
-		if len(args) > 1 {
-			for _, c := range cmds {
-				if c.name == args[1] {
-					c.printHelp(stdout)
-					return 0
-				}
-			}
-		}
-		printTopHelp(stdout, cmds)
-		if len(args) == 0 {
-			return 2
-		}
-		return 0
-	}
-	if args[0] == "version" || args[0] == "--version" {
-		fmt.Fprintf(stdout, "gossiptrain %s %s\n", version, runtime.Version())
-		return 0
-	}
-	var cmd *command
-	for _, c := range append(cmds, hiddenCommands()...) {
-		if c.name == args[0] {
-			cmd = c
-		}
-	}
-	if cmd == nil {
-		fmt.Fprintf(stderr, "gossiptrain: unknown command %q\nRun 'gossiptrain help' for the list of commands.\n", args[0])
-		return 2
-	}
-	if err := cmd.parse(args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			cmd.printHelp(stdout)
-			return 0
-		}
-		fmt.Fprintf(stderr, "gossiptrain %s: %v\nRun 'gossiptrain %s --help' for its flags.\n", cmd.name, err, cmd.name)
-		return 2
-	}
-	cmd.out = stdout
-	defer cpuProfile(cmd.name)()
-	err := cmd.run(cmd, cmd.flags.Args())
-	var code exitCode
-	switch {
-	case err == nil:
-		return 0
-	case errors.As(err, &code):
-		return int(code)
-	case errors.Is(err, errUsage):
-		fmt.Fprintf(stderr, "gossiptrain %s: %v\nRun 'gossiptrain %s --help' for its flags.\n", cmd.name, err, cmd.name)
-		return 2
-	case errors.Is(err, context.Canceled):
-		fmt.Fprintf(stderr, "gossiptrain %s: interrupted\n", cmd.name)
-		return 130
-	default:
-		fmt.Fprintf(stderr, "gossiptrain %s: %v\n", cmd.name, err)
-		return 1
-	}
-}
-
-func printTopHelp(w io.Writer, cmds []*command) {
-	fmt.Fprint(w, `gossiptrain trains large sparse models (logistic regression, softmax, and a
-one-hidden-layer MLP) with SGD, alone or on a group of peers that shard the
-model among themselves: no master.
-
-Usage: gossiptrain COMMAND [flags]
-
-Commands:
-`)
-	for _, c := range cmds {
-		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
-	}
-	fmt.Fprint(w, `
-Run 'gossiptrain COMMAND --help' for a command's flags, with defaults and examples.
-`)
-}
-
-// signalContext is cancelled by the first SIGINT or SIGTERM; a second one
-// kills the process the default way.
-func signalContext() (context.Context, context.CancelFunc) {
-	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	go func() {
-		<-ctx.Done()
-		cancel() // restores default handling: a second signal exits at once
-	}()
-	return ctx, cancel
 }

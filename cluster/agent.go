@@ -60,24 +60,11 @@ func RunAgent(ctx context.Context, cfg AgentConfig) (int, error) {
 	if cfg.Poll <= 0 {
 		cfg.Poll = 250 * time.Millisecond
 	}
-	for _, f := range []string{cfg.Report, cfg.Log} {
-		if f != "" {
-			if err := os.MkdirAll(filepath.Dir(f), 0o755); err != nil {
-				return 1, fmt.Errorf("agent: %w", err)
-			}
-		}
-	}
-	// A report left by an earlier run under the same name would be
-	// streamed before the peer truncates it.
-	if err := os.Remove(cfg.Report); err != nil && !errors.Is(err, os.ErrNotExist) {
+	logFile, err := agentFiles(cfg)
+	if err != nil {
 		return 1, fmt.Errorf("agent: %w", err)
 	}
-	var logFile *os.File
-	if cfg.Log != "" {
-		var err error
-		if logFile, err = os.Create(cfg.Log); err != nil {
-			return 1, fmt.Errorf("agent: %w", err)
-		}
+	if logFile != nil {
 		defer logFile.Close()
 	}
 	pr, pw, err := os.Pipe()
@@ -102,23 +89,7 @@ func RunAgent(ctx context.Context, cfg AgentConfig) (int, error) {
 	logDone := make(chan struct{})
 	go func() {
 		defer close(logDone)
-		errOK := true
-		br := bufio.NewReaderSize(pr, 64<<10)
-		for {
-			line, err := br.ReadBytes('\n')
-			if len(line) > 0 {
-				if logFile != nil {
-					logFile.Write(line)
-				}
-				if errOK {
-					_, werr := cfg.Err.Write(line)
-					errOK = werr == nil
-				}
-			}
-			if err != nil {
-				return
-			}
-		}
+		copyLines(pr, logFile, cfg.Err)
 	}()
 
 	exited := make(chan struct{})
@@ -192,6 +163,50 @@ func RunAgent(ctx context.Context, cfg AgentConfig) (int, error) {
 		return 128 + int(ws.Signal()), nil
 	}
 	return ps.ExitCode(), nil
+}
+
+// agentFiles makes the directories of the report and the log, removes a
+// report left by an earlier run under the same name (it would be streamed
+// before the peer truncates it), and creates the log file (nil without
+// one).
+func agentFiles(cfg AgentConfig) (*os.File, error) {
+	for _, f := range []string{cfg.Report, cfg.Log} {
+		if f != "" {
+			if err := os.MkdirAll(filepath.Dir(f), 0o755); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := os.Remove(cfg.Report); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	if cfg.Log == "" {
+		return nil, nil
+	}
+	return os.Create(cfg.Log)
+}
+
+// copyLines copies r to log (when not nil) and to w, line by line, until
+// r ends; a write to w that fails stops the copy to w only (the session is
+// gone), never the log's.
+func copyLines(r io.Reader, log *os.File, w io.Writer) {
+	wOK := true
+	br := bufio.NewReaderSize(r, 64<<10)
+	for {
+		line, err := br.ReadBytes('\n')
+		if len(line) > 0 {
+			if log != nil {
+				log.Write(line)
+			}
+			if wOK {
+				_, werr := w.Write(line)
+				wOK = werr == nil
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
 }
 
 // reportStream copies what a growing file gains to out.

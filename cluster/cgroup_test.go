@@ -120,11 +120,6 @@ func TestCPUGroupsCapABusyProcess(t *testing.T) {
 	}
 }
 
-func firstLine(s string) string {
-	l, _, _ := strings.Cut(s, "\n")
-	return l
-}
-
 // Run with CPUs starts every peer inside a group of its own (it is in it
 // from its first code) and removes the groups afterwards; so does an
 // interrupted run.

@@ -1,5 +1,6 @@
-// Package cluster runs a training job of several local gossiptrain peers:
-// the processes behind "gossiptrain cluster" and "gossiptrain bench".
+// Package cluster runs a training job of several gossiptrain peers: the
+// processes behind "gossiptrain cluster", "bench" and "launch", and those
+// commands' runs.
 //
 // It only orchestrates processes of the gossiptrain binary (os.Executable()
 // unless Config.Binary says otherwise); the peers do all the training and
@@ -73,4 +74,18 @@
 // also on error or cancellation; CleanupStaleCgroups removes those of a
 // run killed with SIGKILL. Config.Standalone runs one plain train process
 // (no job): the one-peer baseline of a scaling comparison.
+//
+// # The commands
+//
+// RunLocal, RunBench and RunLaunch are what "gossiptrain cluster", "bench"
+// and "launch" do once their flags are parsed: the data (a generated set,
+// DefaultData, or the user's files split among the peers: one file each,
+// every N-th file, or --part i/N; launch ships each host its part), the
+// model resolved once from all of it (TrainFlags.Resolve, which runs
+// train's own inference, infer.Prepare) so that peers reading different
+// files build the same one, one peer alone first (the baseline), the peers
+// (Run, on this machine or over SSH), and the result: a table
+// (report.WriteClusterTable, report.WriteSummaryTable) and report.md with
+// plots in the run directory. The command line hands them train's flags as
+// the user gave them (TrainFlags), and they pass those on to every peer.
 package cluster

@@ -3,7 +3,7 @@ package cluster
 // The test binary stands in for gossiptrain: with GOSSIPTRAIN_FAKE_PEER=1
 // in its environment it behaves as a peer of "gossiptrain train" as far as
 // Run can tell: it logs the messages a real peer logs (package peerlog;
-// cmd_cluster_test.go checks the real binary against the same reader), it
+// e2e/cluster_test.go checks the real binary against the same reader), it
 // listens where --listen says and logs the address in JSON, dials --peer (so a peer started before peer 0 listens fails),
 // fails without a --swarm-key it can load,
 // writes a report with round lines and a summary, and ends the way its

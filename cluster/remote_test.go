@@ -191,3 +191,39 @@ func TestParseHostRefusesOptions(t *testing.T) {
 		t.Errorf("ParseHost(vm-1): %v; a '-' inside a name is fine", err)
 	}
 }
+
+func TestParseHost(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want Host
+		err  string
+	}{
+		{"vm1", Host{Name: "vm1"}, ""},
+		{"ubuntu@vm3:2222", Host{User: "ubuntu", Name: "vm3", Port: 2222}, ""},
+		{"10.0.0.5", Host{Name: "10.0.0.5"}, ""},
+		{"root@[fd00::5]:22", Host{User: "root", Name: "fd00::5", Port: 22}, ""},
+		{"[::1]", Host{Name: "::1"}, ""},
+		{"fd00::5", Host{}, "in brackets"},
+		{"vm1:0", Host{}, "port"},
+		{"vm1:ssh", Host{}, "port"},
+		{"@vm1", Host{}, "user"},
+		{"vm 1", Host{}, "host name"},
+		{"vm1;reboot", Host{}, "host name"},
+		{"", Host{}, "empty"},
+		{"-oProxyCommand=touch /tmp/pwned", Host{}, "starts with '-'"},
+		{"-oProxyCommand=x", Host{}, "starts with '-'"},
+		{"root@-oProxyCommand=x", Host{}, "starts with '-'"},
+	} {
+		h, err := ParseHost(c.in)
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("ParseHost(%q) = %+v, %v; want an error about %q", c.in, h, err, c.err)
+			}
+			continue
+		}
+		c.want.Spec = c.in
+		if err != nil || h != c.want {
+			t.Errorf("ParseHost(%q) = %+v, %v; want %+v", c.in, h, err, c.want)
+		}
+	}
+}

@@ -17,6 +17,11 @@ type Batch struct {
 	Offsets []int // len(Labels)+1 entries, Offsets[0] == 0
 	Indices []uint32
 	Values  []float32
+	// Weights are the rows' importance weights: empty when every row's
+	// weight is 1 (most data), else one per row. A weight multiplies its
+	// row's loss and gradient (VW's importance weight); readers take it
+	// from VW's label section and libsvm's "label:weight" (see Weight).
+	Weights []float32
 	// Span is where the rows were read: the places of the first and the
 	// last (zero when the source does not say, as for rows made in
 	// memory). The files' readers set it as they append rows.
@@ -66,6 +71,7 @@ func (b *Batch) Reset() {
 	b.Offsets = append(b.Offsets[:0], 0)
 	b.Indices = b.Indices[:0]
 	b.Values = b.Values[:0]
+	b.Weights = b.Weights[:0]
 }
 
 // Rows is the number of complete rows.
@@ -85,13 +91,42 @@ func (b *Batch) Add(k uint32, v float32) {
 	b.Values = append(b.Values, v)
 }
 
-// EndRow completes the row being built with the given label.
+// EndRow completes the row being built with the given label and weight 1.
 func (b *Batch) EndRow(label float32) {
 	if len(b.Offsets) == 0 {
 		b.Offsets = append(b.Offsets, 0)
 	}
+	if len(b.Weights) > 0 {
+		b.Weights = append(b.Weights, 1)
+	}
 	b.Labels = append(b.Labels, label)
 	b.Offsets = append(b.Offsets, len(b.Indices))
+}
+
+// EndRowWeighted completes the row being built with the given label and
+// importance weight. A batch whose rows all weigh 1 keeps Weights empty.
+func (b *Batch) EndRowWeighted(label, weight float32) {
+	if weight == 1 {
+		b.EndRow(label)
+		return
+	}
+	for len(b.Weights) < len(b.Labels) {
+		b.Weights = append(b.Weights, 1) // the rows before weigh 1
+	}
+	if len(b.Offsets) == 0 {
+		b.Offsets = append(b.Offsets, 0)
+	}
+	b.Weights = append(b.Weights, weight)
+	b.Labels = append(b.Labels, label)
+	b.Offsets = append(b.Offsets, len(b.Indices))
+}
+
+// Weight returns row r's importance weight (1 when Weights is empty).
+func (b *Batch) Weight(r int) float32 {
+	if len(b.Weights) == 0 {
+		return 1
+	}
+	return b.Weights[r]
 }
 
 // DropRow discards the nonzeros added since the last complete row (a line
@@ -121,6 +156,17 @@ func (b *Batch) AppendRows(o *Batch) {
 		b.Span.Last = o.Span.Last
 	}
 	base := len(b.Indices)
+	switch {
+	case len(o.Weights) > 0:
+		for len(b.Weights) < len(b.Labels) {
+			b.Weights = append(b.Weights, 1)
+		}
+		b.Weights = append(b.Weights, o.Weights...)
+	case len(b.Weights) > 0:
+		for range o.Labels {
+			b.Weights = append(b.Weights, 1)
+		}
+	}
 	b.Labels = append(b.Labels, o.Labels...)
 	for _, off := range o.Offsets[1:] {
 		b.Offsets = append(b.Offsets, base+off)

@@ -1,9 +1,12 @@
 package data
 
 import (
+	"bytes"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -122,6 +125,54 @@ func BenchmarkCriteo(b *testing.B) {
 	passes(b, []string{path}, Options{Dim: meta.Features}, fileSize(b, path))
 }
 
+// vwSet writes rows VW lines like a click log's: an importance weight on
+// every fifth, 19 string features in namespace u (user) and 20 in a (ad),
+// one of them numeric, about 450 bytes a line.
+func vwSet(b testing.TB, rows int) string {
+	var sb strings.Builder
+	for i := range rows {
+		fmt.Fprintf(&sb, "%d", 2*(i%2)-1)
+		if i%5 == 0 {
+			sb.WriteString(" 3")
+		}
+		sb.WriteString(" |u")
+		for f := range 19 {
+			fmt.Fprintf(&sb, " u%d_%x", f, (i*(f+7)*2654435761)%(1000*(f+1)))
+		}
+		fmt.Fprintf(&sb, " |a price:%d.%02d", i%100, i%97)
+		for f := range 19 {
+			fmt.Fprintf(&sb, " a%d_%x", f, (i*(f+3)*40503)%(500*(f+1)))
+		}
+		sb.WriteByte('\n')
+	}
+	p := filepath.Join(b.TempDir(), "train.vw")
+	if err := os.WriteFile(p, []byte(sb.String()), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	return p
+}
+
+// BenchmarkVW reads VW lines (39 features in two namespaces, hashed with
+// murmur3 into 2^24 features), alone and with the quadratic interaction
+// of the two namespaces (-q ua: 380 more features a row).
+func BenchmarkVW(b *testing.B) {
+	path := vwSet(b, 20_000)
+	size := fileSize(b, path)
+	b.Run("plain", func(b *testing.B) {
+		passes(b, []string{path}, Options{Dim: 1 << 24}, size)
+	})
+	b.Run("interactions ua", func(b *testing.B) {
+		passes(b, []string{path}, Options{Dim: 1 << 24, Interactions: []string{"ua"}}, size)
+	})
+}
+
+// BenchmarkCriteoInteractions reads generated Criteo TSV with VW-style
+// interactions of columns: I1 x C1..C3 and C1 x C2 x C3.
+func BenchmarkCriteoInteractions(b *testing.B) {
+	path, meta := benchSet(b, FormatCriteo, "", 50_000)
+	passes(b, []string{path}, Options{Dim: meta.Features, Interactions: []string{"aA", "aB", "aC", "ABC"}}, fileSize(b, path))
+}
+
 // BenchmarkCacheRead reads the rows of BenchmarkLibSVM from a cache. MB/s
 // counts the libsvm text the cache replaces, so it compares directly with
 // BenchmarkLibSVM/file.
@@ -173,6 +224,11 @@ func TestNextAllocatesNothing(t *testing.T) {
 	writeBytes(t, filepath.Join(dir, "a-labels-idx1-ubyte"), idxLabels(make([]byte, 5000)...))
 	cache := filepath.Join(dir, "c.gtc")
 	readCached(t, []string{svm}, Options{}, cache)
+	vw := vwSet(t, 5000)
+	content, _ := os.ReadFile(svm)
+	weighted := writeBytes(t, filepath.Join(dir, "w.svm"), bytes.ReplaceAll(content, []byte("\n1 "), []byte("\n1:2.5 ")))
+	wcache := filepath.Join(dir, "w.gtc")
+	readCached(t, []string{weighted}, Options{}, wcache)
 	for _, tc := range []struct {
 		name string
 		path string
@@ -185,6 +241,11 @@ func TestNextAllocatesNothing(t *testing.T) {
 		{"criteo", tsv, Options{Dim: meta.Features}},
 		{"idx", img, Options{}},
 		{"cache", cache, Options{}},
+		{"vw", vw, Options{Dim: 1 << 24}},
+		{"vw interactions", vw, Options{Dim: 1 << 24, Interactions: []string{"ua", "aa"}}},
+		{"criteo interactions", tsv, Options{Dim: meta.Features, Interactions: []string{"aA", "ABC"}}},
+		{"libsvm weights", weighted, Options{}},
+		{"cache weights", wcache, Options{}},
 	} {
 		src, err := Open([]string{tc.path}, tc.opt)
 		if err != nil {

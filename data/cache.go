@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/cespare/xxhash/v2"
 )
@@ -26,8 +27,9 @@ import (
 //	           payloadLen uint32
 //	           rows       uint32
 //	           nnz        uint32
-//	           flags      uint8           bit 0: every value is 1, no values stored
-//	           payload    rows section, then values section
+//	           flags      uint8           bit 0: every value is 1, no values stored;
+//	                                      bit 1: a weights section follows the values
+//	           payload    rows section, then values section, then weights section
 //	           sum        uint64 xxhash64(the 13 header bytes and the payload)
 //	trailer  "GTCTRAIL" | rows uint64 | nnz uint64 | badLines uint64 |
 //	         blocks uint64 | xxhash64 of those 40 bytes          48 bytes
@@ -36,7 +38,10 @@ import (
 // for binary data), uvarint nnz, then the indices as uvarint deltas (the
 // first index itself, then the difference to the previous one, >= 1). The
 // values section holds the block's nnz values as float32, absent when flag
-// bit 0 is set, so one-hot data stores no values at all.
+// bit 0 is set, so one-hot data stores no values at all. The weights
+// section holds one float32 importance weight per row of the block, and
+// only blocks with a weight other than 1 have one (flag bit 1), so caches
+// of unweighted data are as before.
 const (
 	cacheMagic        = "GTCACHE\x00"
 	cacheTrailerMagic = "GTCTRAIL"
@@ -44,6 +49,7 @@ const (
 	cacheBlockHeader  = 13
 	cacheTrailerSize  = 48
 	cacheFlagOnes     = 1
+	cacheFlagWeights  = 2
 	// cacheBlockTarget is the payload size at which a block is closed.
 	cacheBlockTarget = 1 << 20
 	// cacheMaxHeader bounds the JSON header a reader accepts.
@@ -62,8 +68,11 @@ type cacheHeader struct {
 	Parts     int    `json:"parts"`
 	// MaxValue is Options.MaxValue, left out when 0 so caches built
 	// before it existed stay valid.
-	MaxValue float64     `json:"max_value,omitempty"`
-	Inputs   []cacheFile `json:"inputs"`
+	MaxValue float64 `json:"max_value,omitempty"`
+	// Interactions are Options.Interactions (sorted as ParseInteractions
+	// sorts them), left out when none.
+	Interactions []string    `json:"interactions,omitempty"`
+	Inputs       []cacheFile `json:"inputs"`
 }
 
 // cacheFile identifies an input file by absolute path, size and mtime.
@@ -75,6 +84,17 @@ type cacheFile struct {
 }
 
 func statInput(path string) (*cacheFile, error) {
+	if key, once, err := streamKey(path); err == nil && once {
+		// A stream cannot be checked against an earlier run's cache: its
+		// identity is this process's, so a cache built from it is read by
+		// later epochs of this run only (as VW's cache of standard input).
+		s, err := getStream(key, path)
+		if err != nil {
+			return nil, err
+		}
+		return &cacheFile{Path: displayName(path), Size: -1, ModTime: s.created.UnixNano()}, nil
+	}
+	path = regularPath(path)
 	abs, err := filepath.Abs(path)
 	if err != nil {
 		return nil, err
@@ -92,6 +112,13 @@ func newCacheHeader(inputs []input, opt Options) ([]byte, error) {
 		Format: inputs[0].format.String(), ZeroBased: opt.ZeroBased, Dim: opt.Dim,
 		Classes: opt.Classes, LabelBase: opt.LabelBase, Part: opt.Part, Parts: opt.Parts,
 		MaxValue: opt.MaxValue,
+	}
+	if len(opt.Interactions) > 0 {
+		list, err := ParseInteractions(strings.Join(opt.Interactions, ","))
+		if err != nil {
+			return nil, err
+		}
+		h.Interactions = list
 	}
 	for _, in := range inputs {
 		if in.format == FormatCache {
@@ -223,8 +250,10 @@ func checkCache(path string, want []byte, skipBad bool) error {
 // manner of Vowpal Wabbit's --cache_file. If cachePath holds a finished
 // cache whose header matches the inputs (paths, sizes and modification
 // times) and the options that shape the rows (format, ZeroBased, Dim,
-// Classes, LabelBase, Part, Parts, MaxValue) it is read instead of the
-// inputs.
+// Classes, LabelBase, Part, Parts, MaxValue, Interactions) it is read
+// instead of the inputs. A stream (standard input: see IsStream) matches
+// the caches this process built from it only, so later epochs read the
+// cache and never the stream again, as VW's --cache_file does.
 // Otherwise the inputs are parsed and the cache is written while they
 // stream: to a temporary file beside cachePath that is synced and renamed
 // over cachePath only when every row was read without error. An error, or
@@ -257,6 +286,7 @@ func OpenCached(patterns []string, opt Options, cachePath string) (Source, error
 	if checkCache(cachePath, hdr, opt.SkipBad) == nil {
 		copt := opt
 		copt.Format, copt.Part, copt.Parts = FormatCache, 0, 0 // the cache holds this part only
+		copt.Interactions = nil                                // and its rows have them
 		return openInputs([]input{{path: cachePath, format: FormatCache}}, copt, false)
 	}
 	src, err := openInputs(inputs, opt, false)
@@ -278,7 +308,9 @@ type cacheWriter struct {
 	w         *bufio.Writer
 	rowsBuf   []byte
 	valsBuf   []byte
+	wBuf      []byte // every row's weight; written when weighted
 	ones      bool
+	weighted  bool // a row of the block weighs other than 1
 	blockRows uint32
 	blockNNZ  uint32
 	blocks    int64
@@ -322,6 +354,11 @@ func (c *cacheWriter) add(b *Batch) error {
 			}
 			c.valsBuf = binary.LittleEndian.AppendUint32(c.valsBuf, math.Float32bits(v))
 		}
+		w := b.Weight(r)
+		if w != 1 {
+			c.weighted = true
+		}
+		c.wBuf = binary.LittleEndian.AppendUint32(c.wBuf, math.Float32bits(w))
 		c.blockRows++
 		c.blockNNZ += uint32(len(idx))
 		c.rows++
@@ -340,13 +377,17 @@ func (c *cacheWriter) flush() error {
 	if c.blockRows == 0 {
 		return nil
 	}
-	vals := c.valsBuf
+	vals, weights := c.valsBuf, []byte(nil)
 	var flags byte
 	if c.ones {
 		vals, flags = nil, cacheFlagOnes
 	}
+	if c.weighted {
+		weights = c.wBuf
+		flags |= cacheFlagWeights
+	}
 	var h [cacheBlockHeader]byte
-	binary.LittleEndian.PutUint32(h[0:], uint32(len(c.rowsBuf)+len(vals)))
+	binary.LittleEndian.PutUint32(h[0:], uint32(len(c.rowsBuf)+len(vals)+len(weights)))
 	binary.LittleEndian.PutUint32(h[4:], c.blockRows)
 	binary.LittleEndian.PutUint32(h[8:], c.blockNNZ)
 	h[12] = flags
@@ -354,12 +395,14 @@ func (c *cacheWriter) flush() error {
 	c.d.Write(h[:])
 	c.d.Write(c.rowsBuf)
 	c.d.Write(vals)
+	c.d.Write(weights)
 	c.w.Write(h[:])
 	c.w.Write(c.rowsBuf)
 	c.w.Write(vals)
+	c.w.Write(weights)
 	_, err := c.w.Write(binary.LittleEndian.AppendUint64(h[:0], c.d.Sum64()))
-	c.rowsBuf, c.valsBuf = c.rowsBuf[:0], c.valsBuf[:0]
-	c.ones, c.blockRows, c.blockNNZ = true, 0, 0
+	c.rowsBuf, c.valsBuf, c.wBuf = c.rowsBuf[:0], c.valsBuf[:0], c.wBuf[:0]
+	c.ones, c.weighted, c.blockRows, c.blockNNZ = true, false, 0, 0
 	c.blocks++
 	if err != nil {
 		return fmt.Errorf("cache %s: %w", c.path, err)
@@ -486,6 +529,7 @@ type cacheReader struct {
 	block   []byte // payload and checksum of the current block
 	rows    []byte // unread part of the rows section
 	vals    []byte // unread part of the values section
+	weights []byte // unread part of the weights section (none: every row weighs 1)
 	ones    bool
 	left    uint32 // rows left in the block
 	blocks  int64  // blocks read
@@ -495,7 +539,20 @@ type cacheReader struct {
 }
 
 func newCacheReader(sh *shared, path string) (_ *cacheReader, err error) {
-	f, err := os.Open(path)
+	name := displayName(path)
+	if key, once, err := streamKey(path); err != nil {
+		return nil, err
+	} else if once {
+		s, err := getStream(key, path)
+		if err != nil {
+			return nil, err
+		}
+		if s.spool == "" {
+			return nil, fmt.Errorf("%w: %s: a cache is read from a file, not a stream: give the cache file", ErrFormat, name)
+		}
+		path = s.spool
+	}
+	f, err := os.Open(regularPath(path))
 	if err != nil {
 		return nil, err
 	}
@@ -521,7 +578,7 @@ func newCacheReader(sh *shared, path string) (_ *cacheReader, err error) {
 	case o.Dim != 0 && m.hdr.Dim != 0 && o.Dim != m.hdr.Dim:
 		return nil, fmt.Errorf("%w: cache %s holds features for Dim %d, not %d", ErrOptions, path, m.hdr.Dim, o.Dim)
 	}
-	r := &cacheReader{sh: sh, f: f, name: path, m: m, classes: m.hdr.Classes, limit: MaxDim}
+	r := &cacheReader{sh: sh, f: f, name: name, m: m, classes: m.hdr.Classes, limit: MaxDim}
 	sh.formatDim = max(sh.formatDim, m.hdr.Dim)
 	if o.Dim != 0 {
 		r.limit = o.Dim
@@ -548,8 +605,8 @@ func (r *cacheReader) corrupt(format string, args ...any) error {
 
 // nextBlock reads and checks the next block; io.EOF after the last one.
 func (r *cacheReader) nextBlock() error {
-	if len(r.rows) != 0 || len(r.vals) != 0 {
-		return r.corrupt("%d bytes left after the last row", len(r.rows)+len(r.vals))
+	if len(r.rows) != 0 || len(r.vals) != 0 || len(r.weights) != 0 {
+		return r.corrupt("%d bytes left after the last row", len(r.rows)+len(r.vals)+len(r.weights))
 	}
 	var h [cacheBlockHeader]byte
 	if _, err := io.ReadFull(r.br, h[:]); err != nil {
@@ -573,12 +630,16 @@ func (r *cacheReader) nextBlock() error {
 	if flags&cacheFlagOnes != 0 {
 		valBytes = 0
 	}
+	wBytes := int64(0)
+	if flags&cacheFlagWeights != 0 {
+		wBytes = int64(rows) * 4
+	}
 	switch {
 	case size+8 > r.m.dataEnd-r.m.dataStart:
 		return r.corrupt("payload of %d bytes is larger than the file", size)
-	case flags&^cacheFlagOnes != 0:
+	case flags&^(cacheFlagOnes|cacheFlagWeights) != 0:
 		return r.corrupt("unknown flags 0x%02x", flags)
-	case rows == 0 || int64(rows)*2+int64(nnz)+valBytes > size:
+	case rows == 0 || int64(rows)*2+int64(nnz)+valBytes+wBytes > size:
 		return r.corrupt("%d rows and %d nonzeros do not fit %d bytes", rows, nnz, size)
 	}
 	if int64(cap(r.block)) < size+8 {
@@ -599,8 +660,9 @@ func (r *cacheReader) nextBlock() error {
 		return r.corrupt("checksum mismatch")
 	}
 	r.blocks++
-	r.rows = r.block[:size-valBytes]
-	r.vals = r.block[size-valBytes : size]
+	r.rows = r.block[:size-valBytes-wBytes]
+	r.vals = r.block[size-valBytes-wBytes : size-wBytes]
+	r.weights = r.block[size-wBytes : size]
 	r.ones = valBytes == 0
 	r.left = rows
 	return nil
@@ -743,13 +805,21 @@ func (r *cacheReader) row(b *Batch, keep bool) error {
 		}
 		r.vals = r.vals[4*n:]
 	}
+	w := float32(1)
+	if len(r.weights) > 0 {
+		w = math.Float32frombits(binary.LittleEndian.Uint32(r.weights))
+		r.weights = r.weights[4:]
+		if !(w >= 0) || math.IsInf(float64(w), 0) {
+			return r.corrupt("weight %g is not a number >= 0", w)
+		}
+	}
 	r.nrows++
 	r.nnz += int64(n)
 	if !keep {
 		b.DropRow()
 		return nil
 	}
-	b.EndRow(float32(label))
+	b.EndRowWeighted(float32(label), w)
 	b.mark(Place{r.name, r.nrows})
 	if r.sh.raw {
 		r.sh.rawLabels = append(r.sh.rawLabels, float64(label))

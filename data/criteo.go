@@ -91,11 +91,13 @@ type criteoReader struct {
 	lab labelMapper
 	dim uint64
 	key []byte
+	x   *interactor // nil without interactions
 }
 
 func newCriteoReader(sh *shared, st *stream) *criteoReader {
 	sh.lines.reset(st, st.name)
-	return &criteoReader{sh: sh, st: st, lr: sh.lines, lab: newLabelMapper(&sh.opt, sh.raw), dim: sh.opt.Dim, key: make([]byte, 0, 64)}
+	return &criteoReader{sh: sh, st: st, lr: sh.lines, lab: newLabelMapper(&sh.opt, sh.raw), dim: sh.opt.Dim,
+		key: make([]byte, 0, 64), x: newInteractor(sh.interactions)}
 }
 
 func (r *criteoReader) close() error { return r.st.Close() }
@@ -160,6 +162,9 @@ func (r *criteoReader) parse(line []byte, b *Batch) (float32, fault) {
 	sorted := true
 	prev := int64(-1)
 	i := t + 1
+	if r.x != nil {
+		r.x.reset()
+	}
 	for field := 1; field < criteoColumns; field++ {
 		e := len(line)
 		if field < criteoColumns-1 {
@@ -171,14 +176,22 @@ func (r *criteoReader) parse(line []byte, b *Batch) (float32, fault) {
 			if r.key, ok = criteoFieldKey(r.key, field, tok); !ok {
 				return 0, fault{code: fInteger, start: i, end: e, num: int64(field)}
 			}
-			k := int64(xxhash.Sum64(r.key) % r.dim)
+			h := xxhash.Sum64(r.key)
+			k := int64(h % r.dim)
 			if k <= prev {
 				sorted = false
 			}
 			prev = k
 			b.Add(uint32(k), 1)
+			if r.x != nil {
+				r.x.add(criteoNamespace(field), uint32(h), 1)
+			}
 		}
 		i = e + 1
+	}
+	if r.x != nil {
+		r.x.emit(b, r.dim)
+		sorted = false
 	}
 	if !sorted {
 		mergeRow(b, first)

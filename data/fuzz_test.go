@@ -2,6 +2,7 @@ package data
 
 import (
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"testing"
@@ -23,8 +24,11 @@ func fuzzOptions(mode uint8, format Format) Options {
 	if mode&4 != 0 {
 		opt.Classes, opt.LabelBase = 3, int(mode>>6)-1
 	}
-	if mode&8 != 0 || format == FormatCriteo {
+	if mode&8 != 0 || format == FormatCriteo || format == FormatVW {
 		opt.Dim = 50
+	}
+	if format == FormatVW && mode&128 != 0 {
+		opt.Interactions = []string{"ab", "aa", "abc"}
 	}
 	if mode&16 != 0 {
 		opt.BufferSize = 16 // lines longer than the buffer
@@ -97,6 +101,28 @@ func FuzzCriteo(f *testing.F) {
 			t.Fatal(err)
 		}
 		fuzzRead(t, []string{p}, fuzzOptions(mode, FormatCriteo))
+	})
+}
+
+func FuzzVW(f *testing.F) {
+	f.Add([]byte("1 2 'tag|a x y:2 |b z:-1 w |c\n-1 |a:3 12 :4 c:str\n"), uint8(0))
+	f.Add([]byte("1|a x\n1 1 1 1 |a\n|:2\n"), uint8(2))
+	f.Add([]byte("-1 0.5 |a x x x:-3 |b y |c z\n"), uint8(128))
+	dir := f.TempDir()
+	f.Fuzz(func(t *testing.T, data []byte, mode uint8) {
+		p := filepath.Join(dir, "f.vw")
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		b, err := fuzzRead(t, []string{p}, fuzzOptions(mode, FormatVW))
+		if err == nil && len(b.Weights) != 0 && len(b.Weights) != b.Rows() {
+			t.Fatalf("%d weights for %d rows", len(b.Weights), b.Rows())
+		}
+		for _, w := range b.Weights {
+			if !(w >= 0) || w > math.MaxFloat32 {
+				t.Fatalf("weight %v", w)
+			}
+		}
 	})
 }
 

@@ -57,42 +57,65 @@ func (c countingReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// stream is one opened input file: the decompressed bytes in r.
+// stream is one opened input: the decompressed bytes in r.
 type stream struct {
-	name string
-	f    *os.File
+	name string // for errors: the path, or "stdin"
+	src  *source
 	r    io.Reader
 	zr   *zstd.Decoder
 }
 
-// openStream opens path and the decompressor its extension asks for,
-// adding the bytes read from disk to *nread.
+// Compression magic numbers (RFC 1952; RFC 8878).
+var (
+	gzipMagic = []byte{0x1f, 0x8b}
+	zstdMagic = []byte{0x28, 0xb5, 0x2f, 0xfd}
+)
+
+// compressionOfInput is the compression of an input: by its name's suffix
+// (.gz, .zst), else by the magic number its bytes start with, so that a
+// compressed stream on standard input is decompressed too.
+func compressionOfInput(path string, head []byte) compression {
+	if c := compressionOf(path); c != compNone {
+		return c
+	}
+	switch {
+	case bytes.HasPrefix(head, gzipMagic):
+		return compGzip
+	case bytes.HasPrefix(head, zstdMagic):
+		return compZstd
+	}
+	return compNone
+}
+
+// openStream opens path ("-" is standard input) and the decompressor its
+// name or its first bytes ask for, adding the bytes read to *nread.
 func openStream(path string, nread *int64) (*stream, error) {
-	f, err := os.Open(path)
+	src, err := openSource(path)
 	if err != nil {
 		return nil, err
 	}
-	s := &stream{name: path, f: f}
-	raw := countingReader{f, nread}
-	switch compressionOf(path) {
+	name := displayName(path)
+	s := &stream{name: name, src: src}
+	raw := countingReader{src.r, nread}
+	switch compressionOfInput(path, src.peek(4)) {
 	case compNone:
 		s.r = raw
 	case compGzip:
 		// gzip wants an io.ByteReader; a large buffer keeps the syscalls few.
 		zr, err := gzip.NewReader(bufio.NewReaderSize(raw, 256<<10))
 		if err != nil {
-			f.Close()
+			src.Close()
 			if errors.Is(err, gzip.ErrHeader) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-				return nil, fmt.Errorf("%w: %s: not a gzip file, though its name ends in .gz (%v)", ErrFormat, path, err)
+				return nil, fmt.Errorf("%w: %s: not a gzip file, though its name ends in .gz (%v)", ErrFormat, name, err)
 			}
-			return nil, fmt.Errorf("%w: %s: %v", ErrFormat, path, err)
+			return nil, fmt.Errorf("%w: %s: %v", ErrFormat, name, err)
 		}
 		s.r = zr
 	case compZstd:
 		zr, err := zstd.NewReader(bufio.NewReaderSize(raw, 256<<10), zstd.WithDecoderConcurrency(1))
 		if err != nil {
-			f.Close()
-			return nil, fmt.Errorf("%w: %s: %v", ErrFormat, path, err)
+			src.Close()
+			return nil, fmt.Errorf("%w: %s: %v", ErrFormat, name, err)
 		}
 		s.r, s.zr = zr, zr
 	}
@@ -121,7 +144,7 @@ func (s *stream) Close() error {
 	if s.zr != nil {
 		s.zr.Close()
 	}
-	return s.f.Close()
+	return s.src.Close()
 }
 
 // lineReader splits a stream into lines over one large reusable buffer.

@@ -21,6 +21,9 @@ type shared struct {
 	// formatDim is the largest dimension a file's format fixes: IDX pixels
 	// per image, a cache's Dim (for ScanResult.Dim).
 	formatDim uint64
+	// interactions are Options.Interactions with each one's namespaces
+	// sorted (ParseInteractions).
+	interactions []string
 }
 
 // rowReader reads the rows of one input file.
@@ -87,16 +90,19 @@ func (r *libsvmReader) read(b *Batch, max int) (int, error) {
 		if !r.sh.part.take() {
 			continue // another part's row: not parsed
 		}
-		label, f := r.parse(line, i, b)
+		label, weight, f := r.parse(line, i, b)
 		if f.code != fOK {
 			b.DropRow()
 			if r.sh.opt.SkipBad {
 				r.sh.stats.BadLines++
 				continue
 			}
+			if f.code == fLabelNotNumber && r.lr.line == 1 && bytes.IndexByte(line, ',') >= 0 {
+				return n, csvError(r.st.name)
+			}
 			return n, badLine(r.st.name, r.lr.line, line, r.lr.ahead(256), f, &r.sh.opt)
 		}
-		b.EndRow(label)
+		b.EndRowWeighted(label, weight)
 		b.mark(Place{r.st.name, r.lr.line})
 		if r.sh.raw {
 			r.sh.rawLabels = append(r.sh.rawLabels, r.lab.last)
@@ -121,17 +127,28 @@ func tokenEnd(line []byte, i int) int {
 }
 
 // parse appends the features of the data line (starting at its first
-// non-blank byte i) to b and returns its label.
-func (r *libsvmReader) parse(line []byte, i int, b *Batch) (float32, fault) {
+// non-blank byte i) to b and returns its label and importance weight. The
+// label token may carry the weight as "label:weight", as dmlc-core's
+// libsvm parser (XGBoost's text input) reads it.
+func (r *libsvmReader) parse(line []byte, i int, b *Batch) (float32, float32, fault) {
 	j := tokenEnd(line, i)
 	var label float32
+	weight := float32(1)
 	switch {
 	case !r.sh.opt.NoLabels:
-		var code faultCode
-		if label, code = r.lab.text(line[i:j]); code != fOK {
-			return 0, fault{code: code, start: i, end: j, num: int64(r.lab.last)}
+		tok := line[i:j]
+		if c := bytes.IndexByte(tok, ':'); c >= 0 {
+			var code faultCode
+			if weight, code = parseWeight(tok[c+1:]); code != fOK {
+				return 0, 0, fault{code: code, start: i, end: j}
+			}
+			tok = tok[:c]
 		}
-	case bytes.IndexByte(line[i:j], ':') >= 0 && !bytes.HasPrefix(line[i:j], qidPrefix):
+		var code faultCode
+		if label, code = r.lab.text(tok); code != fOK {
+			return 0, 0, fault{code: code, start: i, end: j, num: int64(r.lab.last)}
+		}
+	case bytes.IndexByte(line[i:j], ':') >= 0 && !bytes.HasPrefix(line[i:j], qidPrefix) && !r.weightedLabel(line[i:j]):
 		j = i // no label: the line starts with its first feature
 	}
 	first := len(b.Indices)
@@ -170,7 +187,7 @@ func (r *libsvmReader) parse(line []byte, i int, b *Batch) (float32, fault) {
 			case nd == 0 && line[start] == '-' && start+1 < n && line[start+1]-'0' <= 9:
 				code = fIndexNegative
 			}
-			return 0, fault{code: code, start: start, end: end}
+			return 0, 0, fault{code: code, start: start, end: end}
 		}
 		if nd > 10 {
 			z := start
@@ -178,7 +195,7 @@ func (r *libsvmReader) parse(line []byte, i int, b *Batch) (float32, fault) {
 				z++
 			}
 			if i-z > 10 {
-				return 0, fault{code: fIndexRange, start: start, end: tokenEnd(line, i)}
+				return 0, 0, fault{code: fIndexRange, start: start, end: tokenEnd(line, i)}
 			}
 		}
 		i++ // ':'
@@ -191,26 +208,26 @@ func (r *libsvmReader) parse(line []byte, i int, b *Batch) (float32, fault) {
 			i = tokenEnd(line, i)
 			var code faultCode
 			if v, code = parseFloat32(line[vs:i]); code != fOK {
-				return 0, fault{code: code, start: start, end: i}
+				return 0, 0, fault{code: code, start: start, end: i}
 			}
 		}
 		if r.maxValue > 0 && math.Abs(float64(v)) > r.maxValue {
-			return 0, fault{code: fValueBound, start: start, end: i}
+			return 0, 0, fault{code: fValueBound, start: start, end: i}
 		}
 		if idx > 1<<32-1 {
-			return 0, fault{code: fIndexRange, start: start, end: i}
+			return 0, 0, fault{code: fIndexRange, start: start, end: i}
 		}
 		if r.oneBased {
 			if idx == 0 {
-				return 0, fault{code: fIndexZero, start: start, end: i}
+				return 0, 0, fault{code: fIndexZero, start: start, end: i}
 			}
 			idx--
 		}
 		if idx >= r.limit {
 			if r.sh.opt.Dim == 0 {
-				return 0, fault{code: fIndexRange, start: start, end: i}
+				return 0, 0, fault{code: fIndexRange, start: start, end: i}
 			}
-			return 0, fault{code: fIndexDim, start: start, end: i, num: int64(idx)}
+			return 0, 0, fault{code: fIndexDim, start: start, end: i, num: int64(idx)}
 		}
 		if int64(idx) <= prev {
 			sorted = false
@@ -221,10 +238,18 @@ func (r *libsvmReader) parse(line []byte, i int, b *Batch) (float32, fault) {
 	if !sorted {
 		if k, dup := sortRow(&r.sorter, b.Indices[first:], b.Values[first:]); dup {
 			s, e := r.duplicateToken(line, j, k)
-			return 0, fault{code: fDuplicate, start: s, end: e, num: int64(k)}
+			return 0, 0, fault{code: fDuplicate, start: s, end: e, num: int64(k)}
 		}
 	}
-	return label, fault{}
+	return label, weight, fault{}
+}
+
+// weightedLabel reports whether the first token of an unlabelled-or-not
+// line (Options.NoLabels) is "label:weight" rather than a feature: its
+// label part starts with a sign, or is 0 in 1-based data, which no
+// feature index can be. "1:0.5" is read as feature 1.
+func (r *libsvmReader) weightedLabel(tok []byte) bool {
+	return tok[0] == '-' || tok[0] == '+' || (r.oneBased && tok[0] == '0' && len(tok) > 1 && tok[1] == ':')
 }
 
 // duplicateToken finds the second token of the line (features start at
@@ -263,8 +288,10 @@ func (r *libsvmReader) duplicateToken(line []byte, from int, k uint32) (int, int
 
 // pairSorter sorts indices and their values together.
 type pairSorter struct {
-	idx []uint32
-	val []float32
+	idx    []uint32
+	val    []float32
+	packed []uint64 // sumRow's scratch: index<<32 | value bits
+	tmp    []uint64 // and its radix sort's second buffer
 }
 
 func (p *pairSorter) Len() int           { return len(p.idx) }

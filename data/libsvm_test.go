@@ -351,3 +351,42 @@ func TestSkipBadCountsNonFiniteValues(t *testing.T) {
 		t.Errorf("MaxValue +Inf: %v, want ErrOptions", err)
 	}
 }
+
+// A libsvm label may carry an importance weight as "label:weight" (the
+// convention of dmlc-core's libsvm parser, XGBoost's text input); rows
+// without one weigh 1, a bad weight names its token, and unlabelled
+// reading (prediction) skips a "-1:w", "+1:w" or 1-based "0:w" first token
+// as a weighted label but reads "1:0.5" as feature 1.
+func TestLibSVMWeights(t *testing.T) {
+	dir := t.TempDir()
+	p := writeFile(t, dir, "w.svm", "1:2.5 1:1\n0 2:1\n-1:0 3:1\n+1:1e-3 4:1\n")
+	b := openAll(t, []string{p}, Options{})
+	if !slices.Equal(b.Weights, []float32{2.5, 1, 0, 1e-3}) || !slices.Equal(b.Labels, []float32{1, 0, 0, 1}) {
+		t.Fatalf("weights %v labels %v", b.Weights, b.Labels)
+	}
+	unweighted := openAll(t, []string{writeFile(t, dir, "u.svm", "1 1:1\n0 2:1\n")}, Options{})
+	if len(unweighted.Weights) != 0 {
+		t.Errorf("unweighted rows have weights %v", unweighted.Weights)
+	}
+	for _, tc := range []struct{ line, want string }{
+		{"1:-1 1:1", `bad token "1:-1": importance weight is not a number >= 0`},
+		{"1:x 1:1", `bad token "1:x": importance weight is not a number >= 0`},
+		{"1:inf 1:1", `bad token "1:inf": importance weight is not a number >= 0`},
+		{"2:1 1:1", `bad token "2:1": binary label must be 0, 1, -1 or +1`},
+	} {
+		q := writeFile(t, dir, "bad.svm", tc.line+"\n")
+		src, _ := Open([]string{q}, Options{})
+		_, err := readAll(src, 10)
+		src.Close()
+		if err == nil || err.Error() != q+":1: "+tc.want {
+			t.Errorf("%q: %v, want %s", tc.line, err, tc.want)
+		}
+	}
+	nl := openAll(t, []string{writeFile(t, dir, "nl.svm", "-1:2 5:1\n+1:0.5 5:1\n0:3 5:1\n1:0.5 5:1\n")}, Options{NoLabels: true})
+	got := rows(&nl)
+	for i, want := range [][]uint32{{4}, {4}, {4}, {0, 4}} {
+		if !slices.Equal(got[i].idx, want) {
+			t.Errorf("unlabelled line %d: features %v, want %v", i+1, got[i].idx, want)
+		}
+	}
+}

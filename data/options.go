@@ -26,6 +26,9 @@ const (
 	FormatIDX
 	// FormatCache is gossiptrain's binary cache of parsed rows (*.gtc).
 	FormatCache
+	// FormatVW is Vowpal Wabbit's text format: "label [weight] ['tag]|ns
+	// feature[:value] ...", features hashed into Dim (see vw.go).
+	FormatVW
 )
 
 // String returns the name ParseFormat accepts.
@@ -41,14 +44,27 @@ func (f Format) String() string {
 		return "idx"
 	case FormatCache:
 		return "cache"
+	case FormatVW:
+		return "vw"
 	}
 	return fmt.Sprintf("Format(%d)", int(f))
+}
+
+// long names the format for messages.
+func (f Format) long() string {
+	switch f {
+	case FormatCriteo:
+		return "Criteo TSV"
+	case FormatVW:
+		return "VW text"
+	}
+	return f.String()
 }
 
 // MarshalText encodes the format by name, so JSON and flags show
 // "libsvm" rather than a number.
 func (f Format) MarshalText() ([]byte, error) {
-	if f < FormatAuto || f > FormatCache {
+	if f < FormatAuto || f > FormatVW {
 		return nil, fmt.Errorf("%w: unknown format %d", ErrOptions, int(f))
 	}
 	return []byte(f.String()), nil
@@ -65,7 +81,7 @@ func (f *Format) UnmarshalText(b []byte) error {
 }
 
 // ParseFormat parses a format name: "auto", "libsvm" (or "svmlight"),
-// "criteo", "idx" or "cache", in any letter case.
+// "criteo", "vw", "idx" or "cache", in any letter case.
 func ParseFormat(s string) (Format, error) {
 	switch strings.ToLower(strings.TrimSpace(s)) {
 	case "auto", "":
@@ -78,8 +94,12 @@ func ParseFormat(s string) (Format, error) {
 		return FormatIDX, nil
 	case "cache":
 		return FormatCache, nil
+	case "vw", "vowpal", "vowpalwabbit":
+		return FormatVW, nil
+	case "csv":
+		return FormatAuto, fmt.Errorf("%w: format %q is not supported (convert CSV to libsvm or VW text; want auto, libsvm, svmlight, criteo, vw, idx or cache)", ErrOptions, s)
 	}
-	return FormatAuto, fmt.Errorf("%w: unknown format %q (want auto, libsvm, svmlight, criteo, idx or cache)", ErrOptions, s)
+	return FormatAuto, fmt.Errorf("%w: unknown format %q (want auto, libsvm, svmlight, criteo, vw, idx or cache)", ErrOptions, s)
 }
 
 // MaxDim is the largest feature dimension: indices are uint32 and index
@@ -103,9 +123,16 @@ type Options struct {
 	// 1: index i in the file is feature i-1.
 	ZeroBased bool
 	// Dim is the number of features. libsvm and IDX: a feature >= Dim is a
-	// bad line (0 = unchecked). Criteo: features are hashed into [0, Dim),
-	// so Dim is required.
+	// bad line (0 = unchecked). Criteo and VW: features are hashed into
+	// [0, Dim), so Dim is required.
 	Dim uint64
+	// Interactions are VW's -q and --cubic: each entry names 2 or 3
+	// namespaces by their first character ("ab", "abc"), and every row
+	// gets, besides its features, one feature per combination of a
+	// feature from each, hashed into Dim (see Interaction). VW input's
+	// namespaces are its own; Criteo's 39 columns are namespaces a..m
+	// (I1..I13) and A..Z (C1..C26). libsvm and IDX input have none.
+	Interactions []string
 	// Classes is 0 for binary labels (0, 1, -1, +1 → 0 or 1) and the number
 	// of classes (>= 2) for multiclass integer labels.
 	Classes int
@@ -153,12 +180,14 @@ func DefaultOptions() Options {
 // the inputs.
 func (o Options) Validate() error {
 	switch {
-	case o.Format < FormatAuto || o.Format > FormatCache:
+	case o.Format < FormatAuto || o.Format > FormatVW:
 		return fmt.Errorf("%w: unknown format %d", ErrOptions, int(o.Format))
 	case o.Dim > MaxDim:
 		return fmt.Errorf("%w: Dim %d is larger than %d (feature indices are uint32)", ErrOptions, o.Dim, uint64(MaxDim))
 	case o.Format == FormatCriteo && o.Dim == 0:
 		return fmt.Errorf("%w: Criteo input needs Dim (--dim), the range features are hashed into", ErrOptions)
+	case o.Format == FormatVW && o.Dim == 0:
+		return fmt.Errorf("%w: VW input needs Dim (--dim), the range features are hashed into", ErrOptions)
 	case o.Classes == 1 || o.Classes < 0:
 		return fmt.Errorf("%w: Classes %d: want 0 (binary labels) or at least 2", ErrOptions, o.Classes)
 	case o.Parts < 0 || o.Part < 0:
@@ -173,6 +202,15 @@ func (o Options) Validate() error {
 		return fmt.Errorf("%w: BufferSize %d is negative", ErrOptions, o.BufferSize)
 	case o.BufferSize > maxLine:
 		return fmt.Errorf("%w: BufferSize %d is larger than %d", ErrOptions, o.BufferSize, maxLine)
+	}
+	if len(o.Interactions) > 0 {
+		if _, err := ParseInteractions(strings.Join(o.Interactions, ",")); err != nil {
+			return err
+		}
+		switch o.Format {
+		case FormatLibSVM, FormatIDX, FormatCache:
+			return checkInteractions(o.Interactions, o.Format, "")
+		}
 	}
 	return nil
 }

@@ -29,6 +29,15 @@ var (
 	errDuplicate      = errors.New("index appears twice in the line")
 	errColumns        = errors.New("wrong number of columns")
 	errInteger        = errors.New("column is not an integer")
+	errWeight         = errors.New("importance weight is not a number >= 0")
+	errValueMissing   = errors.New("no value after ':'")
+	errVWNoBar        = errors.New("no '|': VW features follow a '|' (|namespace feature ...)")
+	errVWNoLabel      = errors.New("no label before the first '|' (a token that touches the '|' is VW's tag, not a label: put a blank before the '|')")
+	errVWLabelTokens  = errors.New("more than label, weight, initial prediction and tag before the first '|'")
+	errVWInitial      = errors.New("VW's initial prediction (third number of the label) is not supported")
+	errVWTagNotLast   = errors.New("a tag ('tag) must come last before the '|'")
+	errVWNamespace    = errors.New("namespace has no name before its ':'")
+	errVWScale        = errors.New("namespace scale is not a number")
 )
 
 // faultCode names what is wrong with a line; 0 is "nothing".
@@ -53,6 +62,15 @@ const (
 	fInteger
 	fIndexNegative
 	fValueBound
+	fWeight
+	fValueMissing
+	fVWNoBar
+	fVWNoLabel
+	fVWLabelTokens
+	fVWInitial
+	fVWTagNotLast
+	fVWNamespace
+	fVWScale
 )
 
 // fault locates a bad token in a line without allocating: the error is
@@ -116,6 +134,24 @@ func (f fault) reason(o *Options) error {
 		return reasonError{errColumns, fmt.Sprintf("%d columns, want %d", f.num, criteoColumns)}
 	case fInteger:
 		return reasonError{errInteger, fmt.Sprintf("column I%d is not an integer", f.num)}
+	case fWeight:
+		return errWeight
+	case fValueMissing:
+		return errValueMissing
+	case fVWNoBar:
+		return errVWNoBar
+	case fVWNoLabel:
+		return errVWNoLabel
+	case fVWLabelTokens:
+		return errVWLabelTokens
+	case fVWInitial:
+		return errVWInitial
+	case fVWTagNotLast:
+		return errVWTagNotLast
+	case fVWNamespace:
+		return errVWNamespace
+	case fVWScale:
+		return errVWScale
 	}
 	panic(fmt.Sprintf("data: fault code %d has no reason", f.code))
 }

@@ -49,7 +49,7 @@ const maxJobLen = 64
 
 var jobRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
 
-// Config sets up one peer. The CLI fills it from flags (cmd_peer.go names
+// Config sets up one peer. The CLI fills it from flags (cli/cmd_peer.go names
 // the flag of each field); every peer of a job must agree on Job, Shards,
 // VNodes, Replicas, MaxLoadPercent, Topology/Master and MaxMessageSize, and
 // should use the same Heartbeat and DeadAfter.

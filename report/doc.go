@@ -36,6 +36,8 @@
 // gossipsub drops, rejected messages, peers without a summary line). Compare
 // pairs master and ring configurations of the same mode and batch for the
 // headline; Plot draws the figures with gonum.org/v1/plot; WriteMarkdown and
-// WriteSummaryTable write the tables. Nothing here runs training or touches
+// WriteSummaryTable write the tables, WriteClusterTable the cluster and
+// launch commands' result, WriteRepeats bench's repetitions. Find and
+// ReadDir find and read the report files under directories. Nothing here runs training or touches
 // the network: it reads files and writes files.
 package report

@@ -180,59 +180,7 @@ func WriteMarkdown(w io.Writer, cfgs []*Config, bs []BenchConfig, plots []PlotFi
 	pf("%d peer reports in %d configurations. MB is 10^6 bytes, MiB 2^20 bytes; rates are over each peer's training time. "+
 		"A configuration's examples/s is all its peers' examples over the slowest peer's seconds.\n\n", reports, len(bs))
 
-	pf("## Setup\n\n")
-	for _, b := range bs {
-		pf("- **%s**: %s %s, %s mode, batch %d per step\n", b.Name, plural(b.PeerCount, "peer"), topologyWords(b.Topology), b.Mode, b.Batch)
-	}
-	common, perConfig := settings(cfgs)
-	given := givenFlags(cfgs, common)
-	var dataParts, modelParts []string
-	for _, k := range []string{"train", "test", "format"} {
-		if v := common[k]; v != "" {
-			dataParts = append(dataParts, fmt.Sprintf("%s `%s`", k, v))
-		}
-	}
-	for _, k := range []string{"model", "dim", "classes", "hidden", "optimizer", "lr", "l2", "epochs"} {
-		if v := common[k]; v != "" && !(k == "hidden" && common["model"] != "mlp") {
-			modelParts = append(modelParts, fmt.Sprintf("%s `%s`", k, v))
-		}
-	}
-	if len(dataParts) > 0 {
-		pf("- data: %s\n", strings.Join(dataParts, ", "))
-	}
-	if len(modelParts) > 0 {
-		pf("- model: %s\n", strings.Join(modelParts, ", "))
-	}
-	if o.Command != "" {
-		pf("- command: `%s`\n", o.Command)
-	}
-	pf("\n")
-	if len(common) > 0 {
-		pf("<details><summary>Flags every peer ran with (from the reports' start lines; the values in effect, " +
-			"where a flag left them to a default or to inference)</summary>\n\n")
-		pf("| flag | value |\n|---|---|\n")
-		for _, k := range sortedMapKeys(common) {
-			v := common[k]
-			if g, ok := given[k]; ok {
-				v = fmt.Sprintf("%s (given: %s)", v, g)
-			}
-			pf("| %s | %s |\n", mdCell(k), mdCell(v))
-		}
-		pf("\n</details>\n\n")
-	}
-	if anyFlags(perConfig) {
-		pf("Flags that differ between configurations:\n\n| configuration | flags |\n|---|---|\n")
-		for _, c := range cfgs {
-			if m := perConfig[c.Name]; len(m) > 0 {
-				var kv []string
-				for _, k := range sortedMapKeys(m) {
-					kv = append(kv, fmt.Sprintf("`--%s %s`", k, m[k]))
-				}
-				pf("| %s | %s |\n", c.Name, mdCell(strings.Join(kv, " ")))
-			}
-		}
-		pf("\n")
-	}
+	writeSetup(bw, cfgs, bs, o)
 
 	if cmp := Compare(bs); len(cmp) > 0 {
 		pf("## Headline\n\n")
@@ -296,6 +244,66 @@ func WriteMarkdown(w io.Writer, cfgs []*Config, bs []BenchConfig, plots []PlotFi
 		return fmt.Errorf("report: %w", err)
 	}
 	return nil
+}
+
+// writeSetup writes report.md's Setup section: each configuration's peers,
+// topology, mode and batch; the data, model and command; the flags every
+// peer ran with, and those that differ between configurations.
+func writeSetup(bw *bufio.Writer, cfgs []*Config, bs []BenchConfig, o Options) {
+	pf := func(format string, a ...any) { fmt.Fprintf(bw, format, a...) }
+	pf("## Setup\n\n")
+	for _, b := range bs {
+		pf("- **%s**: %s %s, %s mode, batch %d per step\n", b.Name, plural(b.PeerCount, "peer"), topologyWords(b.Topology), b.Mode, b.Batch)
+	}
+	common, perConfig := settings(cfgs)
+	given := givenFlags(cfgs, common)
+	var dataParts, modelParts []string
+	for _, k := range []string{"train", "test", "format"} {
+		if v := common[k]; v != "" {
+			dataParts = append(dataParts, fmt.Sprintf("%s `%s`", k, v))
+		}
+	}
+	for _, k := range []string{"model", "dim", "classes", "hidden", "optimizer", "lr", "l2", "epochs"} {
+		if v := common[k]; v != "" && !(k == "hidden" && common["model"] != "mlp") {
+			modelParts = append(modelParts, fmt.Sprintf("%s `%s`", k, v))
+		}
+	}
+	if len(dataParts) > 0 {
+		pf("- data: %s\n", strings.Join(dataParts, ", "))
+	}
+	if len(modelParts) > 0 {
+		pf("- model: %s\n", strings.Join(modelParts, ", "))
+	}
+	if o.Command != "" {
+		pf("- command: `%s`\n", o.Command)
+	}
+	pf("\n")
+	if len(common) > 0 {
+		pf("<details><summary>Flags every peer ran with (from the reports' start lines; the values in effect, " +
+			"where a flag left them to a default or to inference)</summary>\n\n")
+		pf("| flag | value |\n|---|---|\n")
+		for _, k := range sortedMapKeys(common) {
+			v := common[k]
+			if g, ok := given[k]; ok {
+				v = fmt.Sprintf("%s (given: %s)", v, g)
+			}
+			pf("| %s | %s |\n", mdCell(k), mdCell(v))
+		}
+		pf("\n</details>\n\n")
+	}
+	if anyFlags(perConfig) {
+		pf("Flags that differ between configurations:\n\n| configuration | flags |\n|---|---|\n")
+		for _, c := range cfgs {
+			if m := perConfig[c.Name]; len(m) > 0 {
+				var kv []string
+				for _, k := range sortedMapKeys(m) {
+					kv = append(kv, fmt.Sprintf("`--%s %s`", k, m[k]))
+				}
+				pf("| %s | %s |\n", c.Name, mdCell(strings.Join(kv, " ")))
+			}
+		}
+		pf("\n")
+	}
 }
 
 func mdTable(w io.Writer, header []string, n int, row func(int) []string) {

@@ -94,8 +94,9 @@ func (w *Worker) Close() { w.pool.close() }
 
 // Compute reads the working set weights (len(p.Keys)·Width floats, row i
 // holding model row p.Keys[i]) and writes into grad (same shape) the SUM
-// over p's examples of the per-example gradients of the log-loss, and
-// returns the summed log-loss, exactly as Grad.Add and Grad.Collect would
+// over p's examples of the per-example gradients of the log-loss, each
+// times the example's importance weight (data.Batch.Weights; 1 when the
+// batch has none), and returns the summed weighted log-loss, exactly as Grad.Add and Grad.Collect would
 // on the model those rows come from. p must come from a Preparer for a
 // model of the same shape; anything else panics.
 func (w *Worker) Compute(p *Prepared, weights, grad []float32) (loss float64) {
@@ -205,6 +206,11 @@ func (w *Worker) logregExamples(lo, hi int) {
 		pr, l := sigmoidLoss(z, y)
 		loss[r] = l
 		d[r] = pr - y
+		if len(p.weights) > 0 {
+			wt := float64(p.weights[r])
+			loss[r] *= wt
+			d[r] *= wt
+		}
 	}
 }
 
@@ -219,7 +225,20 @@ func (w *Worker) softmaxExamples(lo, hi int) {
 		zy := z[y]
 		w.loss[r] = softmax(z) - zy
 		z[y] -= 1
+		if len(p.weights) > 0 {
+			w.loss[r] = weigh(z, w.loss[r], p.weights[r])
+		}
 	}
+}
+
+// weigh multiplies an example's dloss/dz and loss by its importance
+// weight, and returns the weighted loss.
+func weigh(dz []float64, loss float64, weight float32) float64 {
+	wt := float64(weight)
+	for c := range dz {
+		dz[c] *= wt
+	}
+	return loss * wt
 }
 
 // linear sets z (len width) to the bias row plus Σ row·x over example r's
@@ -273,6 +292,9 @@ func (w *Worker) mlpExamples(lo, hi int) {
 		zy := z[y]
 		w.loss[r] = softmax(z) - zy
 		z[y] -= 1
+		if len(p.weights) > 0 {
+			w.loss[r] = weigh(z, w.loss[r], p.weights[r])
+		}
 		dh := w.d[r*hidden : (r+1)*hidden]
 		clear(dh)
 		for j, dj := range z {

@@ -124,7 +124,8 @@ func sameBits(a, b []float32) bool {
 
 // Property: Prepare, Gather and Compute give the rows, the gradient and the
 // loss that Grad.Add and Grad.Collect give, bit for bit, with any number of
-// threads, for every kind, on random models and batches; Prepared and
+// threads, for every kind, on random models and batches (half of them with
+// importance weights); Prepared and
 // Worker buffers are reused from one case to the next, as a training loop
 // reuses them.
 func TestComputeMatchesGrad(t *testing.T) {
@@ -142,6 +143,11 @@ func TestComputeMatchesGrad(t *testing.T) {
 				rng := rand.New(rand.NewPCG(seed, uint64(kind)))
 				c := randomCase(t, rng, kind)
 				m, b := c.m, batchOf(c.rows)
+				if seed%2 == 1 { // importance weights, some 0
+					for range b.Rows() {
+						b.Weights = append(b.Weights, float32(rng.IntN(7))/2)
+					}
+				}
 				g := NewGrad(m)
 				want := g.Add(m, b)
 				g.Collect(&sp)

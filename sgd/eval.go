@@ -26,17 +26,19 @@ type Metrics struct {
 	// Examples is the number of rows evaluated.
 	Examples int64
 	// LogLoss is the mean negative log-probability of the true class,
-	// clamped (ClampProb).
+	// clamped (ClampProb). Rows with importance weights (data.Batch.Weights)
+	// count by their weight: the mean is Σ w·loss / Σ w, VW's "average
+	// loss" (TestImportanceWeights).
 	LogLoss float64
 	// Error is the fraction of rows whose predicted class is wrong: for
 	// Logreg the prediction is 1 when P(y=1) > 0.5, for Softmax the most
-	// probable class (the lowest on ties).
+	// probable class (the lowest on ties). Weighted like LogLoss.
 	Error float64
 	// Accuracy is 1 - Error.
 	Accuracy float64
 	// AUC is the area under the ROC curve of P(y=1) for Logreg, exact with
 	// tied scores counted as half; NaN for Softmax and when the data has
-	// only one class.
+	// only one class. It counts every row once, whatever its weight.
 	AUC float64
 }
 
@@ -86,8 +88,8 @@ func (e *Evaluator) Evaluate(m *model.Model, src data.Source, batch int) (Metric
 	}
 	z, h := e.z[:width], e.h[:m.Hidden]
 	e.pos, e.neg = e.pos[:0], e.neg[:0]
-	var n, wrong int64
-	var loss float64
+	var n int64
+	var loss, wrong, weight float64
 	for {
 		rows, err := src.Next(&e.batch, batch)
 		b := &e.batch
@@ -95,6 +97,7 @@ func (e *Evaluator) Evaluate(m *model.Model, src data.Source, batch int) (Metric
 			idx, val := b.Row(r)
 			scores(m, o, idx, val, z, h)
 			label := b.Labels[r]
+			wt := float64(b.Weight(r))
 			var py float64
 			if m.Kind == model.Logreg {
 				switch label {
@@ -108,7 +111,7 @@ func (e *Evaluator) Evaluate(m *model.Model, src data.Source, batch int) (Metric
 					panic(fmt.Sprintf("sgd: binary label %g in batch row %d, want 0 or 1", label, r))
 				}
 				if (z[0] > 0) != (label == 1) { // predict 1 iff P(y=1) > 0.5 iff z > 0
-					wrong++
+					wrong += wt
 				}
 				if e.OnRow != nil {
 					e.p1[0], _ = sigmoidLoss(z[0], 0)
@@ -125,13 +128,14 @@ func (e *Evaluator) Evaluate(m *model.Model, src data.Source, batch int) (Metric
 					}
 				}
 				if best != y {
-					wrong++
+					wrong += wt
 				}
 				if e.OnRow != nil {
 					e.OnRow(z)
 				}
 			}
-			loss -= math.Log(min(max(py, ClampProb), 1-ClampProb))
+			loss -= wt * math.Log(min(max(py, ClampProb), 1-ClampProb))
+			weight += wt
 			n++
 		}
 		if err == io.EOF {
@@ -144,10 +148,13 @@ func (e *Evaluator) Evaluate(m *model.Model, src data.Source, batch int) (Metric
 	if n == 0 {
 		return Metrics{}, fmt.Errorf("evaluate: %w", ErrNoData)
 	}
-	errRate := float64(wrong) / float64(n)
+	if weight == 0 {
+		return Metrics{}, fmt.Errorf("evaluate: %w: each of the %d rows has importance weight 0", ErrNoData, n)
+	}
+	errRate := wrong / weight
 	return Metrics{
 		Examples: n,
-		LogLoss:  loss / float64(n),
+		LogLoss:  loss / weight,
 		Error:    errRate,
 		Accuracy: 1 - errRate,
 		AUC:      e.auc(m.Kind),

@@ -101,7 +101,9 @@ func (g *Grad) Examples() int { return g.examples }
 // Add adds the SUM over the rows of b of the per-example gradients of the
 // log-loss at m's current weights, bias row included (every example touches
 // row m.Bias() with value 1), and returns the summed log-loss of b before
-// any update (exact, not clamped).
+// any update (exact, not clamped). A row's importance weight (b.Weights,
+// VW's) multiplies its loss and its gradient: weight 2 adds what the row
+// given twice adds (TestImportanceWeights).
 //
 // Logreg: p = sigmoid(w·x + b), dloss/dz = p - y. Softmax: p = softmax(z)
 // computed with the largest logit subtracted, dloss/dz_c = p_c - [c = y].
@@ -155,9 +157,15 @@ func (g *Grad) addLogreg(m *model.Model, b *data.Batch) float64 {
 			panic(fmt.Sprintf("sgd: binary label %g in batch row %d, want 0 or 1", y, r))
 		}
 		p, rowLoss := sigmoidLoss(z, float64(y))
+		d := p - float64(y)
+		if len(b.Weights) > 0 {
+			wt := float64(b.Weights[r])
+			rowLoss *= wt
+			d *= wt
+		}
 		loss += rowLoss
 		g.push(idx, val, uint32(g.examples+r))
-		g.d = append(g.d, p-float64(y))
+		g.d = append(g.d, d)
 	}
 	return loss
 }
@@ -219,8 +227,12 @@ func (g *Grad) addSoftmax(m *model.Model, b *data.Batch) float64 {
 		y := class(label, r, width)
 		logits(w, o, dim, idx, val, z)
 		zy := z[y]
-		loss += softmax(z) - zy // -log p_y = log Σexp(z) - z_y
+		l := softmax(z) - zy // -log p_y = log Σexp(z) - z_y
 		z[y] -= 1
+		if len(b.Weights) > 0 {
+			l = weigh(z, l, b.Weights[r])
+		}
+		loss += l
 		g.push(idx, val, uint32(g.examples+r))
 		g.d = append(g.d, z...)
 	}

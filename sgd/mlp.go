@@ -84,8 +84,12 @@ func (g *Grad) addMLP(m *model.Model, b *data.Batch) float64 {
 		y := class(label, r, len(z))
 		mlpForward(w, o, dim, idx, val, h, z)
 		zy := z[y]
-		loss += softmax(z) - zy
+		l := softmax(z) - zy
 		z[y] -= 1 // dloss/dz
+		if len(b.Weights) > 0 {
+			l = weigh(z, l, b.Weights[r])
+		}
+		loss += l
 		n := len(g.d)
 		g.d = g.d[:n+hidden] // Add grew g.d by a row per example
 		dh := g.d[n:]

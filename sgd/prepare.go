@@ -35,6 +35,7 @@ type Prepared struct {
 	examples int
 	feats    int        // Keys[:feats] are the batch's features
 	labels   []int32    // per example: 0 or 1 (Logreg) or the class
+	weights  []float32  // per example: its importance weight; empty when every one is 1
 	rowOff   []uint32   // CSR: example r's nonzeros are [rowOff[r], rowOff[r+1])
 	col      []uint32   // per nonzero: the position of its feature in Keys
 	val      []float32  // per nonzero: its value
@@ -113,6 +114,7 @@ func (pr *Preparer) Prepare(b *data.Batch, p *Prepared) {
 	p.Span = b.Span
 	p.Keys = p.Keys[:0]
 	p.labels = slices.Grow(p.labels[:0], rows)[:rows]
+	p.weights = append(p.weights[:0], b.Weights...)
 	p.rowOff = slices.Grow(p.rowOff[:0], rows+1)[:rows+1]
 	p.col = slices.Grow(p.col[:0], nnz)[:nnz]
 	p.val = append(p.val[:0], b.Values[:nnz]...)

@@ -102,7 +102,7 @@ type Progress struct {
 	Examples  int64   // training examples so far
 	Steps     int64   // optimizer steps so far (this run)
 	Seconds   float64 // since Train started
-	TrainLoss float64 // mean log-loss of the examples since the previous report, at the weights each was trained on
+	TrainLoss float64 // mean log-loss of the examples since the previous report, at the weights each was trained on (importance weights: Σ w·loss / examples)
 	// ExamplesPerSec is the training rate since the previous report.
 	ExamplesPerSec float64
 	// Waiting, when not "", says what a distributed peer that trained
@@ -144,7 +144,8 @@ type Summary struct {
 	// excluded.
 	ExamplesPerSec float64
 	// TrainLoss is the mean log-loss of all training examples, each at the
-	// weights it was trained on.
+	// weights it was trained on. Rows with importance weights add w·loss
+	// (the sum is still over examples, as the gradient's mean is).
 	TrainLoss float64
 	// Converged is true when StopTol ended training before Epochs.
 	Converged bool

@@ -119,7 +119,7 @@ func (s *memSource) Next(b *data.Batch, max int) (int, error) {
 		for i, k := range idx {
 			b.Add(k, val[i])
 		}
-		b.EndRow(s.b.Labels[s.pos])
+		b.EndRowWeighted(s.b.Labels[s.pos], s.b.Weight(s.pos))
 		s.pos++
 		n++
 	}

@@ -1,0 +1,260 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/rs/zerolog"
+
+	"github.com/gossiptrain/gossiptrain/data"
+	"github.com/gossiptrain/gossiptrain/infer"
+	"github.com/gossiptrain/gossiptrain/report"
+)
+
+// LocalConfig is a run of "gossiptrain cluster": a job of Peers local
+// processes on the user's data or a generated set, one peer alone first
+// (the baseline), and a result table.
+type LocalConfig struct {
+	Peers int
+	// Dir is the run directory (the command line gives it a default).
+	Dir string
+	// Job is the peers' --job, SwarmKey their key file ("": a new key).
+	Job, SwarmKey string
+	// Save is the file peer 0 saves the trained model to ("": none).
+	Save string
+	// Baseline first runs one peer alone, under the same Caps, on all the
+	// data the peers split.
+	Baseline bool
+	// Target is the test log-loss the runs are timed to (0: the lone
+	// peer's final plus 0.5%); EvalPoints the evaluations along the way
+	// of a generated data set's run (--eval-every overrides).
+	Target     float64
+	EvalPoints int
+	Caps       Caps
+	NetNS      *NetNS
+	// LogLevel is the peers' --log-level.
+	LogLevel string
+	Train    TrainFlags
+	Log      zerolog.Logger
+	// Out gets the result table; Cmdline is the command line report.md
+	// names.
+	Out     io.Writer
+	Cmdline string
+}
+
+// localData is the data of a cluster run: what every peer gets, how it is
+// split, and the baseline's share.
+type localData struct {
+	pass, local  []string // every peer's train flags; the baseline's
+	split        dataSplit
+	meta         *data.GenMeta // the generated set's meta.json, if any
+	trainAll     string        // --train of all the data, for the baseline
+	baselineEval int64         // the baseline's --eval-every (0: its own default)
+}
+
+// RunLocal runs the cluster command: it generates the data when there is
+// no --train (DefaultData, with --eval-points evaluations along the way),
+// splits it among the peers, resolves the model once from all of it,
+// runs the baseline and then the peers, and prints the result table and
+// writes report.md into Dir. Interrupted, it still prints the table of
+// what the peers did.
+func RunLocal(ctx context.Context, cfg LocalConfig) error {
+	log, tf := cfg.Log, cfg.Train
+	d, err := cfg.data()
+	if err != nil {
+		return err
+	}
+	resolved, _, err := resolveModel(tf, d.pass, log)
+	if err != nil {
+		return err
+	}
+	common := append(append(withoutFlag(d.pass, "train"), d.split.common...), resolved...)
+	var base *Result
+	if cfg.Baseline {
+		if base, err = cfg.runBaseline(ctx, d, resolved); err != nil {
+			return fmt.Errorf("--baseline: %w", err)
+		}
+	}
+	rc := DefaultConfig()
+	rc.Peers, rc.Dir, rc.Job, rc.NetNS, rc.Log = cfg.Peers, cfg.Dir, cfg.Job, cfg.NetNS, log
+	rc.SwarmKey = cfg.SwarmKey
+	cfg.Caps.apply(&rc)
+	rc.TrainArgs = append(common, "--log-level", cfg.LogLevel)
+	rc.PeerArgs = func(i int) []string {
+		a := d.split.own(i)
+		if i == 0 && cfg.Save != "" {
+			a = append(a, "--save", cfg.Save)
+		}
+		if i > 0 && d.baselineEval > 0 {
+			a = append(a, "--eval-every", "0") // (peer 0's curve is the cluster's: the others evaluate at the end)
+		}
+		return append(a, perPeer(tf, i)...)
+	}
+	rc.ProgressEvery = progressEvery(tf)
+	if cfg.NetNS != nil {
+		if _, err := CleanupStale(); err != nil {
+			log.Warn().Err(err).Msg("removing namespaces left by an earlier run")
+		}
+	}
+	log.Info().Int("peers", cfg.Peers).Str("dir", cfg.Dir).Str("split", d.split.how).Msg("starting the cluster")
+	res, err := Run(ctx, rc)
+	if err != nil {
+		if errors.Is(err, context.Canceled) && res != nil && len(res.Peers) > 0 {
+			// Interrupted: the peers wrote partial reports; show them.
+			if ferr := finish(cfg.Out, res, base, d.meta, cfg.Cmdline, cfg.Target, log); ferr != nil {
+				log.Warn().Err(ferr).Msg("no result table for the interrupted run")
+			}
+		}
+		return err
+	}
+	return finish(cfg.Out, res, base, d.meta, cfg.Cmdline, cfg.Target, log)
+}
+
+// data generates or splits the run's data.
+func (cfg LocalConfig) data() (localData, error) {
+	tf := cfg.Train
+	d := localData{pass: tf.Args(perPeerFlags...), local: tf.LocalArgs(perPeerFlags...)}
+	var err error
+	if patterns := trainPatterns(tf); len(patterns) > 0 {
+		if d.split, err = splitData(patterns, cfg.Peers); err != nil {
+			return d, err
+		}
+		d.meta = d.split.meta
+		d.trainAll = "--train=" + tf.Value("train")
+		d.pass = append(d.pass, d.trainAll)
+		return d, nil
+	}
+	gen := DefaultData()
+	gen.Parts = cfg.Peers
+	m, err := ensureData(filepath.Join(cfg.Dir, "data"), gen, cfg.Log)
+	if err != nil {
+		return d, err
+	}
+	d.meta = &m
+	d.trainAll = "--train=" + strings.Join(m.Files, ",")
+	d.pass = append(d.pass, d.trainAll)
+	extra := generatedFlags(tf, m)
+	d.pass = append(d.pass, extra...)
+	d.local = append(d.local, extra...)
+	if !tf.Set("eval-every") && cfg.EvalPoints > 0 {
+		// --eval-points evaluations along the way, and the final
+		// one: the curves of report.md and the time to accuracy.
+		// They count a peer's own examples; peer 0 alone evaluates
+		// along the way (PeerArgs).
+		ep, err := strconv.Atoi(tf.Value("epochs"))
+		if tf.Value("epochs") == "auto" {
+			ep, err = infer.DistEpochs, nil // what each peer runs for --epochs auto
+		}
+		if err == nil && ep > 0 {
+			d.pass = append(d.pass, "--eval-every="+strconv.FormatInt(max(m.Rows*int64(ep)/int64(cfg.Peers)/int64(cfg.EvalPoints), 1), 10))
+			d.baselineEval = max(m.Rows*int64(ep)/int64(cfg.EvalPoints), 1)
+		}
+	}
+	d.split, err = splitData(m.Files, cfg.Peers)
+	return d, err
+}
+
+// generatedFlags are the --test and --dim of a generated data set, unless
+// the user gave them.
+func generatedFlags(tf TrainFlags, m data.GenMeta) []string {
+	var extra []string
+	if !tf.Set("test") {
+		extra = append(extra, "--test="+m.TestFile)
+	}
+	if !tf.Set("dim") {
+		extra = append(extra, "--dim="+strconv.FormatUint(m.Features, 10))
+	}
+	return extra
+}
+
+// runBaseline runs one plain train on the same data, model, epochs and
+// cap as the peers.
+func (cfg LocalConfig) runBaseline(ctx context.Context, d localData, resolved []string) (*Result, error) {
+	tf := cfg.Train
+	args := append(append(append([]string(nil), d.local...), d.trainAll), resolved...)
+	if d.baselineEval > 0 {
+		args = append(args, "--eval-every", strconv.FormatInt(d.baselineEval, 10))
+	}
+	if tf.Value("epochs") == "auto" {
+		args = append(withoutFlag(args, "epochs"), "--epochs", strconv.Itoa(infer.DistEpochs)) // as every peer runs it
+	}
+	args = append(append(args, baselineCache(tf)...), "--log-level", cfg.LogLevel)
+	return runBaseline(ctx, filepath.Join(cfg.Dir, "baseline"), args, cfg.Caps, progressEvery(tf), cfg.Log)
+}
+
+// finish prints the result table and writes report.md and plots into the
+// run directory; base is the run of --baseline (nil without), which the
+// table and report.md compare the cluster with.
+func finish(w io.Writer, res, base *Result, meta *data.GenMeta, cmdline string, target float64, log zerolog.Logger) error {
+	runs, err := res.Reports()
+	if err != nil {
+		return err
+	}
+	if base != nil {
+		// The lone peer's report joins the cluster's: report.Summarize
+		// measures the cluster's speedup against it.
+		b, err := base.Reports()
+		if err != nil {
+			return fmt.Errorf("--baseline: %w", err)
+		}
+		runs = append(runs, b...)
+	}
+	cfgs, err := report.GroupRuns(runs)
+	if err != nil {
+		return err
+	}
+	bs := report.Summarize(cfgs)
+	wholeLifePeaks(bs, res, base)
+	if target > 0 {
+		report.AddTimeToTarget(bs, target, 0)
+	}
+	var planted report.Planted
+	if meta != nil {
+		planted = report.Planted{LogLoss: meta.PlantedTestLogLoss, AUC: meta.PlantedTestAUC}
+	}
+	if err := report.WriteClusterTable(w, bs, planted); err != nil {
+		return err
+	}
+	if err := report.WriteBench(res.Dir, cfgs, report.WithCommand(cmdline), report.WithTitle("gossiptrain cluster run"), report.WithTarget(target)); err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	fmt.Fprintf(w, "report: %s (plots, bench.json and every peer's report and log in %s)\n", filepath.Join(res.Dir, report.ReportMDFile), res.Dir)
+	for _, b := range bs {
+		for _, warn := range b.Warnings {
+			log.Warn().Str("configuration", b.Name).Msg(warn)
+		}
+	}
+	return nil
+}
+
+// wholeLifePeaks raises each peer's peak resident memory in bs to the
+// kernel's count at its exit (PeerResult.PeakRSS), where that is higher: a
+// report's peak is taken when the peer writes its summary, and what a peer
+// does after it (handing shards over as it leaves) must show too
+// (TestWholeLifePeaks).
+func wholeLifePeaks(bs []report.BenchConfig, results ...*Result) {
+	peak := map[string]int64{}
+	for _, res := range results {
+		if res == nil {
+			continue
+		}
+		for _, pr := range res.Peers {
+			if pr.Report != "" && pr.PeakRSS > 0 {
+				peak[filepath.Clean(pr.Report)] = pr.PeakRSS
+			}
+		}
+	}
+	for i := range bs {
+		for j := range bs[i].Peers {
+			p := &bs[i].Peers[j]
+			if v := peak[filepath.Clean(p.File)]; v > p.PeakRSSBytes {
+				p.PeakRSSBytes = v
+			}
+		}
+	}
+}
