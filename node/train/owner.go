@@ -1466,12 +1466,21 @@ func (o *owner) applyGroup(r uint64, t *tconf, ra *roundAcc, g shardSet) {
 	}
 }
 
-// joinsAfter reports whether a configuration starting after round r adds
+// joinsAfter reports whether a configuration starting at round r+1 adds
 // workers: then every worker being done at round r does not end the run.
+// Only a start of r+1 counts: every route of round r knows such a
+// configuration before it applies r, for the leader that proposed it held
+// its own push of r until it applied it (R12), and a push of a newer
+// configuration waits (O6). A configuration starting later may reach one
+// route before it applies r and another after, and the two would end
+// the run at different rounds (E10; TestFixedSeeds h4/sync/encoded 729:
+// a join proposed after the leader's done push of the last round reached
+// one route before that round, which waited for the next forever, while
+// the others answered the workers final).
 func (o *owner) joinsAfter(r uint64) bool {
 	t := o.c.cs.at(r)
 	for _, later := range o.c.cs.list {
-		if later.Start <= r {
+		if later.Start != r+1 {
 			continue
 		}
 		for _, m := range later.Members {
