@@ -58,6 +58,9 @@ type Config struct {
 	// Report is the JSON-lines report file ("": none), Save the model
 	// file ("": none).
 	Report, Save string
+	// SaveState writes the optimizer state into Save too (train
+	// --save-state), so train --init goes on at the rates reached.
+	SaveState bool
 	// Flags is every flag of the command and its value, for the report's
 	// start line.
 	Flags map[string]string
@@ -116,6 +119,7 @@ func RunAlone(ctx context.Context, cfg Config) (sgd.Summary, error) {
 	if p.EpochsAuto {
 		scfg.StopTol, scfg.MinEpochs = infer.AutoStopTol, infer.AutoMinEpochs
 	}
+	scfg.Holdout, scfg.Patience, scfg.HoldoutTol = p.Holdout, infer.AutoPatience, infer.AutoHoldoutTol
 	scfg.EvalEvery = cfg.EvalEvery
 	scfg.Threads = cfg.Threads
 	scfg.NonFinite = cfg.NonFinite
@@ -138,7 +142,20 @@ func (cfg Config) finishAlone(sum sgd.Summary, bad int64, sampler *report.Sample
 		// model_hash) needs no scaling to predict.
 		p.Model.Unscale(p.Scale.Scale, p.Scale.Shift)
 	}
-	if p.EpochsAuto {
+	if sum.BestEpoch > 0 {
+		p.Model.Examples += sum.BestExamples - sum.Examples // the kept model's
+		l := sum.HoldoutLoss
+		ev := log.Info().Int("epochs", sum.Epochs).Int("kept_epoch", sum.BestEpoch).Int64("holdout_rows", sum.HoldoutRows).
+			Float64("holdout_logloss", human.Round4(l[sum.BestEpoch-1])).Float64("holdout_logloss_last", human.Round4(l[len(l)-1]))
+		if sum.Converged {
+			ev.Msgf("--holdout: the held-out loss stopped improving; kept the model of epoch %d, its lowest", sum.BestEpoch)
+		} else {
+			ev.Msgf("--holdout: ran the most epochs (%d) with the held-out loss still improving; kept the model of epoch %d, its lowest (give --epochs for more)", p.Epochs, sum.BestEpoch)
+		}
+	} else if p.Holdout > 0 && sum.Epochs > 0 {
+		log.Warn().Int("holdout", p.Holdout).Msg("--holdout: fewer training rows than --holdout, so none was held out (--epochs auto stops on the training loss then)")
+	}
+	if p.EpochsAuto && sum.BestEpoch == 0 {
 		ev := log.Info().Int("epochs", sum.Epochs)
 		if len(sum.EpochLoss) > 0 {
 			ev = ev.Float64("train_logloss", human.Round4(sum.EpochLoss[len(sum.EpochLoss)-1]))
@@ -162,6 +179,7 @@ func (cfg Config) finishAlone(sum sgd.Summary, bad int64, sampler *report.Sample
 	s := report.Summary{
 		Type: report.TypeSummary, Examples: sum.Examples, Seconds: sum.Seconds,
 		ExamplesPerSec: report.Num(sum.ExamplesPerSec), Epochs: sum.Epochs, Steps: sum.Steps,
+		KeptEpoch: sum.BestEpoch, HoldoutLogLoss: sum.HoldoutLoss,
 		Metrics:       reportMetrics(sum.Final),
 		ModelNonzeros: nonzeros, ModelHash: fmt.Sprintf("%016x", hash),
 		BadLines: bad, BatchesSkippedNonFinite: sum.SkippedNonFinite, Resources: res,
@@ -177,7 +195,7 @@ func (cfg Config) finishAlone(sum sgd.Summary, bad int64, sampler *report.Sample
 		Float64("seconds", human.Round4(sum.Seconds)).Str("examples_per_sec", human.Count(sum.ExamplesPerSec)).
 		Int64("model_nonzeros", s.ModelNonzeros).Str("resources", res.String()).Msg("done")
 	if cfg.Save != "" {
-		if err := p.Model.SaveFile(cfg.Save, model.SaveOptions{}); err != nil {
+		if err := p.Model.SaveFile(cfg.Save, model.SaveOptions{State: cfg.SaveState}); err != nil {
 			return fmt.Errorf("--save: %w", err)
 		}
 		log.Info().Str("file", cfg.Save).Msg("model saved")
