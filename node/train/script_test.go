@@ -24,10 +24,14 @@ import (
 var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of testdata/*.txt")
 
 // TestScripts replays every testdata/*.txt: scripted interactions of a few
-// cores on a network the script drives message by message. Each file
-// replays a schedule that once broke the protocol; its header names the
-// rule (docs/protocol.md), the commit that fixed it and what the script
-// printed on the code before that commit.
+// cores on a network the script drives message by message. Each file but
+// basic.txt (a plain run, for reference) replays a schedule that once
+// broke the protocol, in a few steps: its header names the rule
+// (docs/protocol.md), the commit that fixed it and what the script printed
+// on the code before that commit. That was checked by running the script
+// there: git worktree add DIR FIX^, copy this file and the script into
+// DIR/node/train, go test -run TestScripts/NAME. Unlike a seed of the
+// simulator, a script names its schedule whatever else the code sends.
 //
 // A script is a list of commands, one a line ('#' starts a comment). A
 // command followed by a line "----" expects the output that follows, up to
