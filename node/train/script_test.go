@@ -472,7 +472,7 @@ func (sn *scNet) command(f []string) (string, error) {
 			sn.tickAll(cmd == "tick")
 		}
 	case "run":
-		max, err := num("max", 5000)
+		limit, err := num("max", 5000)
 		if err != nil {
 			return "", err
 		}
@@ -481,8 +481,8 @@ func (sn *scNet) command(f []string) (string, error) {
 			return "", fmt.Errorf("run until=%q: leader, config=C, final, done or round=R", kv["until"])
 		}
 		for i := 0; !cond(); i++ {
-			if i == max {
-				return "", fmt.Errorf("not %s after %d ticks", kv["until"], max)
+			if i == limit {
+				return "", fmt.Errorf("not %s after %d ticks", kv["until"], limit)
 			}
 			sn.tickAll(true)
 		}
