@@ -412,6 +412,40 @@ func (c *Core) sendFinished() {
 			c.send(m.Peer, &wire.Core{Op: wire.CoreFinished})
 		}
 	}
+	if !t.isMember(c.cfg.Self, c.cfg.ID) {
+		return
+	}
+	// The leavers still around too: a leaver that is a voter goes once
+	// the members finished, and none of them would tell it else (E14).
+	var sent []string
+	for _, u := range c.cs.list {
+		for _, m := range u.Left {
+			if m.Peer != c.cfg.Self && c.alive[m.ID] && !t.isMember(m.Peer, m.ID) && !slices.Contains(sent, m.Peer) {
+				sent = append(sent, m.Peer)
+				c.send(m.Peer, &wire.Core{Op: wire.CoreFinished})
+			}
+		}
+	}
+}
+
+// membersFinished reports whether some member of the newest configuration
+// said CoreFinished and every other is finished or dead: a leaver learns
+// so that the run is over (E14).
+func (c *Core) membersFinished() bool {
+	t := c.cs.cur()
+	if t == nil {
+		return false
+	}
+	n := 0
+	for _, m := range t.Members {
+		switch {
+		case c.finished[m.Peer]:
+			n++
+		case c.isAlive(m.ID):
+			return false
+		}
+	}
+	return n > 0
 }
 
 // Ready returns what the core decided since the last call.
@@ -566,11 +600,11 @@ func (c *Core) flush() {
 		}
 	}
 	c.rd.WantBatches = c.w.wantBatches()
-	if c.w.left && !c.doneSent && c.o.drained() && (!c.ag.isVoter() || c.tick-c.company > uint64(c.cfg.RetryTicks)) {
+	if c.w.left && !c.doneSent && c.o.drained() && (!c.ag.isVoter() || c.tick-c.company > uint64(c.cfg.RetryTicks) || c.membersFinished()) {
 		// (A voter that goes would count against the quorum: it leaves
-		// once the leader made it a learner, or once no majority of its
-		// configuration is left to make it one: the others finished and
-		// went.)
+		// once the leader made it a learner, once no majority of its
+		// configuration is left to make it one, or once the members
+		// said they finished: nothing moves after the end, E8, E14.)
 		c.doneSent = true
 		c.rd.Done, c.rd.Left = true, true
 	}

@@ -287,7 +287,7 @@ func (w *worker) work() bool {
 		progress = true
 	}
 	if w.final {
-		return w.serveFetches() || progress
+		return w.serveFetches() || w.leaveNow() || progress
 	}
 	if w.cutWork() {
 		progress = true
@@ -324,11 +324,23 @@ func (w *worker) work() bool {
 	if w.serveFetches() {
 		progress = true
 	}
-	if w.leaving && w.stopAt > 0 && w.clock >= w.stopAt && !w.left && len(w.reqs) == 0 && w.stash == nil && !w.computing {
-		w.left = true
-		progress = true
+	return w.leaveNow() || progress
+}
+
+// leaveNow marks a leaver left once its leave is agreed and its last push
+// answered, or once its values are final whatever it still waits for:
+// nothing moves after the end (E8), and no member of a configuration
+// that removed it tells it that it finished (E14, testdata/e14-*.txt).
+// It reports whether it marked it.
+func (w *worker) leaveNow() bool {
+	if !w.leaving || w.stopAt == 0 || w.left {
+		return false
 	}
-	return progress
+	if !w.final && (w.clock < w.stopAt || len(w.reqs) > 0 || w.stash != nil || w.computing) {
+		return false
+	}
+	w.left = true
+	return true
 }
 
 // stoppedAt reports whether this leaving worker does not take part in
