@@ -212,3 +212,21 @@ func checkSwarmKeyFlag(path string) error {
 func defaultRunDir(what string) string {
 	return filepath.Join("gossiptrain-runs", time.Now().Format("20060102-150405")+"-"+what)
 }
+
+// inputs are the data files the peers read (--train, --test, globs
+// expanded, and their IDX labels), for infer.CheckApart.
+func (tp *trainPass) inputs() []infer.FlagPath {
+	value := func(name string) string {
+		if f := tp.c.flags.Lookup(name); f != nil {
+			return f.Value.String()
+		}
+		return ""
+	}
+	var train listFlag
+	train.Set(value("train"))
+	in := infer.InputFiles(train, "train", value("train-labels"), "train-labels")
+	if test := value("test"); test != "" {
+		in = append(in, infer.InputFiles([]string{test}, "test", value("test-labels"), "test-labels")...)
+	}
+	return in
+}

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/gossiptrain/gossiptrain/cluster"
+	"github.com/gossiptrain/gossiptrain/infer"
 )
 
 func clusterCmd() *command {
@@ -106,6 +107,9 @@ func (f *clusterFlags) run(c *command, args []string) error {
 		return err
 	}
 	if err := checkSwarmKeyFlag(f.swarmKey); err != nil {
+		return err
+	}
+	if err := infer.CheckApart([]infer.FlagPath{{Flag: "save", Path: f.save}}, f.tp.inputs()); err != nil {
 		return err
 	}
 	if f.dir == "" {

@@ -91,6 +91,10 @@ func (e *evalFlags) run(c *command, args []string) error {
 			return usageErr("predictions", "%v", err)
 		}
 	}
+	in := append(infer.InputFiles([]string{e.test}, "test", e.labels, "test-labels"), infer.FlagPath{Flag: "model", Path: e.modelPath})
+	if err := infer.CheckApart([]infer.FlagPath{{Flag: "predictions", Path: e.preds}}, in); err != nil {
+		return err
+	}
 	m, err := model.LoadFile(e.modelPath)
 	if err != nil {
 		return err

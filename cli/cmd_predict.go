@@ -81,6 +81,10 @@ unless told, and warns when told otherwise.`
 				return usageErr("out", "%v", err)
 			}
 		}
+		in := append(infer.InputFiles(files, "data", "", ""), infer.FlagPath{Flag: "model", Path: modelPath})
+		if err := infer.CheckApart([]infer.FlagPath{{Flag: "out", Path: out}}, in); err != nil {
+			return err
+		}
 		m, err := model.LoadFile(modelPath)
 		if err != nil {
 			return fmt.Errorf("--model: %w", err)

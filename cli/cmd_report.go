@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/gossiptrain/gossiptrain/infer"
 	"github.com/gossiptrain/gossiptrain/report"
 )
 
@@ -49,6 +50,9 @@ JSON stops the command, naming the file and line.`
 		}
 		files, err := report.Find(paths)
 		if err != nil {
+			return err
+		}
+		if err := checkReportApart(out, paths, files); err != nil {
 			return err
 		}
 		runs := make([]*report.Run, 0, len(files))
@@ -117,4 +121,29 @@ func interspersed(c *command, args []string) ([]string, error) {
 		args = args[1:]
 	}
 	return paths, nil
+}
+
+// checkReportApart fails when report.md or bench.json, which report
+// writes into --out (default: the first directory given, as run picks
+// it), is one of the report files it reads (infer.SamePath: links
+// included), so a refused report has changed nothing.
+func checkReportApart(out string, paths, files []string) error {
+	if out == "" {
+		out = "."
+		for _, p := range paths {
+			if st, err := os.Stat(p); err == nil && st.IsDir() {
+				out = p
+				break
+			}
+		}
+	}
+	for _, name := range []string{report.BenchJSONFile, report.ReportMDFile} {
+		o := filepath.Join(out, name)
+		for _, f := range files {
+			if infer.SamePath(o, f) {
+				return usageErr("out", "%s, which report writes, is the report file %s it reads; give another --out", o, f)
+			}
+		}
+	}
+	return nil
 }

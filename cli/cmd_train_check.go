@@ -272,10 +272,14 @@ func checkDistFlags(tf *trainFlags) (job.Dist, error) {
 
 // checkOutputs checks, before any data is read, that train will be able to
 // write what it was asked to: --save and --report name files in existing,
-// writable directories (and not directories), --test names data that
-// exists, and --checkpoint-dir can be created and written. Nothing is left
-// behind but --checkpoint-dir itself.
+// writable directories (and not directories), no file train writes is one
+// it reads (infer.CheckApart), --test names data that exists, and
+// --checkpoint-dir can be created and written. Nothing is left behind but
+// --checkpoint-dir itself.
 func checkOutputs(tf *trainFlags) error {
+	if err := infer.CheckApart(tf.outputs(), tf.inputs()); err != nil {
+		return err
+	}
 	for _, o := range []struct{ flag, path string }{{"save", tf.r.save}, {"report", tf.r.report}} {
 		if o.path == "" {
 			continue
@@ -307,4 +311,25 @@ func checkOutputs(tf *trainFlags) error {
 		}
 	}
 	return nil
+}
+
+// outputs are the files train writes, with their flags: the model, the
+// report, the cache and a standalone run's checkpoint.
+func (tf *trainFlags) outputs() []infer.FlagPath {
+	out := []infer.FlagPath{{Flag: "save", Path: tf.r.save}, {Flag: "report", Path: tf.r.report}, {Flag: "cache", Path: tf.d.cache}}
+	if dir := tf.dist.checkpointDir; dir != "" && !tf.r.distributed {
+		out = append(out, infer.FlagPath{Flag: "checkpoint-dir", Path: job.AloneCheckpointPath(dir)})
+	}
+	return out
+}
+
+// inputs are the files train reads, with their flags: the training and
+// test data (globs expanded) and their IDX labels, the peer's key files.
+func (tf *trainFlags) inputs() []infer.FlagPath {
+	in := infer.InputFiles(tf.d.train, "train", tf.d.trainLabels, "train-labels")
+	if tf.d.test != "" {
+		in = append(in, infer.InputFiles([]string{tf.d.test}, "test", tf.d.testLabels, "test-labels")...)
+	}
+	return append(in, infer.FlagPath{Flag: "swarm-key", Path: tf.p.swarmKey}, infer.FlagPath{Flag: "identity", Path: tf.p.identity},
+		infer.FlagPath{Flag: "peers-file", Path: tf.p.peersFile})
 }
