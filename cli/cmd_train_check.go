@@ -3,6 +3,7 @@ package cli
 import (
 	"flag"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"strconv"
@@ -332,4 +333,46 @@ func (tf *trainFlags) inputs() []infer.FlagPath {
 	}
 	return append(in, infer.FlagPath{Flag: "swarm-key", Path: tf.p.swarmKey}, infer.FlagPath{Flag: "identity", Path: tf.p.identity},
 		infer.FlagPath{Flag: "peers-file", Path: tf.p.peersFile})
+}
+
+// testCheckWhole is the size up to which checkTestData reads the whole
+// test set before training (a larger one: its first rows).
+const testCheckWhole = 32 << 20
+
+// checkTestData reads the test set as evaluations will, before any epoch:
+// an empty or broken --test fails now with exit 2 instead of after the
+// training it would evaluate (TestTrainChecksTestBeforeTraining). A test
+// set up to testCheckWhole bytes is read whole, a larger one up to its
+// first batch of rows; an error later on in a large one still leaves the
+// trained model saved (job.RunAlone).
+func checkTestData(plan *infer.Plan) error {
+	open := plan.OpenTest()
+	if open == nil {
+		return nil
+	}
+	whole := false
+	if st, err := os.Stat(plan.Test); err == nil && st.Size() <= testCheckWhole {
+		whole = true
+	}
+	src, err := open()
+	if err != nil {
+		return usageErr("test", "%v", infer.LabelsFlag(err, "test-labels"))
+	}
+	defer src.Close()
+	var b data.Batch
+	var rows int64
+	for {
+		n, err := src.Next(&b, 1000)
+		rows += int64(n)
+		if err == io.EOF || (err == nil && !whole && rows > 0) {
+			break
+		}
+		if err != nil {
+			return usageErr("test", "%v", err)
+		}
+	}
+	if rows == 0 {
+		return usageErr("test", "%s has no examples: there is nothing to evaluate on (give a test set with rows, or leave --test out)", plan.Test)
+	}
+	return nil
 }
