@@ -71,7 +71,7 @@ type Config struct {
 // needs to decide as an uninterrupted run would. A run resumed at a
 // Position (Config.Start) with the model saved there, one thread or many,
 // trains the model an uninterrupted run does, bit for bit
-// (TestTrainResumesAtAPosition).
+// (e2e: TestTrainAloneResumesBitIdentical).
 type Position struct {
 	Epoch int   // 0-based epoch in progress (the epochs before it are whole)
 	Rows  int64 // rows of it trained on (or skipped as not finite)
