@@ -116,6 +116,26 @@ func benchVariants(topologies, modes, batches, localSteps []string) ([]cluster.V
 	return vs, nil
 }
 
+// checkBenchCombine refuses, before anything runs, a --combine that
+// one of the window sizes of --local-steps cannot take (mean needs
+// windows, trimmed one batch), naming both flags; with auto, train's
+// own choice fits every size.
+func checkBenchCombine(c *command, vs []cluster.Variant) error {
+	f := c.flags.Lookup("combine")
+	if f == nil {
+		return nil
+	}
+	for _, v := range vs {
+		switch comb := f.Value.String(); {
+		case comb == "mean" && v.LocalSteps == 1:
+			return usageErr("combine", "mean averages windows' changes: --local-steps 1 (exchange every batch) cannot take it; drop 1 from --local-steps or use --combine auto")
+		case comb == "trimmed" && v.LocalSteps > 1:
+			return usageErr("combine", "trimmed combines one batch's gradients: --local-steps %d cannot take it; use --local-steps 1 or auto", v.LocalSteps)
+		}
+	}
+	return nil
+}
+
 // parsePeerList parses bench's --peers: one count, or a list of counts
 // for a scaling series.
 func parsePeerList(vals []string) ([]int, error) {
@@ -209,6 +229,9 @@ func (f *benchFlags) run(c *command, args []string) error {
 	slices.Sort(counts)
 	variants, err := benchVariants(f.topologies.vals, f.modes.vals, f.batches.vals, f.localSteps.vals)
 	if err != nil {
+		return err
+	}
+	if err := checkBenchCombine(c, variants); err != nil {
 		return err
 	}
 	if maxPeers := counts[len(counts)-1]; f.examples < int64(maxPeers) {

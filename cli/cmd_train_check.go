@@ -207,8 +207,8 @@ func checkDistFlags(tf *trainFlags) (job.Dist, error) {
 		if s.Mode != train.Sync {
 			s.LocalSteps = 8
 		}
-		if s.Gather != train.Need {
-			s.LocalSteps = 1
+		if s.Gather != train.Need || d.combine == "trimmed" {
+			s.LocalSteps = 1 // both combine one batch's gradients
 		}
 	default:
 		h, err := strconv.Atoi(d.localSteps)
