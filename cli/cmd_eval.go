@@ -104,6 +104,7 @@ func (e *evalFlags) run(c *command, args []string) error {
 		zb = m.Input.ZeroBased
 	}
 	infer.WarnInput(log, m, e.modelPath, inputs[0], f, zb, c.set("zero-based"))
+	warnPartial(log, m, e.modelPath)
 	inter, err := infer.ModelInteractions(m)
 	if err != nil {
 		return fmt.Errorf("--model %s: %w", e.modelPath, err)

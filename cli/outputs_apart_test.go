@@ -111,3 +111,58 @@ func mustGetwd(t *testing.T) string {
 	}
 	return wd
 }
+
+// trainedModel trains a small logreg model and returns its file and a test
+// set for it.
+func trainedModel(t *testing.T, dir string, extra ...string) (modelPath, test string) {
+	t.Helper()
+	test = filepath.Join(dir, "t.svm")
+	var b strings.Builder
+	for i := range 200 {
+		fmt.Fprintf(&b, "%d %d:1\n", i%2, 1+i%2)
+	}
+	os.WriteFile(test, []byte(b.String()), 0o644)
+	modelPath = filepath.Join(dir, "m.gt")
+	if code, _, stderr := gt(t, append([]string{"train", "--train", test, "--epochs", "1", "--save", modelPath}, extra...)...); code != 0 {
+		t.Fatalf("train: exit %d: %s", code, stderr)
+	}
+	return modelPath, test
+}
+
+// Predictions files are created mode 0644, as any file a user writes, not
+// the 0600 of a temporary file (issue 33).
+func TestPredictionsFileMode(t *testing.T) {
+	dir := t.TempDir()
+	m, test := trainedModel(t, dir)
+	out, preds := filepath.Join(dir, "p.txt"), filepath.Join(dir, "e.txt")
+	if code, _, stderr := gt(t, "predict", "--model", m, "--data", test, "--out", out); code != 0 {
+		t.Fatalf("predict: exit %d: %s", code, stderr)
+	}
+	if code, _, stderr := gt(t, "eval", "--model", m, "--test", test, "--predictions", preds); code != 0 {
+		t.Fatalf("eval: exit %d: %s", code, stderr)
+	}
+	for _, f := range []string{out, preds} {
+		st, err := os.Stat(f)
+		if err != nil || st.Mode().Perm() != 0o644 {
+			t.Errorf("%s: %v, mode %v; want 0644", f, err, st.Mode().Perm())
+		}
+	}
+}
+
+// predict on input with no rows fails (exit 2, naming --data) and writes
+// no --out, instead of an empty file and exit 0 (issue 33).
+func TestPredictEmptyInputFails(t *testing.T) {
+	dir := t.TempDir()
+	m, _ := trainedModel(t, dir)
+	empty := filepath.Join(dir, "empty.svm")
+	os.WriteFile(empty, []byte("# no rows\n"), 0o644)
+	out := filepath.Join(dir, "p.txt")
+	code, _, stderr := gt(t, "predict", "--model", m, "--data", empty, "--out", out)
+	if want := "--data: " + empty + ": no rows to score"; code != 2 || !strings.Contains(stderr, want) {
+		t.Errorf("exit %d, stderr %q; want exit 2 and %q", code, stderr, want)
+	}
+	if _, err := os.Stat(out); err == nil {
+		t.Error("an empty --out was written")
+	}
+}
+

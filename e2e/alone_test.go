@@ -170,3 +170,28 @@ func TestTrainAloneResumesBitIdentical(t *testing.T) {
 		})
 	}
 }
+
+// eval and predict read a partial model (a run stopped early) and warn
+// once that it is one, with where it stopped.
+func TestPartialModelWarns(t *testing.T) {
+	dir := t.TempDir()
+	_, test, dim := e2eDataRows(t, 100)
+	path := filepath.Join(dir, "m.gt")
+	if code, _, stderr := gt(t, "train", "--train", test, "--dim", fmt.Sprint(dim), "--epochs", "1", "--save", path); code != 0 {
+		t.Fatalf("train: exit %d: %s", code, stderr)
+	}
+	m, err := model.LoadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Meta = map[string]string{"partial": "true", "stopped": "interrupted", "stopped_at_epoch": "3"}
+	if err := m.SaveFile(path, model.SaveOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"eval", "--model", path, "--test", test}, {"predict", "--model", path, "--data", test}} {
+		code, _, stderr := gt(t, args...)
+		if code != 0 || strings.Count(stderr, "the model is partial") != 1 || !strings.Contains(stderr, `stopped_at_epoch=3`) {
+			t.Errorf("%s: exit %d, stderr %q; want 0 and one warning naming epoch 3", args[0], code, stderr)
+		}
+	}
+}

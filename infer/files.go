@@ -147,6 +147,13 @@ func OutputFile(path string, stdout io.Writer) (w io.Writer, commit func() error
 		return nil, nil, nil, PlainPathError(err)
 	}
 	tmp := f.Name()
+	// CreateTemp makes files 0600; an output is as readable as any file
+	// the user writes (TestPredictionsFileMode).
+	if err := f.Chmod(0o644); err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return nil, nil, nil, PlainPathError(err)
+	}
 	commit = func() error {
 		if err := f.Close(); err != nil {
 			os.Remove(tmp)
