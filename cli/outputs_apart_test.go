@@ -165,4 +165,3 @@ func TestPredictEmptyInputFails(t *testing.T) {
 		t.Error("an empty --out was written")
 	}
 }
-
