@@ -237,5 +237,5 @@ func (r resumeFlag) Set(s string) error {
 
 // registerWaitFlag adds --wait-timeout.
 func registerWaitFlag(fs *flag.FlagSet, d *time.Duration) {
-	fs.DurationVar(d, "wait-timeout", job.DefaultWaitTimeout, "give up if the cluster has not formed (--min-peers members, agreed) within this `time`;\n0 waits for ever. Meanwhile the peer logs what it found every --progress-every: dial\nerrors per --peer, peers of other jobs, refused peers, the members it has")
+	fs.DurationVar(d, "wait-timeout", job.DefaultWaitTimeout, "give up if the cluster has not formed (--min-peers members, agreed) within this `time`;\n0 waits for ever. Meanwhile the peer logs what it found every --progress-every: dial\nerrors per --peer, peers of other jobs, refused peers, the members it has. A peer of the\njob it refused at connect (different settings) leaves it 10s more to form without that peer")
 }
