@@ -29,9 +29,13 @@ wait), bench.json (the same figures for scripts) and the plots as PNG and SVG.
 The summary table is printed too.
 
 Arguments are report files or directories, searched recursively for *.jsonl.
-Reports are grouped into configurations by topology, mode and batch. This is
-how runs on several machines are compared: copy every peer's report into one
-directory and run report on it. A report without a summary line (a peer that
+Reports are grouped into configurations by topology, mode and batch, and
+never across runs: a lone train's report is a run of its own, a job's peers
+are one run (one per directory when a directory holds several of its
+reports, as cluster and bench write them), and a configuration with several
+runs gets a row per run, named by its run. This is how runs on several
+machines are compared: copy every peer's report into one directory and run
+report on it. A report without a summary line (a peer that
 crashed or is still running) is included with a warning; a line that is not
 JSON stops the command, naming the file and line.`
 	c.example = `  gossiptrain report runs/
