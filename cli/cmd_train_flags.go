@@ -112,7 +112,7 @@ func (r *runFlags) register(fs *flag.FlagSet) {
 		"the raw features' units, so eval and predict need nothing. `mode`: auto (when the data is\n"+
 		"scanned anyway, to infer --dim, --classes or --l2 auto), on (scan for it), or off (the\n"+
 		"features as they are). Distributed runs do not scale")
-	fs.Int64Var(&r.evalEvery, "eval-every", 0, "evaluate on --test every `N` training examples (0: only at the end)")
+	fs.Int64Var(&r.evalEvery, "eval-every", 0, "evaluate on --test every `N` training examples. 0: alone, at the end of every epoch (a\npoint per epoch in the report's curves); a peer of a job, only at the end")
 	fs.StringVar(&r.report, "report", "", "write a JSON-lines run report to `FILE` (one line per evaluation and a final summary)")
 	fs.StringVar(&r.save, "save", "", "save the trained model to `FILE` (read it back with 'gossiptrain eval')")
 	fs.DurationVar(&r.progressEvery, "progress-every", 5*time.Second, "log a progress line this often (0 turns it off)")

@@ -132,6 +132,10 @@ func RunAlone(ctx context.Context, cfg Config) (sgd.Summary, error) {
 		scfg.StopTol, scfg.MinEpochs = infer.AutoStopTol, infer.AutoMinEpochs
 	}
 	scfg.EvalEvery = cfg.EvalEvery
+	// --eval-every 0: an evaluation at the end of every epoch, so the
+	// report's curves (and report's plots) have a point per epoch, not a
+	// single dot (issue 33); the test set is read once per epoch.
+	scfg.EvalEachEpoch = cfg.EvalEvery == 0
 	scfg.Threads = cfg.Threads
 	scfg.NonFinite = cfg.NonFinite
 	scfg.Start = start

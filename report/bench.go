@@ -28,6 +28,32 @@ type Config struct {
 	Peers []*Run // ordered by peer ID, then file path
 }
 
+// shortRunNames shortens run names (runOf's) to their last path
+// elements, as few as keep them apart: /tmp/x/run1 and /tmp/x/run2 are
+// run1 and run2 in a configuration's name.
+func shortRunNames(runs []string) []string {
+	split := func(r string) (job string, parts []string) {
+		if j, path, ok := strings.Cut(r, "@"); ok {
+			job = j + "@"
+			r = path
+		}
+		return job, strings.Split(filepath.ToSlash(r), "/")
+	}
+	out := make([]string, len(runs))
+	for k := 1; ; k++ {
+		seen, longest := map[string]bool{}, true
+		for i, r := range runs {
+			job, parts := split(r)
+			out[i] = job + strings.Join(parts[max(0, len(parts)-k):], "/")
+			longest = longest && k >= len(parts)
+			seen[out[i]] = true
+		}
+		if len(seen) == len(runs) || longest {
+			return out
+		}
+	}
+}
+
 // runOf names the run of each report (names: each one's configuration),
 // so unrelated runs are not merged into one configuration: a lone train's
 // report (single/local, no --job) is a run of its own, named by its file
@@ -136,9 +162,17 @@ func GroupRuns(runs []*Run) ([]*Config, error) {
 		}
 		c.Peers = append(c.Peers, r)
 	}
+	short := map[string]string{}
+	for _, rs := range runsOf {
+		if len(rs) > 1 {
+			for i, l := range shortRunNames(rs) {
+				short[rs[i]] = l
+			}
+		}
+	}
 	for _, c := range cfgs {
 		if len(runsOf[c.Name]) > 1 {
-			c.Name += " (" + c.Run + ")"
+			c.Name += " (" + short[c.Run] + ")"
 		}
 	}
 	for _, c := range cfgs {

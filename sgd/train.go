@@ -36,6 +36,9 @@ type Config struct {
 	// EvalEvery evaluates on the test set each time this many more training
 	// examples have been seen; 0 evaluates only at the end.
 	EvalEvery int64
+	// EvalEachEpoch also evaluates at the end of every whole epoch (the
+	// last one's is the final evaluation).
+	EvalEachEpoch bool
 	// EvalBatch is the number of rows per batch while evaluating; it only
 	// trades memory for per-call overhead.
 	EvalBatch int
@@ -332,6 +335,11 @@ func (t *trainer) run(ctx context.Context) error {
 			if t.converged() {
 				t.sum.Converged = true
 				break
+			}
+			if t.cfg.EvalEachEpoch && t.test != nil && t.evaluatedAt != t.sum.Examples && t.epoch+1 < t.cfg.Epochs {
+				if err := t.evaluate(); err != nil {
+					return err
+				}
 			}
 		}
 	}
