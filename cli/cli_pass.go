@@ -26,6 +26,7 @@ var clusterSkipFlags = map[string]bool{
 	"job": true, "identity": true, "report": true, "listen": true, "peer": true, "peers-file": true,
 	"log-format": true, "log-level": true, "mdns": true, "dht": true, "status-addr": true,
 	"min-peers": true, "part": true, "swarm-key": true, "peers-allowed": true,
+	"init": true, "save-state": true, // train alone only
 }
 
 // skipAlso is clusterSkipFlags and more.

@@ -78,6 +78,8 @@ trained model saved.`
   gossiptrain train --train 'data/train*.svm' --test data/test.svm --dim 16777216 \
       --report run.jsonl --save model.gt
   zcat clicks.vw.gz | gossiptrain train --train - --dim 16777216 --interactions ua --save vw.gt
+  # go on training a saved model on new data (--save-state kept its optimizer's rates)
+  gossiptrain train --train data/week2.svm --init model.gt --save model2.gt
   gossiptrain train --model softmax --classes 10 --dim 784 \
       --train /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz \
       --test /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz --epochs 5
@@ -142,7 +144,7 @@ func (tf *trainFlags) run(c *command, args []string) error {
 	job.GCForTraining(int64(len(plan.Model.W)) * 4) // its size known now
 	nonFinite, _ := sgd.ParseNonFinite(r.nonFinite) // checked by spec
 	cfg := job.Config{Plan: plan, Batch: r.batch, EvalEvery: r.evalEvery, Threads: r.threads, NonFinite: nonFinite,
-		ProgressEvery: r.progressEvery, Report: r.report, Save: r.save, Flags: c.flagValues(), Version: Version,
+		ProgressEvery: r.progressEvery, Report: r.report, Save: r.save, SaveState: r.saveState, Flags: c.flagValues(), Version: Version,
 		MetricsAddr: tf.metricsAddr, Log: log}
 	if r.distributed {
 		if tf.p.job == "" {

@@ -30,7 +30,8 @@ func (tf *trainFlags) spec(c *command) (infer.Spec, error) {
 	d, m, r := &tf.d, &tf.m, &tf.r
 	s := infer.Spec{Train: d.train, Test: d.test, TrainLabels: d.trainLabels, TestLabels: d.testLabels,
 		ZeroBased: d.zeroBased, SkipBad: d.skipBad, MaxValue: d.maxValue, Cache: d.cache, LabelBaseAuto: d.labelBase == "auto",
-		Classes: m.classes, Dim: m.dim, Hidden: m.hidden, InitSeed: m.initSeed, Shards: m.shards, ShardsGiven: c.set("shards"),
+		Classes: m.classes, Dim: m.dim, Hidden: m.hidden, HiddenGiven: c.set("hidden"), InitSeed: m.initSeed, Shards: m.shards, ShardsGiven: c.set("shards"),
+		Init:  m.init,
 		Scale: infer.Scale(r.scale), Distributed: r.distributed, Given: givenFlags(c)}
 	if len(d.train) == 0 {
 		return s, usageErr("train", "no training data given (e.g. --train 'data/train*.svm')")
@@ -59,6 +60,13 @@ func (tf *trainFlags) spec(c *command) (infer.Spec, error) {
 			return s, usageErr("epochs", "must be at least 1, got %d", r.epochs)
 		}
 	}
+	s.Holdout, s.HoldoutGiven = r.holdout.n, c.set("holdout")
+	if s.HoldoutGiven && s.Holdout > 0 && r.distributed {
+		return s, usageErr("holdout", "not implemented for distributed runs (--job): their peers do not agree on an early stop yet; leave it out (--epochs auto is 5 there) or give --holdout off")
+	}
+	if s.Holdout > 0 && (r.epochsAuto || s.HoldoutGiven) && !r.distributed && tf.dist.checkpointDir != "" {
+		return s, usageErr("checkpoint-dir", "not implemented for a run alone with --holdout (on by default with --epochs auto): the early stop's best model is not checkpointed, so a resumed run would not be the uninterrupted one; give --epochs N, or --holdout off")
+	}
 	switch s.Scale {
 	case infer.ScaleAuto, infer.ScaleOn, infer.ScaleOff:
 	default:
@@ -78,6 +86,15 @@ func (tf *trainFlags) spec(c *command) (infer.Spec, error) {
 	}
 	if err := m.check(c, s.Kind); err != nil {
 		return s, err
+	}
+	if r.distributed && m.init != "" {
+		return s, usageErr("init", "not implemented for a peer of a job: warm-start a train alone (no --job)")
+	}
+	if r.saveState && r.distributed {
+		return s, usageErr("save-state", "not implemented for a peer of a job: a peer holds the state of its own shards only")
+	}
+	if r.saveState && r.save == "" {
+		return s, usageErr("save-state", "needs --save: the state is written into the model file")
 	}
 	if !s.LabelBaseAuto {
 		if s.LabelBase, err = strconv.Atoi(d.labelBase); err != nil {

@@ -38,3 +38,22 @@ func TestTrainEvaluatesEveryEpochByDefault(t *testing.T) {
 		t.Errorf("evaluations %v; want %s", got, want)
 	}
 }
+
+// Standalone checkpoints do not hold --holdout's best model yet, so a run
+// alone with --holdout (on with --epochs auto) and --checkpoint-dir fails
+// at once, saying what to give instead.
+func TestAloneCheckpointsRefuseHoldout(t *testing.T) {
+	dir := t.TempDir()
+	svm := filepath.Join(dir, "a.svm")
+	os.WriteFile(svm, []byte("1 1:1\n0 2:1\n"), 0o644)
+	ck := filepath.Join(dir, "ck")
+	for _, args := range [][]string{{"--checkpoint-dir", ck}, {"--epochs", "3", "--holdout", "5", "--checkpoint-dir", ck}} {
+		code, _, stderr := gt(t, append([]string{"train", "--train", svm}, args...)...)
+		if code != 2 || !strings.Contains(stderr, "--checkpoint-dir: not implemented for a run alone with --holdout") {
+			t.Errorf("%v: exit %d, %q; want exit 2 naming --checkpoint-dir and --holdout", args, code, stderr)
+		}
+	}
+	if code, _, stderr := gt(t, "train", "--train", svm, "--epochs", "2", "--checkpoint-dir", ck); code != 0 {
+		t.Errorf("--epochs 2 --checkpoint-dir: exit %d: %s", code, stderr)
+	}
+}

@@ -133,7 +133,7 @@ func checkCheckpoint(ck, m *model.Model, batch int) (*sgd.Position, error) {
 	if ck.Meta[ckptKind] != "standalone" {
 		return nil, errors.New("not a standalone checkpoint")
 	}
-	if err := ck.Matches(m.Kind, m.Dim, m.Classes); err != nil {
+	if err := ck.Matches(m.Kind, m.Dim, m.Classes, m.Hidden); err != nil {
 		return nil, fmt.Errorf("a checkpoint of another model: %w", err)
 	}
 	switch {

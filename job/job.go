@@ -59,6 +59,9 @@ type Config struct {
 	// Report is the JSON-lines report file ("": none), Save the model
 	// file ("": none).
 	Report, Save string
+	// SaveState writes the optimizer state into Save too (train
+	// --save-state), so train --init goes on at the rates reached.
+	SaveState bool
 	// Flags is every flag of the command and its value, for the report's
 	// start line.
 	Flags map[string]string
@@ -131,6 +134,7 @@ func RunAlone(ctx context.Context, cfg Config) (sgd.Summary, error) {
 	if p.EpochsAuto {
 		scfg.StopTol, scfg.MinEpochs = infer.AutoStopTol, infer.AutoMinEpochs
 	}
+	scfg.Holdout, scfg.Patience, scfg.HoldoutTol = p.Holdout, infer.AutoPatience, infer.AutoHoldoutTol
 	scfg.EvalEvery = cfg.EvalEvery
 	// --eval-every 0: an evaluation at the end of every epoch, so the
 	// report's curves (and report's plots) have a point per epoch, not a
@@ -139,7 +143,10 @@ func RunAlone(ctx context.Context, cfg Config) (sgd.Summary, error) {
 	scfg.Threads = cfg.Threads
 	scfg.NonFinite = cfg.NonFinite
 	scfg.Start = start
-	if cfg.CheckpointDir != "" && cfg.CheckpointEvery > 0 {
+	// No checkpoints with --holdout (train refuses them): the early
+	// stop's best model is not in them.
+	ckpt := cfg.CheckpointDir != "" && p.Holdout == 0
+	if ckpt && cfg.CheckpointEvery > 0 {
 		scfg.CheckpointEvery, hooks.Checkpoint = cfg.CheckpointEvery, cfg.saveAloneCheckpoint
 	}
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(cfg.Threads)) // at most --threads CPUs at a time while training
@@ -152,7 +159,7 @@ func RunAlone(ctx context.Context, cfg Config) (sgd.Summary, error) {
 	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
 		// Interrupted (the first SIGINT): keep what was trained.
 		end.why = stopInterrupted
-		if cfg.CheckpointDir != "" {
+		if ckpt {
 			if cerr := cfg.saveAloneCheckpoint(sum.Stopped); cerr != nil {
 				log.Error().Err(cerr).Msg("the checkpoint at the interrupt was not written")
 			}
@@ -200,7 +207,20 @@ func (cfg Config) finishAlone(sum sgd.Summary, bad int64, sampler *report.Sample
 		// model_hash) needs no scaling to predict.
 		p.Model.Unscale(p.Scale.Scale, p.Scale.Shift)
 	}
-	if p.EpochsAuto && end.why == "" {
+	if sum.BestEpoch > 0 {
+		p.Model.Examples += sum.BestExamples - sum.Examples // the kept model's
+		l := sum.HoldoutLoss
+		ev := log.Info().Int("epochs", sum.Epochs).Int("kept_epoch", sum.BestEpoch).Int64("holdout_rows", sum.HoldoutRows).
+			Float64("holdout_logloss", human.Round4(l[sum.BestEpoch-1])).Float64("holdout_logloss_last", human.Round4(l[len(l)-1]))
+		if sum.Converged {
+			ev.Msgf("--holdout: the held-out loss stopped improving; kept the model of epoch %d, its lowest", sum.BestEpoch)
+		} else {
+			ev.Msgf("--holdout: ran the most epochs (%d) with the held-out loss still improving; kept the model of epoch %d, its lowest (give --epochs for more)", p.Epochs, sum.BestEpoch)
+		}
+	} else if p.Holdout > 0 && sum.Epochs > 0 {
+		log.Warn().Int("holdout", p.Holdout).Msg("--holdout: fewer training rows than --holdout, so none was held out (--epochs auto stops on the training loss then)")
+	}
+	if p.EpochsAuto && sum.BestEpoch == 0 && end.why == "" {
 		ev := log.Info().Int("epochs", sum.Epochs)
 		if len(sum.EpochLoss) > 0 {
 			ev = ev.Float64("train_logloss", human.Round4(sum.EpochLoss[len(sum.EpochLoss)-1]))
@@ -224,6 +244,7 @@ func (cfg Config) finishAlone(sum sgd.Summary, bad int64, sampler *report.Sample
 	s := report.Summary{
 		Type: report.TypeSummary, Examples: sum.Examples, Seconds: sum.Seconds,
 		ExamplesPerSec: report.Num(sum.ExamplesPerSec), Epochs: sum.Epochs, Steps: sum.Steps,
+		KeptEpoch: sum.BestEpoch, HoldoutLogLoss: sum.HoldoutLoss,
 		Metrics:       reportMetrics(sum.Final),
 		ModelNonzeros: nonzeros, ModelHash: fmt.Sprintf("%016x", hash),
 		BadLines: bad, BatchesSkippedNonFinite: sum.SkippedNonFinite, Resources: res,
@@ -256,7 +277,7 @@ func (cfg Config) finishAlone(sum sgd.Summary, bad int64, sampler *report.Sample
 		Float64("seconds", human.Round4(sum.Seconds)).Str("examples_per_sec", human.Count(sum.ExamplesPerSec)).
 		Int64("model_nonzeros", s.ModelNonzeros).Str("resources", res.String()).Msg(done)
 	if cfg.Save != "" {
-		if err := p.Model.SaveFile(cfg.Save, model.SaveOptions{}); err != nil {
+		if err := p.Model.SaveFile(cfg.Save, model.SaveOptions{State: cfg.SaveState}); err != nil {
 			return fmt.Errorf("--save: %w", err)
 		}
 		if end.why != "" {

@@ -128,7 +128,12 @@ type Summary struct {
 	Seconds        float64 `json:"seconds"`
 	ExamplesPerSec Num     `json:"examples_per_sec"`
 	Epochs         int     `json:"epochs"`
-	Steps          int64   `json:"steps"`
+	// KeptEpoch is the epoch whose model was kept, the lowest held-out
+	// loss (--holdout; 0: the last), and HoldoutLogLoss the held-out
+	// loss after each epoch.
+	KeptEpoch      int       `json:"kept_epoch,omitempty"`
+	HoldoutLogLoss []float64 `json:"holdout_logloss,omitempty"`
+	Steps          int64     `json:"steps"`
 	Metrics
 	ModelNonzeros int64  `json:"model_nonzeros"`
 	ModelHash     string `json:"model_hash,omitempty"`

@@ -33,6 +33,15 @@ type Config struct {
 	StopTol float64
 	// MinEpochs is the fewest epochs run when StopTol is set.
 	MinEpochs int
+	// Holdout, when >= 2, holds out every Holdout-th row of each epoch
+	// (never trained on) and stops on their loss instead of StopTol's
+	// rule: after Patience whole epochs in a row that do not improve the
+	// best held-out loss by more than HoldoutTol of it, returning the best
+	// epoch's model (holdout.go). 0: no row is held out. With fewer rows
+	// than Holdout nothing is held out and StopTol's rule applies.
+	Holdout    int
+	Patience   int
+	HoldoutTol float64
 	// EvalEvery evaluates on the test set each time this many more training
 	// examples have been seen; 0 evaluates only at the end.
 	EvalEvery int64
@@ -109,6 +118,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: epochs %d, want >= 1", ErrConfig, c.Epochs)
 	case c.StopTol < 0 || c.StopTol != c.StopTol:
 		return fmt.Errorf("%w: stop tolerance %v, want >= 0 (0 = run every epoch)", ErrConfig, c.StopTol)
+	case c.Holdout < 0 || c.Holdout == 1:
+		return fmt.Errorf("%w: holdout %d, want 0 (none) or >= 2 (every N-th row)", ErrConfig, c.Holdout)
+	case c.Patience < 0:
+		return fmt.Errorf("%w: patience %d, want >= 0", ErrConfig, c.Patience)
+	case c.HoldoutTol < 0 || c.HoldoutTol != c.HoldoutTol || c.HoldoutTol >= 1:
+		return fmt.Errorf("%w: holdout tolerance %v, want in [0, 1)", ErrConfig, c.HoldoutTol)
 	case c.MinEpochs < 0:
 		return fmt.Errorf("%w: min epochs %d, want >= 0", ErrConfig, c.MinEpochs)
 	case c.EvalEvery < 0:
@@ -182,8 +197,18 @@ type Summary struct {
 	// weights it was trained on. Rows with importance weights add w·loss
 	// (the sum is still over examples, as the gradient's mean is).
 	TrainLoss float64
-	// Converged is true when StopTol ended training before Epochs.
+	// Converged is true when StopTol's rule, or the held-out loss
+	// (Config.Holdout), ended training before Epochs.
 	Converged bool
+	// HoldoutRows is the rows held out (Config.Holdout) and HoldoutLoss
+	// their mean log-loss after each whole epoch, in order; BestEpoch is
+	// the 1-based epoch whose model Train returned (the lowest held-out
+	// loss; 0: nothing held out) and BestExamples the training examples
+	// that model had seen (Examples counts every one trained on).
+	HoldoutRows  int64
+	HoldoutLoss  []float64
+	BestEpoch    int
+	BestExamples int64
 	// EpochLoss is the training loss of each whole epoch (see
 	// Config.StopTol), in order.
 	EpochLoss []float64
@@ -313,6 +338,14 @@ type trainer struct {
 	startLoss      float64
 	startExamples  int64
 	lastCheckpoint time.Time
+
+	// Early stopping on held-out rows (holdout.go): the rows held out,
+	// the best held-out loss, the model that had it, and the whole
+	// epochs since.
+	held     *data.Batch
+	bestLoss float64
+	best     undoLog
+	worse    int
 }
 
 func (t *trainer) run(ctx context.Context) error {
@@ -325,6 +358,7 @@ func (t *trainer) run(ctx context.Context) error {
 		t.startLoss, t.startExamples = 0, 0
 		whole, err := t.runEpoch(ctx)
 		if err != nil {
+			t.keepBest() // a run stopped (cancelled) returns its best epoch's model too
 			return err
 		}
 		if whole {
@@ -332,7 +366,11 @@ func (t *trainer) run(ctx context.Context) error {
 			if n := t.sum.Examples - t.epochExamples0; n > 0 {
 				t.sum.EpochLoss = append(t.sum.EpochLoss, (t.lossSum-t.epochLoss0)/float64(n))
 			}
-			if t.converged() {
+			stop, err := t.holdoutEpoch()
+			if err != nil {
+				return fmt.Errorf("epoch %d: held-out rows: %w", t.epoch+1, err)
+			}
+			if stop || t.converged() {
 				t.sum.Converged = true
 				break
 			}
@@ -344,6 +382,7 @@ func (t *trainer) run(ctx context.Context) error {
 		}
 	}
 	t.sum.Trained = true
+	t.keepBest()
 	if t.beforeFinalEval != nil {
 		if err := t.beforeFinalEval(); err != nil {
 			return err
@@ -364,6 +403,9 @@ func (t *trainer) run(ctx context.Context) error {
 // loss by less than StopTol of the one before (after MinEpochs epochs).
 func (t *trainer) converged() bool {
 	l := t.sum.EpochLoss
+	if t.sum.BestEpoch > 0 {
+		return false // the held-out loss decides (holdoutEpoch)
+	}
 	if t.cfg.StopTol <= 0 || len(l) < max(t.cfg.MinEpochs, 2) || t.sum.Epochs >= t.cfg.Epochs {
 		return false
 	}
@@ -597,6 +639,14 @@ func (t *trainer) open() (data.Source, error) {
 	if err != nil {
 		return nil, fmt.Errorf("epoch %d: %w", t.epoch+1, err)
 	}
+	if t.cfg.Holdout >= 2 {
+		h := &holdoutSource{src: src, k: int64(t.cfg.Holdout)}
+		if t.held == nil {
+			t.held = &data.Batch{}
+			h.keep = t.held
+		}
+		return h, nil
+	}
 	return src, nil
 }
 
@@ -620,6 +670,9 @@ func (t *trainer) stepPrepared(p *Prepared) error {
 			t.h.Skipped(e)
 		}
 		return nil
+	}
+	if t.sum.BestEpoch > 0 {
+		t.best.save(t.m, p.Keys) // the rows as the best epoch left them (holdout.go)
 	}
 	t.grad.Idx, t.grad.Val = p.Keys, t.gv
 	t.wk.Apply(t.m, &t.grad, n, t.m.Steps)
