@@ -8,6 +8,7 @@ import (
 
 	"github.com/gossiptrain/gossiptrain/cluster"
 	"github.com/gossiptrain/gossiptrain/infer"
+	"github.com/gossiptrain/gossiptrain/report"
 )
 
 func clusterCmd() *command {
@@ -114,6 +115,10 @@ func (f *clusterFlags) run(c *command, args []string) error {
 	}
 	if f.dir == "" {
 		f.dir = defaultRunDir("cluster")
+	}
+	if err := checkInputsOutsideRun("dir", f.dir, f.tp.inputs(), []string{"baseline"},
+		[]string{"peer-*", report.ReportMDFile, report.BenchJSONFile, "*.png", "*.svg", "swarm.key"}); err != nil {
+		return err
 	}
 	ctx, cancel := signalContext()
 	defer cancel()

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gossiptrain/gossiptrain/infer"
 )
 
 // Every path a command writes is checked against every path it reads
@@ -64,6 +66,7 @@ func TestOutputsNeverOverwriteInputs(t *testing.T) {
 		{[]string{"eval", "--model", model, "--test", test, "--predictions", hardlink}, "--predictions: " + hardlink + " is the file --test reads"},
 		{[]string{"eval", "--model", model, "--test", test, "--predictions", model}, "--predictions: " + model + " is the file --model reads"},
 		{[]string{"cluster", "--train", svm, "--save", symlink}, "--save: " + symlink + " is the file --train reads"},
+		{[]string{"export", "--model", model, "--format", "json", "--out", modelLink}, "--out: " + modelLink + " is the file --model reads"},
 	}
 	for _, c := range cases {
 		code, _, stderr := gt(t, c.args...)
@@ -163,5 +166,39 @@ func TestPredictEmptyInputFails(t *testing.T) {
 	}
 	if _, err := os.Stat(out); err == nil {
 		t.Error("an empty --out was written")
+	}
+}
+
+// cluster and bench refuse data inside what they write in their run
+// directory (runs/, repeats/, baseline/, peer-N files, report.md, the
+// plots): they would overwrite or remove it. Data elsewhere in it, such as
+// a bench's generated data/ reused, is fine.
+func TestRunDirsApartFromInputs(t *testing.T) {
+	dir := t.TempDir()
+	for _, sub := range []string{"runs/x", "baseline", "data"} {
+		os.MkdirAll(filepath.Join(dir, sub), 0o755)
+	}
+	write := func(rel string) string {
+		p := filepath.Join(dir, rel)
+		os.WriteFile(p, []byte("1 1:1\n0 2:1\n"), 0o644)
+		return p
+	}
+	inRuns, inBase, peerFile, data := write("runs/x/a.svm"), write("baseline/a.svm"), write("peer-0.jsonl"), write("data/train.svm")
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"bench", "--out", dir, "--train", inRuns}, "--out: " + dir + ": --train " + inRuns + " is under " + filepath.Join(dir, "runs")},
+		{[]string{"cluster", "--dir", dir, "--train", inBase}, "--dir: " + dir + ": --train " + inBase + " is under " + filepath.Join(dir, "baseline")},
+		{[]string{"cluster", "--dir", dir, "--train", data, "--test", peerFile}, "--dir: " + dir + ": --test " + peerFile + " is a file this command writes there"},
+	}
+	for _, c := range cases {
+		code, _, stderr := gt(t, c.args...)
+		if code != 2 || !strings.Contains(stderr, c.want) {
+			t.Errorf("%v: exit %d, stderr %q; want exit 2 and %q", c.args, code, stderr, c.want)
+		}
+	}
+	if err := checkInputsOutsideRun("out", dir, []infer.FlagPath{{Flag: "train", Path: data}}, []string{"runs", "repeats"}, []string{"report.md"}); err != nil {
+		t.Errorf("a bench's own data/ as --train: %v", err)
 	}
 }
