@@ -158,7 +158,16 @@ func (tf *trainFlags) run(c *command, args []string) error {
 	}
 	cfg.CheckpointDir, cfg.CheckpointEvery = dist.CheckpointDir, dist.CheckpointEvery
 	cfg.Resume, cfg.ResumeOrStart = dist.Resume, dist.ResumeOrStart
-	ctx, stop := job.AloneSignals(log) // the first signal saves what was trained, the second exits at once
+	// The first signal saves what was trained, the second exits at once,
+	// leaving no temporary file behind.
+	ctx, stop := job.AloneSignals(log, func() {
+		plan.RemoveSpools()
+		ck := ""
+		if cfg.CheckpointDir != "" {
+			ck = job.AloneCheckpointPath(cfg.CheckpointDir)
+		}
+		job.RemoveSaveTemps(cfg.Save, ck)
+	})
 	defer stop()
 	_, err = job.RunAlone(ctx, cfg)
 	return err

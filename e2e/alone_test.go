@@ -125,6 +125,9 @@ func TestTrainAloneCtrlCSavesAPartialModel(t *testing.T) {
 	} else if !strings.Contains(out.String(), "second signal: exiting at once") {
 		t.Errorf("two SIGINTs: the second signal is not logged:\n%s", out.String())
 	}
+	if tmps, _ := filepath.Glob(filepath.Join(dir, ".m2.gt.tmp-*")); len(tmps) > 0 {
+		t.Errorf("two SIGINTs left temporary files: %v", tmps)
+	}
 }
 
 // A standalone run with --checkpoint-dir writes DIR/alone.ckpt every

@@ -56,9 +56,10 @@ const exitInterrupted = 130
 
 // AloneSignals returns the context of a standalone run: the first SIGINT
 // or SIGTERM cancels it (training stops after the batches already read,
-// and RunAlone saves what it has), a second one exits the process at once
-// with status 130. stop stops watching.
-func AloneSignals(log zerolog.Logger) (ctx context.Context, stop func()) {
+// and RunAlone saves what it has), a second one runs cleanup (which must
+// be quick) and exits the process at once with status 130. stop stops
+// watching.
+func AloneSignals(log zerolog.Logger, cleanup func()) (ctx context.Context, stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	c := make(chan os.Signal, 2)
 	signal.Notify(c, os.Interrupt, syscall.SIGTERM)
@@ -74,6 +75,9 @@ func AloneSignals(log zerolog.Logger) (ctx context.Context, stop func()) {
 		select {
 		case s := <-c:
 			log.Warn().Str("signal", s.String()).Msg("second signal: exiting at once")
+			if cleanup != nil {
+				cleanup()
+			}
 			os.Exit(exitInterrupted)
 		case <-done:
 		}
@@ -214,4 +218,19 @@ func markAlonePartial(m *model.Model, why string, pos sgd.Position) {
 	meta["partial"], meta["stopped"] = "true", why
 	meta["stopped_at_epoch"], meta["stopped_at_epoch_rows"] = strconv.Itoa(pos.Epoch+1), strconv.FormatInt(pos.Rows, 10)
 	m.Meta = meta
+}
+
+// RemoveSaveTemps removes the temporary files a save of each of paths in
+// progress leaves beside it (model.SaveFile writes .NAME.tmp-* and renames
+// it), for a process about to exit in the middle of one.
+func RemoveSaveTemps(paths ...string) {
+	for _, p := range paths {
+		if p == "" {
+			continue
+		}
+		tmps, _ := filepath.Glob(filepath.Join(filepath.Dir(p), "."+filepath.Base(p)+".tmp-*"))
+		for _, t := range tmps {
+			os.Remove(t)
+		}
+	}
 }
