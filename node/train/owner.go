@@ -139,6 +139,7 @@ type owner struct {
 	c       *Core
 	held    shardSet
 	fresh   shardSet // sync: restarted from nothing, no round applied since
+	served  shardSet // ssp/async: shards whose values this peer answered as final (pushAsync)
 	freshAt []uint64 // sync: per shard, the tick it was restarted
 	through []uint64 // sync: rounds applied, per shard (setThrough)
 	// maxThrough is the most rounds applied to any shard here, ever (O8).
@@ -353,6 +354,7 @@ func (o *owner) init(c *Core) {
 	o.c = c
 	o.held = newShardSet(c.shards)
 	o.fresh = newShardSet(c.shards)
+	o.served = newShardSet(c.shards)
 	o.freshAt = make([]uint64, c.shards)
 	o.through = make([]uint64, c.shards)
 	o.awaiting = map[int]*await{}
@@ -854,7 +856,7 @@ func (o *owner) pushAsync(k *contribution) {
 			return
 		}
 	}
-	if o.final {
+	if o.final && !slices.ContainsFunc(k.shards, func(s uint32) bool { return !o.served.has(int(s)) }) {
 		// Every worker's contributions up to its done round are in: this
 		// one was answered before (a copy sent again), or went to a
 		// holder that crashed and a shard restarted since, whose values
@@ -867,6 +869,16 @@ func (o *owner) pushAsync(k *contribution) {
 	if gap {
 		o.deferContrib(k)
 		return
+	}
+	if o.final {
+		// A primary that took a shard over since the values went final
+		// (a crash) may lack contributions the crashed primary applied
+		// but never answered (their forwards lost): their workers send
+		// them again, and they are applied until this peer has answered
+		// the shard as final (docs/protocol.md, "The end of a run", E11;
+		// TestFixedSeeds h4/ssp/chaos 30 and h4/async/chaos 161 answered
+		// such a push unapplied, and the worker's round was lost).
+		apply = slices.DeleteFunc(apply, func(s uint32) bool { return o.served.has(int(s)) })
 	}
 	if len(apply) == 0 {
 		k.applied = true // a copy sent again
@@ -1412,7 +1424,17 @@ func (o *owner) applyGroup(r uint64, t *tconf, ra *roundAcc, g shardSet) {
 	if c.cfg.Gather == Full {
 		o.noteChanged(r, g, o.sum.Idx)
 	}
-	allDone := contributors > 0 && done == contributors && !o.joinsAfter(r)
+	// The last round is one every member of its configuration contributed
+	// to as done (E10). A crashed member that did not contribute counts as
+	// not done: its push of this round, with data, may have reached other
+	// primaries and not this one. Those would wait for the next round,
+	// whose pushes the workers answered final here never send (TestFixedSeeds
+	// h4/sync/encoded 77: a crashed joiner's push of its last round reached
+	// one primary only, the others answered that round as the last, and that
+	// primary waited for the next forever). So every primary ends at the
+	// first round all done after the crashed members are out of the
+	// configuration, whatever of theirs it got.
+	allDone := contributors == len(t.Members) && done == contributors && !o.joinsAfter(r)
 	if allDone {
 		o.final = true
 		o.finalAt = max(o.finalAt, r+1)
@@ -1444,12 +1466,21 @@ func (o *owner) applyGroup(r uint64, t *tconf, ra *roundAcc, g shardSet) {
 	}
 }
 
-// joinsAfter reports whether a configuration starting after round r adds
+// joinsAfter reports whether a configuration starting at round r+1 adds
 // workers: then every worker being done at round r does not end the run.
+// Only a start of r+1 counts: every route of round r knows such a
+// configuration before it applies r, for the leader that proposed it held
+// its own push of r until it applied it (R12), and a push of a newer
+// configuration waits (O6). A configuration starting later may reach one
+// route before it applies r and another after, and the two would end
+// the run at different rounds (E10; TestFixedSeeds h4/sync/encoded 729:
+// a join proposed after the leader's done push of the last round reached
+// one route before that round, which waited for the next forever, while
+// the others answered the workers final).
 func (o *owner) joinsAfter(r uint64) bool {
 	t := o.c.cs.at(r)
 	for _, later := range o.c.cs.list {
-		if later.Start <= r {
+		if later.Start != r+1 {
 			continue
 		}
 		for _, m := range later.Members {
@@ -1592,6 +1623,16 @@ func (o *owner) answerable(k *contribution) bool {
 			return false
 		}
 	}
+	if o.final && c.cfg.Mode != Sync {
+		for _, s := range k.shards {
+			if c.isPrimary(int(s)) && o.handsOver(int(s)) {
+				return false // its replicas get the final values first (copyFinal)
+			}
+			if k.op != wire.CorePush && c.isPrimary(int(s)) && !o.served.has(int(s)) && o.pushWaits(int(s)) {
+				return false // a push sent again waits behind a gap (pushAsync)
+			}
+		}
+	}
 	if k.through == Final || o.final {
 		if o.final && c.cfg.Mode == Sync {
 			// Final once the last round is applied to every shard asked
@@ -1675,6 +1716,11 @@ func (o *owner) reply(k *contribution) {
 	}
 	if o.final {
 		msg.Flags |= wire.FlagFinal
+		if c.cfg.Mode != Sync {
+			for _, s := range k.shards {
+				o.served.add(int(s))
+			}
+		}
 	}
 	switch {
 	case k.op == wire.CoreHash:
@@ -2180,6 +2226,17 @@ func (o *owner) checkFinalAsync() bool {
 	return o.sayReady(cur)
 }
 
+// pushWaits reports whether a push of shard s waits here behind a gap
+// (deferred).
+func (o *owner) pushWaits(s int) bool {
+	for _, d := range o.deferred {
+		if d.msg.Op == wire.CorePush && slices.Contains(d.msg.Shards, uint32(s)) {
+			return true
+		}
+	}
+	return false
+}
+
 // deferredPush reports whether a push of member to shard s waits here
 // behind a gap (deferred).
 func (o *owner) deferredPush(member uint64, s int) bool {
@@ -2210,7 +2267,34 @@ func (o *owner) sayReady(cur *tconf) bool {
 		return false
 	}
 	o.final = true
+	o.copyFinal(cur)
 	return true
+}
+
+// copyFinal owes each replica of every shard this primary holds a copy of
+// its final values (ssp/async; docs/protocol.md, "The end of a run", E9).
+// A replica applies forwards in each worker's round order, not in the
+// primary's order, so its copy differs from the primary's in the last bits;
+// a replica that takes a shard over after some peers fetched the final
+// values would serve the others different ones (h4/async/chaos seed 12 in
+// TestFixedSeeds: a primary removed after three peers had fetched, and the
+// fourth fetched its replica's copy). Final answers wait until the copies
+// are acknowledged (answerable).
+func (o *owner) copyFinal(cur *tconf) {
+	c := o.c
+	if c.cfg.Mode == Sync {
+		return // (sync replicas apply the rounds in order: bit-identical)
+	}
+	for s := range c.shards {
+		if !c.isPrimary(s) || !o.held.has(s) {
+			continue
+		}
+		for _, h := range cur.owners[s][1:] {
+			if m, ok := cur.member(h); ok && h != c.cfg.Self {
+				o.addOwe(owe{to: h, member: m.ID, shard: s, conf: cur.ID})
+			}
+		}
+	}
 }
 
 // setRows writes rows an owner sent into the read copy (full gather),

@@ -539,6 +539,18 @@ func (o *owner) askState() {
 	}
 	for _, s := range sortedInts(o.awaiting) {
 		a := o.awaiting[s]
+		if !a.takeover && o.final && o.finalAt > 0 && a.round >= o.finalAt && o.held.has(s) && o.through[s] >= o.finalAt {
+			// The copy held here has the run's last round applied, and no
+			// round runs after it: a handoff as of a later round would
+			// bring this copy (docs/protocol.md, "The end of a run", E12;
+			// TestFixedSeeds h4/sync/chaos 257: a crash after the end
+			// made this peer await a shard as of the round after the last
+			// from the last round's route, which had sent it its copy as
+			// of that round already and would not again, and every final
+			// pull of the shard here waited forever).
+			delete(o.awaiting, s)
+			continue
+		}
 		if a.takeover {
 			// Ask the survivors for the shard as they have it.
 			flags := wire.FlagAsk | wire.FlagMoved
@@ -1116,6 +1128,11 @@ func (o *owner) state(from string, msg *wire.Core) {
 		c.send(from, &wire.Core{Op: wire.CoreAck, Req: msg.Req})
 		return
 	}
+	if a == nil && c.cfg.Mode != Sync && msg.Flags&wire.FlagFinal != 0 && o.held.has(s) && cur.primary(s) == from && from != c.cfg.Self {
+		// The primary's final values, to its replica (copyFinal): they
+		// replace this copy, which may differ in the last bits.
+		a = &await{conf: msg.Round}
+	}
 	if a == nil || (c.cfg.Mode == Sync && !a.takeover && msg.Round < a.round && msg.Flags&wire.FlagFinal == 0) {
 		if o.held.has(s) {
 			c.send(from, &wire.Core{Op: wire.CoreAck, Req: msg.Req}) // a copy sent again
@@ -1206,7 +1223,10 @@ func (o *owner) state(from string, msg *wire.Core) {
 		}
 	}
 	if msg.Flags&wire.FlagFinal != 0 {
-		o.final = true // handed over after the last round: the run's values are final
+		if !o.final {
+			o.final = true // handed over after the last round: the run's values are final
+			o.copyFinal(cur)
+		}
 		if c.cfg.Mode == Sync {
 			o.finalAt = max(o.finalAt, msg.Round)
 		}

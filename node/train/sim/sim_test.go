@@ -380,6 +380,20 @@ func TestFixedSeeds(t *testing.T) {
 		{"async/chaos", 273, "the raft group lost its quorum, rightly (every voter but one gone), in an earlier version's schedule (TestQuorumLossIsReported)"},
 		{"async/chaos", 124, "a primary whose values were final applied the forward of a primary before it, cut off and removed since, after it had answered final pulls: the peers fetched different models"},
 		{"async/fast-chaos", 78, "a new primary applied the crashed primary's forward of a worker's round and forwarded it on; the worker's push of that round, sent again, was answered at once while that forward was lost, and the round went with the new primary when it was removed"},
+		{"h4/async/chaos", 12, "a peer cut off as the run ended fetched the final values last: a primary removed since had been replaced by its replica, whose copy differed in the last bits (async replicas apply forwards in each worker's order, not the primary's: E9), and five shards whose two holders had finished and exited had restarted from nothing (the simulator allows only those to differ)"},
+		{"h4/sync/chaos", 134, "the simulator compared the replica of a shard restarted from nothing after the end with the shard's final primary, which had finished, exited and been declared crashed since"},
+		{"h4/ssp/chaos", 776, "the simulator compared when fetches ended with when a shard was restarted from nothing: two peers had its final values before the loss and the third its restart, and all three fetches ended after the restart"},
+		{"h4/sync/encoded", 768, "the simulator required the primary named after the end to hold a shard: the joiner that held its final values awaited it again as of the round after the last, which never runs"},
+		{"sync/leave", 80, "the simulator compared a replica with the primary a leave's configuration applied after the end named, which the peers exited before the handoff reached"},
+		{"h4/sync/encoded", 77, "a crashed worker's push of its last round, with data, reached one primary and not the others: those applied the round without it as the last and answered the workers final, and that primary waited for their pushes of the next round forever (E10)"},
+		{"h4/sync/encoded", 82, "a stall at the end after a join and a crash; passes with E10, fails without it (not traced further)"},
+		{"h4/sync/chaos", 167, "a stall at the end with three peers removed and rejoining as the run ended; passes with E10, fails without it"},
+		{"h4/sync/chaos", 73, "a stall at the end after a leave and two crashes: every final pull of two shards went to the leaver, which had handed them on and freed them; passes with E10, fails without it"},
+		{"h4/sync/chaos", 88, "a stall at the end after two crashes and a leave; passes with E10, fails without it (not traced further)"},
+		{"h4/sync/chaos", 257, "a crash after the end made a peer that held a shard's final values await it as of the round after the last from the last round's route, which had sent its copy as of that round already and would not again: every final pull of the shard there waited forever (E12)"},
+		{"h4/ssp/chaos", 30, "a primary applied a worker's round, its forward to the replica was lost, and it crashed after the values went final; the replica, primary since, answered the worker's push of that round, sent again, without applying it, and the round was lost (E11)"},
+		{"h4/async/chaos", 161, "a primary crashed after the values went final with a worker's round its replica had not got (the forward cut off); the replica, primary since, answered the worker's push of it, sent again, without applying it (E11)"},
+		{"h4/sync/encoded", 729, "the leader admitted a joiner after its done push of the last round; one route learned of the join's configuration before it applied that round and waited for the next forever, while the others had applied it as the last and answered the workers final (E10: only a configuration starting at the next round keeps the run going)"},
 	}
 	// Schedules found with the exact load bound (-load 100), which moves
 	// more shards between remaining members on a leave or join.
