@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/gossiptrain/gossiptrain/cluster"
+	"github.com/gossiptrain/gossiptrain/report"
 )
 
 // benchDefaultBatch is bench's batch when --batches is not given: large
@@ -247,6 +248,10 @@ func (f *benchFlags) run(c *command, args []string) error {
 	}
 	if f.out == "" {
 		f.out = defaultRunDir("bench")
+	}
+	if err := checkInputsOutsideRun("out", f.out, f.tp.inputs(), []string{"runs", "repeats"},
+		[]string{report.ReportMDFile, report.BenchJSONFile, "*.png", "*.svg"}); err != nil {
+		return err
 	}
 	ctx, cancel := signalContext()
 	defer cancel()

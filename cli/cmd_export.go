@@ -58,6 +58,9 @@ numpy scoring rows with an export exactly as predict does.`
 				return usageErr("out", "%v", err)
 			}
 		}
+		if err := infer.CheckApart([]infer.FlagPath{{Flag: "out", Path: out}}, []infer.FlagPath{{Flag: "model", Path: modelPath}}); err != nil {
+			return err
+		}
 		m, err := model.LoadFile(modelPath)
 		if err != nil {
 			return fmt.Errorf("--model: %w", err)

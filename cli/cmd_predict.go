@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
+
+	"github.com/rs/zerolog"
 
 	"github.com/gossiptrain/gossiptrain/data"
 	"github.com/gossiptrain/gossiptrain/infer"
@@ -84,6 +87,10 @@ unless told, and warns when told otherwise.`
 				return usageErr("out", "%v", err)
 			}
 		}
+		in := append(infer.InputFiles(files, "data", "", ""), infer.FlagPath{Flag: "model", Path: modelPath})
+		if err := infer.CheckApart([]infer.FlagPath{{Flag: "out", Path: out}}, in); err != nil {
+			return err
+		}
 		m, err := model.LoadFile(modelPath)
 		if err != nil {
 			return fmt.Errorf("--model: %w", err)
@@ -93,6 +100,7 @@ unless told, and warns when told otherwise.`
 			zb = m.Input.ZeroBased
 		}
 		infer.WarnInput(log, m, modelPath, inputs[0], f, zb, c.set("zero-based"))
+		warnPartial(log, m, modelPath)
 		inter, err := infer.ModelInteractions(m)
 		if err != nil {
 			return fmt.Errorf("--model %s: %w", modelPath, err)
@@ -108,6 +116,12 @@ unless told, and warns when told otherwise.`
 			return usageErr("out", "%v", err)
 		}
 		n, err := writePredictions(m, src, batch, raw, labels, w)
+		if err == nil && n == 0 {
+			// Nothing scored is a mistake (a wrong file, an empty pipe):
+			// say so rather than write an empty file and exit 0
+			// (TestPredictEmptyInputFails).
+			err = usageErr("data", "%s: no rows to score", strings.Join(files, ","))
+		}
 		if err != nil {
 			abort()
 			return err
@@ -194,4 +208,21 @@ func (p *predWriter) flush() error {
 		return p.err
 	}
 	return p.w.Flush()
+}
+
+// warnPartial warns once when a model file is from a run stopped before
+// the end of its training (meta partial; inspect shows where it stopped):
+// it predicts, but not as the finished run's model would.
+func warnPartial(log zerolog.Logger, m *model.Model, path string) {
+	if m.Meta["partial"] != "true" {
+		return
+	}
+	ev := log.Warn().Str("model", path).Str("stopped", m.Meta["stopped"]).Int64("examples", m.Examples)
+	if e := m.Meta["stopped_at_epoch"]; e != "" {
+		ev = ev.Str("stopped_at_epoch", e)
+	}
+	if r := m.Meta["stopped_at_round"]; r != "" {
+		ev = ev.Str("stopped_at_round", r)
+	}
+	ev.Msg("the model is partial: its run stopped before the end of training")
 }

@@ -3,6 +3,7 @@ package cli
 import (
 	"flag"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"strconv"
@@ -62,6 +63,9 @@ func (tf *trainFlags) spec(c *command) (infer.Spec, error) {
 	s.Holdout, s.HoldoutGiven = r.holdout.n, c.set("holdout")
 	if s.HoldoutGiven && s.Holdout > 0 && r.distributed {
 		return s, usageErr("holdout", "not implemented for distributed runs (--job): their peers do not agree on an early stop yet; leave it out (--epochs auto is 5 there) or give --holdout off")
+	}
+	if s.Holdout > 0 && (r.epochsAuto || s.HoldoutGiven) && !r.distributed && tf.dist.checkpointDir != "" {
+		return s, usageErr("checkpoint-dir", "not implemented for a run alone with --holdout (on by default with --epochs auto): the early stop's best model is not checkpointed, so a resumed run would not be the uninterrupted one; give --epochs N, or --holdout off")
 	}
 	switch s.Scale {
 	case infer.ScaleAuto, infer.ScaleOn, infer.ScaleOff:
@@ -286,10 +290,14 @@ func checkDistFlags(tf *trainFlags) (job.Dist, error) {
 
 // checkOutputs checks, before any data is read, that train will be able to
 // write what it was asked to: --save and --report name files in existing,
-// writable directories (and not directories), --test names data that
-// exists, and --checkpoint-dir can be created and written. Nothing is left
-// behind but --checkpoint-dir itself.
+// writable directories (and not directories), no file train writes is one
+// it reads (infer.CheckApart), --test names data that exists, and
+// --checkpoint-dir can be created and written. Nothing is left behind but
+// --checkpoint-dir itself.
 func checkOutputs(tf *trainFlags) error {
+	if err := infer.CheckApart(tf.outputs(), tf.inputs()); err != nil {
+		return err
+	}
 	for _, o := range []struct{ flag, path string }{{"save", tf.r.save}, {"report", tf.r.report}} {
 		if o.path == "" {
 			continue
@@ -319,6 +327,69 @@ func checkOutputs(tf *trainFlags) error {
 		if err := infer.CheckWritableDir(dir); err != nil {
 			return usageErr("checkpoint-dir", "%v", err)
 		}
+	}
+	return nil
+}
+
+// outputs are the files train writes, with their flags: the model, the
+// report, the cache and a standalone run's checkpoint.
+func (tf *trainFlags) outputs() []infer.FlagPath {
+	out := []infer.FlagPath{{Flag: "save", Path: tf.r.save}, {Flag: "report", Path: tf.r.report}, {Flag: "cache", Path: tf.d.cache}}
+	if dir := tf.dist.checkpointDir; dir != "" && !tf.r.distributed {
+		out = append(out, infer.FlagPath{Flag: "checkpoint-dir", Path: job.AloneCheckpointPath(dir)})
+	}
+	return out
+}
+
+// inputs are the files train reads, with their flags: the training and
+// test data (globs expanded) and their IDX labels, the peer's key files.
+func (tf *trainFlags) inputs() []infer.FlagPath {
+	in := infer.InputFiles(tf.d.train, "train", tf.d.trainLabels, "train-labels")
+	if tf.d.test != "" {
+		in = append(in, infer.InputFiles([]string{tf.d.test}, "test", tf.d.testLabels, "test-labels")...)
+	}
+	return append(in, infer.FlagPath{Flag: "swarm-key", Path: tf.p.swarmKey}, infer.FlagPath{Flag: "identity", Path: tf.p.identity},
+		infer.FlagPath{Flag: "peers-file", Path: tf.p.peersFile})
+}
+
+// testCheckWhole is the size up to which checkTestData reads the whole
+// test set before training (a larger one: its first rows).
+const testCheckWhole = 32 << 20
+
+// checkTestData reads the test set as evaluations will, before any epoch:
+// an empty or broken --test fails now with exit 2 instead of after the
+// training it would evaluate (TestTrainChecksTestBeforeTraining). A test
+// set up to testCheckWhole bytes is read whole, a larger one up to its
+// first batch of rows; an error later on in a large one still leaves the
+// trained model saved (job.RunAlone).
+func checkTestData(plan *infer.Plan) error {
+	open := plan.OpenTest()
+	if open == nil {
+		return nil
+	}
+	whole := false
+	if st, err := os.Stat(plan.Test); err == nil && st.Size() <= testCheckWhole {
+		whole = true
+	}
+	src, err := open()
+	if err != nil {
+		return usageErr("test", "%v", infer.LabelsFlag(err, "test-labels"))
+	}
+	defer src.Close()
+	var b data.Batch
+	var rows int64
+	for {
+		n, err := src.Next(&b, 1000)
+		rows += int64(n)
+		if err == io.EOF || (err == nil && !whole && rows > 0) {
+			break
+		}
+		if err != nil {
+			return usageErr("test", "%v", err)
+		}
+	}
+	if rows == 0 {
+		return usageErr("test", "%s has no examples: there is nothing to evaluate on (give a test set with rows, or leave --test out)", plan.Test)
 	}
 	return nil
 }

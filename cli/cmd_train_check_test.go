@@ -169,3 +169,38 @@ func helpOf(t *testing.T, cmd string) string {
 	}
 	return out.String()
 }
+
+// An empty or broken --test fails before training with exit 2 naming
+// --test (and the file and line of a broken one), saving nothing, however
+// long the training would have taken (issue 33: "test data: evaluate: no
+// examples" came after training).
+func TestTrainChecksTestBeforeTraining(t *testing.T) {
+	dir := t.TempDir()
+	svm := filepath.Join(dir, "a.svm")
+	var b strings.Builder
+	for i := range 20000 {
+		b.WriteString([]string{"1 1:1 3:0.5\n", "0 2:1 3:0.25\n"}[i%2])
+	}
+	os.WriteFile(svm, []byte(b.String()), 0o644)
+	empty := filepath.Join(dir, "empty.svm")
+	os.WriteFile(empty, []byte("# only a comment\n\n"), 0o644)
+	broken := filepath.Join(dir, "broken.svm")
+	os.WriteFile(broken, []byte("1 1:1\n0 2:1\n1 3:x\n"), 0o644)
+	save := filepath.Join(dir, "m.gt")
+	for _, c := range []struct{ test, want string }{
+		{empty, "--test: " + empty + " has no examples"},
+		{broken, "--test: " + broken + ":3"},
+	} {
+		start := time.Now()
+		code, _, stderr := gt(t, "train", "--train", svm, "--test", c.test, "--epochs", "1000", "--save", save)
+		if code != 2 || !strings.Contains(stderr, c.want) {
+			t.Errorf("--test %s: exit %d, stderr %q; want exit 2 and %q", c.test, code, stderr, c.want)
+		}
+		if took := time.Since(start); took > 2*time.Second {
+			t.Errorf("--test %s: failed after %v; want before training", c.test, took)
+		}
+		if _, err := os.Stat(save); err == nil {
+			t.Errorf("--test %s: a model was saved", c.test)
+		}
+	}
+}

@@ -369,7 +369,10 @@ func inferDim(spec Spec, scanOpt data.Options, sr data.ScanResult, log zerolog.L
 		to.Labels, to.MaxValue = spec.TestLabels, 0
 		tr, err := data.Scan([]string{spec.Test}, to)
 		if err != nil {
-			return 0, LabelsFlag(err, "test-labels")
+			if lerr := LabelsFlag(err, "test-labels"); lerr != err {
+				return 0, lerr
+			}
+			return 0, usage.Flag("test", "%v", err) // as train's check of --test (TestTrainChecksTestBeforeTraining)
 		}
 		warnOutliers(log, tr, spec.ZeroBased, "test")
 		dim = max(dim, tr.Dim, uint64(tr.MaxIndex+1))
