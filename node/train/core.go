@@ -416,7 +416,8 @@ func (c *Core) sendFinished() {
 		return
 	}
 	// The leavers still around too: a leaver that is a voter goes once
-	// the members finished, and none of them would tell it else (E14).
+	// the members finished, and none of them would tell it else (E14;
+	// TestScripts/e14-leaving-voter-at-the-end).
 	var sent []string
 	for _, u := range c.cs.list {
 		for _, m := range u.Left {

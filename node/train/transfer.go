@@ -609,7 +609,9 @@ func (o *owner) onAsk(from string, msg *wire.Core) {
 	c := o.c
 	if len(msg.Shards) != 1 || int(msg.Shards[0]) >= c.shards || msg.Round == 0 && (c.cfg.Mode != Sync || msg.Flags&wire.FlagMoved == 0) {
 		// (A takeover may be of round 0: its route crashed after it
-		// applied the round and handed the shard on, H27.)
+		// applied the round and handed the shard on. H27;
+		// TestScripts/h27-takeover-of-round-0: refused here, the taker
+		// restarted the shard from nothing.)
 		c.stats.Rejected++
 		return
 	}

@@ -287,7 +287,8 @@ func (w *worker) work() bool {
 		progress = true
 	}
 	if w.final {
-		return w.serveFetches() || w.leaveNow() || progress
+		served := w.serveFetches()
+		return w.leaveNow() || served || progress
 	}
 	if w.cutWork() {
 		progress = true
@@ -328,10 +329,10 @@ func (w *worker) work() bool {
 }
 
 // leaveNow marks a leaver left once its leave is agreed and its last push
-// answered, or once its values are final whatever it still waits for:
-// nothing moves after the end (E8), and no member of a configuration
-// that removed it tells it that it finished (E14, testdata/e14-*.txt).
-// It reports whether it marked it.
+// answered, or, once its values are final, whatever it still waits for:
+// nothing moves after the end (E8) and the members do not wait for it
+// (E14; TestScripts/e14-final-leaver: it stopped at the final answer and
+// never went). It reports whether it marked it.
 func (w *worker) leaveNow() bool {
 	if !w.leaving || w.stopAt == 0 || w.left {
 		return false
