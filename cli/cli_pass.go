@@ -26,6 +26,7 @@ var clusterSkipFlags = map[string]bool{
 	"job": true, "identity": true, "report": true, "listen": true, "peer": true, "peers-file": true,
 	"log-format": true, "log-level": true, "mdns": true, "dht": true, "status-addr": true,
 	"min-peers": true, "part": true, "swarm-key": true, "peers-allowed": true,
+	"init": true, "save-state": true, // train alone only
 }
 
 // skipAlso is clusterSkipFlags and more.
@@ -211,4 +212,59 @@ func checkSwarmKeyFlag(path string) error {
 // defaultRunDir is ./gossiptrain-runs/<time>-<what>.
 func defaultRunDir(what string) string {
 	return filepath.Join("gossiptrain-runs", time.Now().Format("20060102-150405")+"-"+what)
+}
+
+// inputs are the data files the peers read (--train, --test, globs
+// expanded, and their IDX labels), for infer.CheckApart.
+func (tp *trainPass) inputs() []infer.FlagPath {
+	value := func(name string) string {
+		if f := tp.c.flags.Lookup(name); f != nil {
+			return f.Value.String()
+		}
+		return ""
+	}
+	var train listFlag
+	train.Set(value("train"))
+	in := infer.InputFiles(train, "train", value("train-labels"), "train-labels")
+	if test := value("test"); test != "" {
+		in = append(in, infer.InputFiles([]string{test}, "test", value("test-labels"), "test-labels")...)
+	}
+	return in
+}
+
+// checkInputsOutsideRun fails when an input file (in) is one that a run
+// directory's command writes or removes: a file under one of dir's subdirs,
+// or one of dir's files matching a pattern of files (filepath.Match), so
+// cluster and bench never overwrite or remove their own data
+// (TestRunDirsApartFromInputs).
+func checkInputsOutsideRun(dirFlag, dir string, in []infer.FlagPath, subdirs, files []string) error {
+	for _, f := range in {
+		abs, err := filepath.Abs(f.Path)
+		if err != nil {
+			continue
+		}
+		real := abs
+		if r, err := filepath.EvalSymlinks(abs); err == nil {
+			real = r
+		}
+		for _, p := range []string{abs, real} {
+			for _, sub := range subdirs {
+				under, _ := filepath.Abs(filepath.Join(dir, sub))
+				if r, err := filepath.EvalSymlinks(under); err == nil {
+					under = r
+				}
+				if strings.HasPrefix(p, under+string(filepath.Separator)) {
+					return usageErr(dirFlag, "%s: --%s %s is under %s, which this command writes and removes; move the data or give another --%s", dir, f.Flag, f.Path, filepath.Join(dir, sub), dirFlag)
+				}
+			}
+			for _, pat := range files {
+				if d, _ := filepath.Abs(dir); filepath.Dir(p) == d || infer.SamePath(filepath.Dir(p), dir) {
+					if ok, _ := filepath.Match(pat, filepath.Base(p)); ok {
+						return usageErr(dirFlag, "%s: --%s %s is a file this command writes there (%s); move the data or give another --%s", dir, f.Flag, f.Path, pat, dirFlag)
+					}
+				}
+			}
+		}
+	}
+	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/gossiptrain/gossiptrain/cluster"
+	"github.com/gossiptrain/gossiptrain/report"
 )
 
 // benchDefaultBatch is bench's batch when --batches is not given: large
@@ -116,6 +117,26 @@ func benchVariants(topologies, modes, batches, localSteps []string) ([]cluster.V
 	return vs, nil
 }
 
+// checkBenchCombine refuses, before anything runs, a --combine that
+// one of the window sizes of --local-steps cannot take (mean needs
+// windows, trimmed one batch), naming both flags; with auto, train's
+// own choice fits every size.
+func checkBenchCombine(c *command, vs []cluster.Variant) error {
+	f := c.flags.Lookup("combine")
+	if f == nil {
+		return nil
+	}
+	for _, v := range vs {
+		switch comb := f.Value.String(); {
+		case comb == "mean" && v.LocalSteps == 1:
+			return usageErr("combine", "mean averages windows' changes: --local-steps 1 (exchange every batch) cannot take it; drop 1 from --local-steps or use --combine auto")
+		case comb == "trimmed" && v.LocalSteps > 1:
+			return usageErr("combine", "trimmed combines one batch's gradients: --local-steps %d cannot take it; use --local-steps 1 or auto", v.LocalSteps)
+		}
+	}
+	return nil
+}
+
 // parsePeerList parses bench's --peers: one count, or a list of counts
 // for a scaling series.
 func parsePeerList(vals []string) ([]int, error) {
@@ -211,6 +232,9 @@ func (f *benchFlags) run(c *command, args []string) error {
 	if err != nil {
 		return err
 	}
+	if err := checkBenchCombine(c, variants); err != nil {
+		return err
+	}
 	if maxPeers := counts[len(counts)-1]; f.examples < int64(maxPeers) {
 		return usageErr("examples", "want at least one example per peer (%d), got %d", maxPeers, f.examples)
 	}
@@ -224,6 +248,10 @@ func (f *benchFlags) run(c *command, args []string) error {
 	}
 	if f.out == "" {
 		f.out = defaultRunDir("bench")
+	}
+	if err := checkInputsOutsideRun("out", f.out, f.tp.inputs(), []string{"runs", "repeats"},
+		[]string{report.ReportMDFile, report.BenchJSONFile, "*.png", "*.svg"}); err != nil {
+		return err
 	}
 	ctx, cancel := signalContext()
 	defer cancel()

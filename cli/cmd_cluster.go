@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/gossiptrain/gossiptrain/cluster"
+	"github.com/gossiptrain/gossiptrain/infer"
+	"github.com/gossiptrain/gossiptrain/report"
 )
 
 func clusterCmd() *command {
@@ -108,8 +110,15 @@ func (f *clusterFlags) run(c *command, args []string) error {
 	if err := checkSwarmKeyFlag(f.swarmKey); err != nil {
 		return err
 	}
+	if err := infer.CheckApart([]infer.FlagPath{{Flag: "save", Path: f.save}}, f.tp.inputs()); err != nil {
+		return err
+	}
 	if f.dir == "" {
 		f.dir = defaultRunDir("cluster")
+	}
+	if err := checkInputsOutsideRun("dir", f.dir, f.tp.inputs(), []string{"baseline"},
+		[]string{"peer-*", report.ReportMDFile, report.BenchJSONFile, "*.png", "*.svg", "swarm.key"}); err != nil {
+		return err
 	}
 	ctx, cancel := signalContext()
 	defer cancel()

@@ -60,6 +60,8 @@ func TestClusterAndBenchUsageErrors(t *testing.T) {
 		{[]string{"bench", "--batches", "0"}, "--batches: \"0\""},
 		{[]string{"bench", "--repeat", "0"}, "--repeat: want at least 1, got 0"},
 		{[]string{"bench", "--examples", "2", "--peers", "4"}, "--examples: want at least one example per peer"},
+		{[]string{"bench", "--local-steps", "1,4", "--combine", "mean"}, "--combine: mean averages windows' changes: --local-steps 1"},
+		{[]string{"bench", "--local-steps", "4", "--combine", "trimmed"}, "--combine: trimmed combines one batch's gradients: --local-steps 4"},
 		{[]string{"bench", "--batch", "10"}, "-batch"},
 	} {
 		code, _, stderr := gt(t, c.args...)

@@ -91,6 +91,10 @@ func (e *evalFlags) run(c *command, args []string) error {
 			return usageErr("predictions", "%v", err)
 		}
 	}
+	in := append(infer.InputFiles([]string{e.test}, "test", e.labels, "test-labels"), infer.FlagPath{Flag: "model", Path: e.modelPath})
+	if err := infer.CheckApart([]infer.FlagPath{{Flag: "predictions", Path: e.preds}}, in); err != nil {
+		return err
+	}
 	m, err := model.LoadFile(e.modelPath)
 	if err != nil {
 		return err
@@ -100,6 +104,7 @@ func (e *evalFlags) run(c *command, args []string) error {
 		zb = m.Input.ZeroBased
 	}
 	infer.WarnInput(log, m, e.modelPath, inputs[0], f, zb, c.set("zero-based"))
+	warnPartial(log, m, e.modelPath)
 	inter, err := infer.ModelInteractions(m)
 	if err != nil {
 		return fmt.Errorf("--model %s: %w", e.modelPath, err)

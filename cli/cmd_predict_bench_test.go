@@ -99,7 +99,7 @@ func BenchmarkPredict(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				n, err := writePredictions(m, src, 1000, false, io.Discard)
+				n, err := writePredictions(m, src, 1000, false, false, io.Discard)
 				if err != nil {
 					b.Fatal(err)
 				}

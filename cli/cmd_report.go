@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/gossiptrain/gossiptrain/infer"
 	"github.com/gossiptrain/gossiptrain/report"
 )
 
@@ -28,9 +29,13 @@ wait), bench.json (the same figures for scripts) and the plots as PNG and SVG.
 The summary table is printed too.
 
 Arguments are report files or directories, searched recursively for *.jsonl.
-Reports are grouped into configurations by topology, mode and batch. This is
-how runs on several machines are compared: copy every peer's report into one
-directory and run report on it. A report without a summary line (a peer that
+Reports are grouped into configurations by topology, mode and batch, and
+never across runs: a lone train's report is a run of its own, a job's peers
+are one run (one per directory when a directory holds several of its
+reports, as cluster and bench write them), and a configuration with several
+runs gets a row per run, named by its run. This is how runs on several
+machines are compared: copy every peer's report into one directory and run
+report on it. A report without a summary line (a peer that
 crashed or is still running) is included with a warning; a line that is not
 JSON stops the command, naming the file and line.`
 	c.example = `  gossiptrain report runs/
@@ -49,6 +54,9 @@ JSON stops the command, naming the file and line.`
 		}
 		files, err := report.Find(paths)
 		if err != nil {
+			return err
+		}
+		if err := checkReportApart(out, paths, files); err != nil {
 			return err
 		}
 		runs := make([]*report.Run, 0, len(files))
@@ -117,4 +125,29 @@ func interspersed(c *command, args []string) ([]string, error) {
 		args = args[1:]
 	}
 	return paths, nil
+}
+
+// checkReportApart fails when report.md or bench.json, which report
+// writes into --out (default: the first directory given, as run picks
+// it), is one of the report files it reads (infer.SamePath: links
+// included), so a refused report has changed nothing.
+func checkReportApart(out string, paths, files []string) error {
+	if out == "" {
+		out = "."
+		for _, p := range paths {
+			if st, err := os.Stat(p); err == nil && st.IsDir() {
+				out = p
+				break
+			}
+		}
+	}
+	for _, name := range []string{report.BenchJSONFile, report.ReportMDFile} {
+		o := filepath.Join(out, name)
+		for _, f := range files {
+			if infer.SamePath(o, f) {
+				return usageErr("out", "%s, which report writes, is the report file %s it reads; give another --out", o, f)
+			}
+		}
+	}
+	return nil
 }

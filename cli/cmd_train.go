@@ -60,12 +60,26 @@ With --gather need (the default) a worker fetches only the rows its next batch
 touches, so per-peer traffic stays flat as peers are added. The peers agree on
 who is in the run with raft (no master); peers may join mid-run; SIGTERM
 (Ctrl-C) hands this peer's shards over and leaves; a crashed peer's shards are
-taken over from their replicas (--replicas 2) after --dead-after.`
+taken over from their replicas (--replicas 2) after --dead-after.
+
+Stopping a run alone: the first SIGINT or SIGTERM (Ctrl-C) trains on the
+batches already read, then saves --save marked partial ('gossiptrain inspect'
+shows where it stopped: epoch and rows), writes the report's summary
+("partial": true) and exits with status 130; a second signal exits at once,
+saving nothing. With --checkpoint-dir DIR a run alone writes DIR/alone.ckpt
+(weights, optimizer state and its place in the data) every
+--checkpoint-every, and at the interrupt; --resume continues from it,
+skipping the rows done, and trains the model an uninterrupted run would,
+bit for bit. --test is read before training: an empty or broken test set
+fails at once, and a test set that fails after training still leaves the
+trained model saved.`
 	c.help += stopHelp
 	c.example = `  gossiptrain gen --out data --rows 1000000 --test-rows 100000
   gossiptrain train --train 'data/train*.svm' --test data/test.svm --dim 16777216 \
       --report run.jsonl --save model.gt
   zcat clicks.vw.gz | gossiptrain train --train - --dim 16777216 --interactions ua --save vw.gt
+  # go on training a saved model on new data (--save-state kept its optimizer's rates)
+  gossiptrain train --train data/week2.svm --init model.gt --save model2.gt
   gossiptrain train --model softmax --classes 10 --dim 784 \
       --train /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz \
       --test /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz --epochs 5
@@ -124,10 +138,13 @@ func (tf *trainFlags) run(c *command, args []string) error {
 		return err
 	}
 	defer plan.RemoveSpools()
+	if err := checkTestData(plan); err != nil {
+		return err
+	}
 	job.GCForTraining(int64(len(plan.Model.W)) * 4) // its size known now
 	nonFinite, _ := sgd.ParseNonFinite(r.nonFinite) // checked by spec
 	cfg := job.Config{Plan: plan, Batch: r.batch, EvalEvery: r.evalEvery, Threads: r.threads, NonFinite: nonFinite,
-		ProgressEvery: r.progressEvery, Report: r.report, Save: r.save, Flags: c.flagValues(), Version: Version,
+		ProgressEvery: r.progressEvery, Report: r.report, Save: r.save, SaveState: r.saveState, Flags: c.flagValues(), Version: Version,
 		MetricsAddr: tf.metricsAddr, Log: log}
 	if r.distributed {
 		if tf.p.job == "" {
@@ -139,8 +156,19 @@ func (tf *trainFlags) run(c *command, args []string) error {
 		}
 		return flagError(job.RunPeer(cfg, ncfg, dist)) // it handles signals itself: the first one leaves gracefully
 	}
-	ctx, cancel := signalContext()
-	defer cancel()
+	cfg.CheckpointDir, cfg.CheckpointEvery = dist.CheckpointDir, dist.CheckpointEvery
+	cfg.Resume, cfg.ResumeOrStart = dist.Resume, dist.ResumeOrStart
+	// The first signal saves what was trained, the second exits at once,
+	// leaving no temporary file behind.
+	ctx, stop := job.AloneSignals(log, func() {
+		plan.RemoveSpools()
+		ck := ""
+		if cfg.CheckpointDir != "" {
+			ck = job.AloneCheckpointPath(cfg.CheckpointDir)
+		}
+		job.RemoveSaveTemps(cfg.Save, ck)
+	})
+	defer stop()
 	_, err = job.RunAlone(ctx, cfg)
 	return err
 }

@@ -3,6 +3,7 @@ package cli
 import (
 	"flag"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"strconv"
@@ -29,7 +30,8 @@ func (tf *trainFlags) spec(c *command) (infer.Spec, error) {
 	d, m, r := &tf.d, &tf.m, &tf.r
 	s := infer.Spec{Train: d.train, Test: d.test, TrainLabels: d.trainLabels, TestLabels: d.testLabels,
 		ZeroBased: d.zeroBased, SkipBad: d.skipBad, MaxValue: d.maxValue, Cache: d.cache, LabelBaseAuto: d.labelBase == "auto",
-		Classes: m.classes, Dim: m.dim, Hidden: m.hidden, InitSeed: m.initSeed, Shards: m.shards, ShardsGiven: c.set("shards"),
+		Classes: m.classes, Dim: m.dim, Hidden: m.hidden, HiddenGiven: c.set("hidden"), InitSeed: m.initSeed, Shards: m.shards, ShardsGiven: c.set("shards"),
+		Init:  m.init,
 		Scale: infer.Scale(r.scale), Distributed: r.distributed, Given: givenFlags(c)}
 	if len(d.train) == 0 {
 		return s, usageErr("train", "no training data given (e.g. --train 'data/train*.svm')")
@@ -58,6 +60,13 @@ func (tf *trainFlags) spec(c *command) (infer.Spec, error) {
 			return s, usageErr("epochs", "must be at least 1, got %d", r.epochs)
 		}
 	}
+	s.Holdout, s.HoldoutGiven = r.holdout.n, c.set("holdout")
+	if s.HoldoutGiven && s.Holdout > 0 && r.distributed {
+		return s, usageErr("holdout", "not implemented for distributed runs (--job): their peers do not agree on an early stop yet; leave it out (--epochs auto is 5 there) or give --holdout off")
+	}
+	if s.Holdout > 0 && (r.epochsAuto || s.HoldoutGiven) && !r.distributed && tf.dist.checkpointDir != "" {
+		return s, usageErr("checkpoint-dir", "not implemented for a run alone with --holdout (on by default with --epochs auto): the early stop's best model is not checkpointed, so a resumed run would not be the uninterrupted one; give --epochs N, or --holdout off")
+	}
 	switch s.Scale {
 	case infer.ScaleAuto, infer.ScaleOn, infer.ScaleOff:
 	default:
@@ -77,6 +86,15 @@ func (tf *trainFlags) spec(c *command) (infer.Spec, error) {
 	}
 	if err := m.check(c, s.Kind); err != nil {
 		return s, err
+	}
+	if r.distributed && m.init != "" {
+		return s, usageErr("init", "not implemented for a peer of a job: warm-start a train alone (no --job)")
+	}
+	if r.saveState && r.distributed {
+		return s, usageErr("save-state", "not implemented for a peer of a job: a peer holds the state of its own shards only")
+	}
+	if r.saveState && r.save == "" {
+		return s, usageErr("save-state", "needs --save: the state is written into the model file")
 	}
 	if !s.LabelBaseAuto {
 		if s.LabelBase, err = strconv.Atoi(d.labelBase); err != nil {
@@ -206,8 +224,8 @@ func checkDistFlags(tf *trainFlags) (job.Dist, error) {
 		if s.Mode != train.Sync {
 			s.LocalSteps = 8
 		}
-		if s.Gather != train.Need {
-			s.LocalSteps = 1
+		if s.Gather != train.Need || d.combine == "trimmed" {
+			s.LocalSteps = 1 // both combine one batch's gradients
 		}
 	default:
 		h, err := strconv.Atoi(d.localSteps)
@@ -272,10 +290,14 @@ func checkDistFlags(tf *trainFlags) (job.Dist, error) {
 
 // checkOutputs checks, before any data is read, that train will be able to
 // write what it was asked to: --save and --report name files in existing,
-// writable directories (and not directories), --test names data that
-// exists, and --checkpoint-dir can be created and written. Nothing is left
-// behind but --checkpoint-dir itself.
+// writable directories (and not directories), no file train writes is one
+// it reads (infer.CheckApart), --test names data that exists, and
+// --checkpoint-dir can be created and written. Nothing is left behind but
+// --checkpoint-dir itself.
 func checkOutputs(tf *trainFlags) error {
+	if err := infer.CheckApart(tf.outputs(), tf.inputs()); err != nil {
+		return err
+	}
 	for _, o := range []struct{ flag, path string }{{"save", tf.r.save}, {"report", tf.r.report}} {
 		if o.path == "" {
 			continue
@@ -305,6 +327,69 @@ func checkOutputs(tf *trainFlags) error {
 		if err := infer.CheckWritableDir(dir); err != nil {
 			return usageErr("checkpoint-dir", "%v", err)
 		}
+	}
+	return nil
+}
+
+// outputs are the files train writes, with their flags: the model, the
+// report, the cache and a standalone run's checkpoint.
+func (tf *trainFlags) outputs() []infer.FlagPath {
+	out := []infer.FlagPath{{Flag: "save", Path: tf.r.save}, {Flag: "report", Path: tf.r.report}, {Flag: "cache", Path: tf.d.cache}}
+	if dir := tf.dist.checkpointDir; dir != "" && !tf.r.distributed {
+		out = append(out, infer.FlagPath{Flag: "checkpoint-dir", Path: job.AloneCheckpointPath(dir)})
+	}
+	return out
+}
+
+// inputs are the files train reads, with their flags: the training and
+// test data (globs expanded) and their IDX labels, the peer's key files.
+func (tf *trainFlags) inputs() []infer.FlagPath {
+	in := infer.InputFiles(tf.d.train, "train", tf.d.trainLabels, "train-labels")
+	if tf.d.test != "" {
+		in = append(in, infer.InputFiles([]string{tf.d.test}, "test", tf.d.testLabels, "test-labels")...)
+	}
+	return append(in, infer.FlagPath{Flag: "swarm-key", Path: tf.p.swarmKey}, infer.FlagPath{Flag: "identity", Path: tf.p.identity},
+		infer.FlagPath{Flag: "peers-file", Path: tf.p.peersFile})
+}
+
+// testCheckWhole is the size up to which checkTestData reads the whole
+// test set before training (a larger one: its first rows).
+const testCheckWhole = 32 << 20
+
+// checkTestData reads the test set as evaluations will, before any epoch:
+// an empty or broken --test fails now with exit 2 instead of after the
+// training it would evaluate (TestTrainChecksTestBeforeTraining). A test
+// set up to testCheckWhole bytes is read whole, a larger one up to its
+// first batch of rows; an error later on in a large one still leaves the
+// trained model saved (job.RunAlone).
+func checkTestData(plan *infer.Plan) error {
+	open := plan.OpenTest()
+	if open == nil {
+		return nil
+	}
+	whole := false
+	if st, err := os.Stat(plan.Test); err == nil && st.Size() <= testCheckWhole {
+		whole = true
+	}
+	src, err := open()
+	if err != nil {
+		return usageErr("test", "%v", infer.LabelsFlag(err, "test-labels"))
+	}
+	defer src.Close()
+	var b data.Batch
+	var rows int64
+	for {
+		n, err := src.Next(&b, 1000)
+		rows += int64(n)
+		if err == io.EOF || (err == nil && !whole && rows > 0) {
+			break
+		}
+		if err != nil {
+			return usageErr("test", "%v", err)
+		}
+	}
+	if rows == 0 {
+		return usageErr("test", "%s has no examples: there is nothing to evaluate on (give a test set with rows, or leave --test out)", plan.Test)
 	}
 	return nil
 }

@@ -41,6 +41,9 @@ func TestTrainFailsFastNamingTheFlag(t *testing.T) {
 		{[]string{"--save", dir}, "--save: " + dir + " is a directory"},
 		{[]string{"--report", filepath.Join(file, "r.jsonl")}, "--report: "},
 		{[]string{"--epochs", "0"}, `"0" is not auto or a number of epochs`},
+		{[]string{"--holdout", "1"}, `"1" is not off or a number >= 2`},
+		{[]string{"--holdout", "some"}, `"some" is not off or a number >= 2`},
+		{[]string{"--job", "j", "--listen", "/ip4/127.0.0.1/tcp/0", "--holdout", "10"}, "--holdout: not implemented for distributed runs"},
 		{[]string{"--scale", "maybe"}, `--scale: "maybe": want auto, on or off`},
 		{[]string{"--nonfinite", "drop"}, `--nonfinite: "drop": want fail or skip`},
 		{[]string{"--max-value", "-1"}, "--max-value: -1: want 0 (no bound) or a finite bound > 0"},
@@ -165,4 +168,39 @@ func helpOf(t *testing.T, cmd string) string {
 		t.Fatalf("%s --help: exit %d", cmd, code)
 	}
 	return out.String()
+}
+
+// An empty or broken --test fails before training with exit 2 naming
+// --test (and the file and line of a broken one), saving nothing, however
+// long the training would have taken (issue 33: "test data: evaluate: no
+// examples" came after training).
+func TestTrainChecksTestBeforeTraining(t *testing.T) {
+	dir := t.TempDir()
+	svm := filepath.Join(dir, "a.svm")
+	var b strings.Builder
+	for i := range 20000 {
+		b.WriteString([]string{"1 1:1 3:0.5\n", "0 2:1 3:0.25\n"}[i%2])
+	}
+	os.WriteFile(svm, []byte(b.String()), 0o644)
+	empty := filepath.Join(dir, "empty.svm")
+	os.WriteFile(empty, []byte("# only a comment\n\n"), 0o644)
+	broken := filepath.Join(dir, "broken.svm")
+	os.WriteFile(broken, []byte("1 1:1\n0 2:1\n1 3:x\n"), 0o644)
+	save := filepath.Join(dir, "m.gt")
+	for _, c := range []struct{ test, want string }{
+		{empty, "--test: " + empty + " has no examples"},
+		{broken, "--test: " + broken + ":3"},
+	} {
+		start := time.Now()
+		code, _, stderr := gt(t, "train", "--train", svm, "--test", c.test, "--epochs", "1000", "--save", save)
+		if code != 2 || !strings.Contains(stderr, c.want) {
+			t.Errorf("--test %s: exit %d, stderr %q; want exit 2 and %q", c.test, code, stderr, c.want)
+		}
+		if took := time.Since(start); took > 2*time.Second {
+			t.Errorf("--test %s: failed after %v; want before training", c.test, took)
+		}
+		if _, err := os.Stat(save); err == nil {
+			t.Errorf("--test %s: a model was saved", c.test)
+		}
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gossiptrain/gossiptrain/cluster"
+	"github.com/gossiptrain/gossiptrain/infer"
 	"github.com/gossiptrain/gossiptrain/job"
 	"github.com/gossiptrain/gossiptrain/node/train"
 )
@@ -62,6 +63,7 @@ type modelFlags struct {
 	beta      float64
 	hidden    int
 	initSeed  uint64
+	init      string // --init
 }
 
 func (m *modelFlags) register(fs *flag.FlagSet) {
@@ -78,6 +80,7 @@ func (m *modelFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&m.l1, "l1", 0, "L1 regularisation `strength` (ftrl only; makes weights exactly zero)")
 	fs.StringVar(&m.l2, "l2", "auto", "L2 regularisation `strength`: the penalty (l2/2)*||w||^2 is added to the mean log-loss\n(all optimizers; never on the bias). auto is 1/N for N training rows, which is what\nliblinear's default C=1 amounts to; it needs a count of the rows (a quick scan when --dim\nis given); give a number to skip it. A peer of a cluster reading files of its own takes\nN = its rows x the peers at the start")
 	fs.Float64Var(&m.beta, "ftrl-beta", 1, "ftrl: the `beta` of the per-coordinate step size alpha/(beta+sqrt(n))")
+	fs.StringVar(&m.init, "init", "", "warm start: go on training the model saved in `FILE` (train --save). The file fixes the\nmodel: --model, --dim, --classes, --hidden, --label-base and --interactions default to its\nvalues and must agree with them when given. The run's optimizer flags apply; the file's\noptimizer state (--save-state) is kept when --optimizer is the one that wrote it, else\ndropped (every weight goes on from its value with fresh per-coordinate rates). --scale is\noff. Training alone only")
 }
 
 // runFlags control the loop, the outputs and the logs.
@@ -85,11 +88,13 @@ type runFlags struct {
 	batch         int
 	epochs        int  // 0 until resolved when epochsAuto
 	epochsAuto    bool // --epochs auto
+	holdout       holdoutValue
 	scale         string
 	distributed   bool // set by train's run before it builds the infer.Spec
 	evalEvery     int64
 	report        string
 	save          string
+	saveState     bool
 	progressEvery time.Duration
 	threads       int
 	nonFinite     string
@@ -100,10 +105,16 @@ type runFlags struct {
 func (r *runFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&r.batch, "batch", 100, "examples per SGD step (minibatch size)")
 	r.epochsAuto = true
-	fs.Var(epochsValue{r}, "epochs", "passes over the training data: `N`, or auto: train alone until an epoch improves the training\n"+
-		"loss by less than 0.1% (at least 3 and at most 200 epochs; an mlp at most 20, since its\n"+
-		"training loss falls long after its test loss has nearly settled). On a big data set give a\n"+
+	fs.Var(epochsValue{r}, "epochs", "passes over the training data: `N`, or auto: train alone until the loss on the rows --holdout\n"+
+		"holds out stops improving (2 epochs in a row not better than the best by 0.1%), and keep the\n"+
+		"best epoch's model; at most 200 epochs (an mlp at most 20). With --holdout off, until an epoch\n"+
+		"improves the training loss by less than 0.1% (at least 3 epochs). On a big data set give a\n"+
 		"number (1 is a single streaming pass). Distributed runs (--job) do not stop early: auto is 5")
+	r.holdout = holdoutValue{n: infer.AutoHoldout}
+	fs.Var(&r.holdout, "holdout", "`N` or off: with --epochs auto, every N-th training row (rows N, 2N, ..., by position, as\n"+
+		"Vowpal Wabbit's default of 10) is held out, never trained on, and its loss after each epoch\n"+
+		"decides when to stop; the held-out rows are kept in memory (about 1/N of the parsed data).\n"+
+		"Given with --epochs N, the same early stop within N epochs. off: nothing is held out")
 	fs.StringVar(&r.scale, "scale", "auto", "train alone on numeric features brought to unit size: a feature with values other than 0\n"+
 		"and 1 is standardised (mean 0, standard deviation 1) when it is in at least half the rows; a\n"+
 		"sparser one with values beyond [-1, 1] is divided by its largest |value|; binary (one-hot)\n"+
@@ -112,9 +123,10 @@ func (r *runFlags) register(fs *flag.FlagSet) {
 		"the raw features' units, so eval and predict need nothing. `mode`: auto (when the data is\n"+
 		"scanned anyway, to infer --dim, --classes or --l2 auto), on (scan for it), or off (the\n"+
 		"features as they are). Distributed runs do not scale")
-	fs.Int64Var(&r.evalEvery, "eval-every", 0, "evaluate on --test every `N` training examples (0: only at the end)")
+	fs.Int64Var(&r.evalEvery, "eval-every", 0, "evaluate on --test every `N` training examples. 0: alone, at the end of every epoch (a\npoint per epoch in the report's curves); a peer of a job, only at the end")
 	fs.StringVar(&r.report, "report", "", "write a JSON-lines run report to `FILE` (one line per evaluation and a final summary)")
-	fs.StringVar(&r.save, "save", "", "save the trained model to `FILE` (read it back with 'gossiptrain eval')")
+	fs.StringVar(&r.save, "save", "", "save the trained model to `FILE` (read it back with 'gossiptrain eval'). The file holds\nevery weight or only the rows with a nonzero one (and their indices), whichever is smaller:\nits size follows the features the data used, not --dim")
+	fs.BoolVar(&r.saveState, "save-state", false, "--save also writes the optimizer state (adagrad's sums, ftrl's z and n: 1-2x the weights),\nso train --init goes on at the rates the run reached. Training alone only")
 	fs.DurationVar(&r.progressEvery, "progress-every", 5*time.Second, "log a progress line this often (0 turns it off)")
 	fs.StringVar(&r.nonFinite, "nonfinite", "fail", "what a batch whose gradient (or loss) is not finite does: finite values can still overflow\n"+
 		"float32 when a batch sums them (3e38 + 3e38). Such a gradient never reaches the model. `policy`:\n"+
@@ -131,6 +143,29 @@ func (r *runFlags) registerDist(fs *flag.FlagSet) {
 		"waits for (a progress line says so every --progress-every meanwhile). Waits on this peer's own\n"+
 		"work (a gradient, an evaluation, reading data) do not count. At least 4x --dead-after (a run may wait\n"+
 		"that long for crashes to be noticed); 0 waits for ever")
+}
+
+// holdoutValue is --holdout: a number >= 2 or off (0).
+type holdoutValue struct{ n int }
+
+func (v *holdoutValue) String() string {
+	if v == nil || v.n == 0 {
+		return "off"
+	}
+	return strconv.Itoa(v.n)
+}
+
+func (v *holdoutValue) Set(s string) error {
+	if s == "off" {
+		v.n = 0
+		return nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 2 {
+		return fmt.Errorf("%q is not off or a number >= 2 (every N-th row held out)", s)
+	}
+	v.n = n
+	return nil
 }
 
 // epochsValue is --epochs: a positive number or auto.
@@ -191,9 +226,9 @@ func (f *distFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.gather, "gather", def.Gather.String(), "where a worker gets the values it computes with: need (it asks the owners for exactly the\nrows its next batch touches, piggybacked on its gradient; traffic and work per example stay\nflat as peers are added, and a peer holds only its shards and a batch's rows) or full (every\npeer keeps a read copy of the whole model and owners send every changed row to everyone:\nfewer bytes with 2-3 peers and small models, more with many)")
 	fs.StringVar(&f.values, "values", "f32", "how gradient rows travel: f32 (lossless, entropy-coded: fewest bytes), raw (lossless, byte-aligned:\n~26% more bytes, a fifth of the CPU to encode and half to decode; parameters and shard state go raw\ntoo), f16 or i8 (lossy: every value rounded, and the rounding error is not carried over;\nparameters stay f32)")
 	fs.IntVar(&f.reportRounds, "report-rounds", 1, "write a round line to --report every `N` rounds")
-	fs.StringVar(&f.checkpointDir, "checkpoint-dir", "", "where this peer writes its part of each checkpoint: `DIR`/<peer ID>/round-<R>.ckpt\n(the shards it holds, with optimizer state, and its data position; the newest 2 are kept)")
-	fs.DurationVar(&f.checkpointEvery, "checkpoint-every", 0, "checkpoint the whole job this often (0: never): the raft leader schedules a round R and\nevery peer writes its shards as of the end of round R-1 (sync), or as of every worker's cut\n(ssp, async: the workers pause for a round trip while the cut is taken)")
-	fs.Var(resumeFlag{&f.resume, &f.resumeOrStart}, "resume", "restart the job from its newest checkpoint that every peer of it has whole: start\nevery peer again with --resume (same --identity, data and flags); the run continues at\nround R (sync: exactly as if it had not stopped; ssp/async: every example trained once).\nEach file is read through first: a damaged or cut-short one is passed over (logged) for\nthe round before. With no checkpoint on any peer --resume fails; --resume=auto starts a\nnew run from round 0 then. A peer that finds the run under way joins it")
+	fs.StringVar(&f.checkpointDir, "checkpoint-dir", "", "where this peer writes its part of each checkpoint: `DIR`/<peer ID>/round-<R>.ckpt\n(the shards it holds, with optimizer state, and its data position; the newest 2 are kept).\nAlone (no --job): DIR/alone.ckpt, the whole model with its optimizer state and data position,\nwritten every --checkpoint-every and when interrupted")
+	fs.DurationVar(&f.checkpointEvery, "checkpoint-every", 0, "checkpoint the whole job this often (0: never): the raft leader schedules a round R and\nevery peer writes its shards as of the end of round R-1 (sync), or as of every worker's cut\n(ssp, async: the workers pause for a round trip while the cut is taken). Alone: write\nDIR/alone.ckpt this often (0: only when interrupted), atomically")
+	fs.Var(resumeFlag{&f.resume, &f.resumeOrStart}, "resume", "restart the job from its newest checkpoint that every peer of it has whole: start\nevery peer again with --resume (same --identity, data and flags); the run continues at\nround R (sync: exactly as if it had not stopped; ssp/async: every example trained once).\nEach file is read through first: a damaged or cut-short one is passed over (logged) for\nthe round before. With no checkpoint on any peer --resume fails; --resume=auto starts a\nnew run from round 0 then. A peer that finds the run under way joins it. Alone (no --job):\ncontinue from DIR/alone.ckpt at its epoch and row, with the same data and flags")
 	registerWaitFlag(fs, &f.waitTimeout)
 	fs.StringVar(&f.maxRowGrad, "max-row-grad", "auto", "owners drop a pushed gradient row whose L2 norm is over this `bound` times its push's examples\n(a worker's bug or an overflow must not wreck the shared model): auto is 10 for logreg and\nsoftmax (honest rows of unit-scaled features stay under 1) and 1000 for the mlp; off turns\nit off. Raise it for features of large raw values (distributed runs do not --scale): owners\nlog every row they drop. Every peer of the job uses the same value")
 	fs.StringVar(&f.localSteps, "local-steps", "auto", "`H` batches a worker trains on its own copy of the rows they touch before it exchanges: a\nround is then a window of H batches, and each row's change travels once a window instead of a\ngradient every batch (fewer, larger messages: less CPU per example on the message path,\nstaler values). 1 exchanges every batch; auto is 4 in sync mode and 8 in ssp and async\n(measured: docs/scaling.md), and 1 with --gather full. Every peer of the job uses the same")
@@ -237,5 +272,5 @@ func (r resumeFlag) Set(s string) error {
 
 // registerWaitFlag adds --wait-timeout.
 func registerWaitFlag(fs *flag.FlagSet, d *time.Duration) {
-	fs.DurationVar(d, "wait-timeout", job.DefaultWaitTimeout, "give up if the cluster has not formed (--min-peers members, agreed) within this `time`;\n0 waits for ever. Meanwhile the peer logs what it found every --progress-every: dial\nerrors per --peer, peers of other jobs, refused peers, the members it has")
+	fs.DurationVar(d, "wait-timeout", job.DefaultWaitTimeout, "give up if the cluster has not formed (--min-peers members, agreed) within this `time`;\n0 waits for ever. Meanwhile the peer logs what it found every --progress-every: dial\nerrors per --peer, peers of other jobs, refused peers, the members it has. A peer of the\njob it refused at connect (different settings) leaves it 10s more to form without that peer")
 }

@@ -62,6 +62,7 @@ func commands() []*command {
 		evalCmd(),
 		predictCmd(),
 		inspectCmd(),
+		exportCmd(),
 		genCmd(),
 		peerCmd(),
 		keygenCmd(),

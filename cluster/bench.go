@@ -332,7 +332,9 @@ func (cfg BenchConfig) report(ran []string, repDirs [][]string, failures []strin
 				continue // the run failed before it started
 			}
 			runs, err := report.ReadDir(dir)
-			if err != nil {
+			if err != nil && len(failures) > 0 {
+				continue // a failed configuration, named in failures
+			} else if err != nil {
 				return err
 			}
 			if len(runs) > 0 {

@@ -369,3 +369,20 @@ func TestLastRound(t *testing.T) {
 		}
 	}
 }
+
+// TestBaselineProgress: a baseline (a standalone train, which writes no
+// round lines) shows in the progress line as training, with its share
+// done and its rate from its own progress log lines, not as "starting"
+// for its whole run.
+func TestBaselineProgress(t *testing.T) {
+	p := &proc{round: -1, phase: StateStarting, exited: make(chan struct{})}
+	p.observe([]byte(`{"level":"info","train":["a.svm"],"batch":100,"message":"training"}`))
+	if got := p.progress(); got.State != StateStarting {
+		t.Errorf("before its first progress line: state %q, want %q", got.State, StateStarting)
+	}
+	p.observe([]byte(`{"level":"info","epoch":1,"examples":"48.8k","examples_per_sec":"3.9k","done":"41%","message":"training"}`))
+	got := ProgressLine([]PeerProgress{p.progress()})
+	if want := "1 peers 3.9k ex/s | 0 alone 41% 3.9k/s"; got != want {
+		t.Errorf("ProgressLine:\n got %q\nwant %q", got, want)
+	}
+}

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 
@@ -112,7 +114,27 @@ func RunLocal(ctx context.Context, cfg LocalConfig) error {
 		}
 		return err
 	}
-	return finish(cfg.Out, res, base, d.meta, cfg.Cmdline, cfg.Target, log)
+	if err := finish(cfg.Out, res, base, d.meta, cfg.Cmdline, cfg.Target, log); err != nil {
+		return err
+	}
+	if base != nil && cfg.Caps.CPUs <= 0 && cfg.Peers > 1 {
+		fmt.Fprint(cfg.Out, uncappedNote(cfg.Peers, runtime.NumCPU()))
+	}
+	return nil
+}
+
+// uncappedNote tells a user who compared an uncapped cluster with one
+// peer alone what the comparison was: N peers sharing this machine's
+// cores against one process that had them to itself, not N VMs against
+// one; and the command that compares like with like
+// (TestUncappedNote).
+func uncappedNote(peers, cores int) string {
+	c := math.Floor(0.8*float64(cores)/float64(peers)*100) / 100
+	if c < 0.05 {
+		return fmt.Sprintf("note: no --cpus cap: the %d peers shared this machine's %d cores while the lone process had them to itself; %d capped peers do not fit in %d cores\n", peers, cores, peers, cores)
+	}
+	return fmt.Sprintf("note: no --cpus cap: the %d peers shared this machine's %d cores while the lone process had them to itself; to compare %d VMs with one, cap every peer and the lone process alike (root): gossiptrain cluster --cpus %g\n",
+		peers, cores, peers, c)
 }
 
 // data generates or splits the run's data.

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/gossiptrain/gossiptrain/report"
@@ -25,5 +26,20 @@ func TestWholeLifePeaks(t *testing.T) {
 		if got := bs[0].Peers[i].PeakRSSBytes; got != want {
 			t.Errorf("peer %d: peak %d MiB, want %d MiB", i, got>>20, want>>20)
 		}
+	}
+}
+
+// TestUncappedNote: an uncapped cluster's comparison with one peer alone
+// says it was not VMs against one, and suggests a cap that fits the
+// machine (4 peers on 2 cores: 0.4 each).
+func TestUncappedNote(t *testing.T) {
+	n := uncappedNote(4, 2)
+	for _, want := range []string{"the 4 peers shared this machine's 2 cores", "gossiptrain cluster --cpus 0.4"} {
+		if !strings.Contains(n, want) {
+			t.Errorf("note %q lacks %q", n, want)
+		}
+	}
+	if n := uncappedNote(64, 2); strings.Contains(n, "cluster --cpus") {
+		t.Errorf("64 peers on 2 cores: note %q suggests a cap that cannot fit", n)
 	}
 }

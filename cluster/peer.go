@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gossiptrain/gossiptrain/human"
 	"github.com/gossiptrain/gossiptrain/peerlog"
 )
 
@@ -36,6 +37,7 @@ type PeerProgress struct {
 	Round          int64   // the last round in its report; -1 before the first
 	Examples       int64   // training examples so far (from its report)
 	ExamplesPerSec float64 // since the previous progress report (its own clock)
+	Done           string  // a standalone train's share done ("41%"), from its log
 }
 
 // proc is one running peer process.
@@ -67,10 +69,11 @@ type proc struct {
 	tail        []string // the last lines of the log, at most tailMax
 	tailMax     int
 	// From the report file, for rates.
-	round    int64
-	examples int64
-	seconds  float64
-	rate     float64
+	round     int64
+	examples  int64
+	seconds   float64
+	rate      float64
+	aloneDone string // a standalone train's last "done" (its progress lines)
 }
 
 // logLine is the part of a peer's JSON log line that Run reads.
@@ -80,6 +83,11 @@ type logLine struct {
 	Addr    string   `json:"addr"`
 	PeerID  string   `json:"peer_id"`
 	Addrs   []string `json:"addrs"`
+	// A standalone train's progress line ("training", with done and
+	// examples_per_sec as people read them): a baseline writes no round
+	// lines to follow.
+	Done           string `json:"done"`
+	ExamplesPerSec string `json:"examples_per_sec"`
 }
 
 // readLog copies the peer's output to its log file, keeps its tail and
@@ -137,8 +145,19 @@ func (p *proc) observe(line []byte) {
 		p.phase = StateTraining
 	case peerlog.Done:
 		p.phase = StateDone
+	case aloneProgress:
+		if l.Done != "" {
+			p.phase, p.aloneDone = StateTraining, l.Done
+			if r, ok := human.ParseCount(l.ExamplesPerSec); ok {
+				p.rate = r
+			}
+		}
 	}
 }
+
+// aloneProgress is the message of a standalone train's progress lines
+// (job.RunAlone), which a baseline's progress follows (TestBaselineProgress).
+const aloneProgress = "training"
 
 // progress returns the peer's progress, reading the last round line of its
 // report.
@@ -163,7 +182,7 @@ func (p *proc) progress() PeerProgress {
 		}
 	default:
 	}
-	return PeerProgress{Index: p.i, PeerID: p.peerID, State: state, Round: p.round, Examples: p.examples, ExamplesPerSec: p.rate}
+	return PeerProgress{Index: p.i, PeerID: p.peerID, State: state, Round: p.round, Examples: p.examples, ExamplesPerSec: p.rate, Done: p.aloneDone}
 }
 
 // succeeded reports whether the exited process returned status 0.

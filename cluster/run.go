@@ -503,6 +503,9 @@ func ProgressLine(ps []PeerProgress) string {
 		case p.State == StateTraining && p.Round >= 0:
 			fmt.Fprintf(&b, " r%d %s/s", p.Round, formatRate(p.ExamplesPerSec))
 			total += p.ExamplesPerSec
+		case p.State == StateTraining && p.Done != "":
+			fmt.Fprintf(&b, " alone %s %s/s", p.Done, formatRate(p.ExamplesPerSec))
+			total += p.ExamplesPerSec
 		default:
 			b.WriteString(" " + p.State)
 			if p.Round >= 0 {

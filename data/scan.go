@@ -58,6 +58,9 @@ type ScanResult struct {
 	allStats      bool     // every feature gets stats (see note)
 	Files         []string // the files read, in order
 	Format        Format   // the inputs' format (detected for FormatAuto)
+	// Tail follows each row's largest index, so a few rows of outlying
+	// indices can be named (IndexTail.IndexOutliers).
+	Tail IndexTail
 }
 
 // FeatureStats summarise the values of one feature over the rows scanned
@@ -143,6 +146,15 @@ func Scan(patterns []string, opt Options) (ScanResult, error) {
 		if len(b.Indices) > 0 {
 			if m := int64(slices.Max(b.Indices)); m > res.MaxIndex {
 				res.MaxIndex = m
+			}
+		}
+		for r := range b.Rows() {
+			if idx, _ := b.Row(r); len(idx) > 0 {
+				var p Place
+				if r < len(src.sh.rawPlaces) {
+					p = src.sh.rawPlaces[r]
+				}
+				res.Tail.Add(slices.Max(idx), p)
 			}
 		}
 		for i, v := range b.Values {

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"math"
 	"os"
 	"os/exec"
@@ -154,4 +155,49 @@ func liblinearAny(t *testing.T, train, test string) (accuracy, logloss float64, 
 	}
 	n := float64(len(rows))
 	return float64(right) / n, logloss / n, true
+}
+
+// Acceptance (issue 33): --epochs auto stops on held-out rows. On 100k
+// generated click rows (2^20 features), where training until the training
+// loss stops improving overfits (68 epochs: test log-loss 0.544 against
+// 0.464 for one epoch), train with no flags but --train and --test ends
+// within 1% of the test log-loss of the best of 1-5 epochs, keeping an
+// early epoch's model.
+func TestAcceptanceDefaultsStopOnHeldOutRows(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	dir := t.TempDir()
+	if code, _, stderr := gt(t, "gen", "--out", dir, "--rows", "100000", "--test-rows", "20000", "--features", "1048576"); code != 0 {
+		t.Fatalf("gen: exit %d: %s", code, stderr)
+	}
+	train, test := filepath.Join(dir, "train.svm"), filepath.Join(dir, "test.svm")
+	best, bestEpochs := math.Inf(1), 0
+	for e := 1; e <= 5; e++ {
+		s := trainReport(t, "--train", train, "--test", test, "--epochs", strconv.Itoa(e))
+		if float64(s.TestLogLoss) < best {
+			best, bestEpochs = float64(s.TestLogLoss), e
+		}
+	}
+	saved := filepath.Join(dir, "model.gt")
+	s := trainReport(t, "--train", train, "--test", test, "--save", saved)
+	t.Logf("defaults: test log-loss %.4f (ran %d epochs, kept epoch %d, held-out losses %.4f); best of 1-5 epochs %.4f (%d)",
+		s.TestLogLoss, s.Epochs, s.KeptEpoch, s.HoldoutLogLoss, best, bestEpochs)
+	if float64(s.TestLogLoss) > best*1.01 {
+		t.Errorf("test log-loss %.4f, more than 1%% above the best of 1-5 epochs' %.4f", s.TestLogLoss, best)
+	}
+	if s.KeptEpoch < 1 || s.KeptEpoch > 5 || len(s.HoldoutLogLoss) != s.Epochs || s.Epochs > s.KeptEpoch+2 {
+		t.Errorf("ran %d epochs keeping epoch %d (%d held-out losses); want an early epoch kept and at most 2 more run", s.Epochs, s.KeptEpoch, len(s.HoldoutLogLoss))
+	}
+	// The model saved is the one kept, not the last epoch's.
+	code, stdout, stderr := gt(t, "eval", "--model", saved, "--test", test)
+	var ev struct {
+		LogLoss float64 `json:"test_logloss"`
+	}
+	if code != 0 || json.Unmarshal([]byte(stdout), &ev) != nil {
+		t.Fatalf("eval: exit %d: %s%s", code, stdout, stderr)
+	}
+	if math.Abs(ev.LogLoss-float64(s.TestLogLoss)) > 1e-9 {
+		t.Errorf("the saved model's test log-loss is %v, the run reported %v: the model saved is not the one kept", ev.LogLoss, s.TestLogLoss)
+	}
 }

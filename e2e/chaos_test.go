@@ -207,10 +207,11 @@ func chaos(t *testing.T, mode string, dur time.Duration) {
 		if cp.fate == "killed" {
 			continue
 		}
-		if cp.p.err != nil && late && strings.Contains(cp.p.logTail(), "may have ended") {
+		if tail := cp.p.logTail(); cp.p.err != nil && late && (strings.Contains(tail, "may have ended") || strings.Contains(tail, "the job is finishing")) {
 			// It asked to join while the run was finishing: the run
-			// turned it away (it waits 16 retry intervals, about 32 s,
-			// before it concludes so).
+			// turned it away, saying so (rule E6: once the values are
+			// final no join is admitted), or it waited 16 retry
+			// intervals, about 32 s, and concluded so.
 			t.Logf("identity %d joined %v before the run's end and was turned away", cp.id, firstEnd.Sub(cp.started).Round(time.Second))
 			continue
 		}

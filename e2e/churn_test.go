@@ -590,7 +590,9 @@ func TestE2EAsyncGracefulLeave(t *testing.T) {
 // shards' secondaries take over (none is promoted from a read copy), and
 // the survivors end with one model, every shard owned.
 func TestE2EAsyncCrashWithReplicas(t *testing.T) {
-	flags := append(churnData(t), "--mode", "async", "--replicas", "2")
+	// Windows of 1: the run lasts enough rounds for the crash at round
+	// 40 (with async's default windows of 8 it ends near round 38).
+	flags := append(churnData(t), "--mode", "async", "--replicas", "2", "--local-steps", "1")
 	r := newChurnRun(t, 4, flags...)
 	ps := r.startAll(4)
 	r.waitRound(ps[2], 40)

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gossiptrain/gossiptrain/job"
 	"github.com/gossiptrain/gossiptrain/node"
 	"github.com/gossiptrain/gossiptrain/peerlog"
 )
@@ -163,14 +164,15 @@ func TestDeadPeerLogsTheDialError(t *testing.T) {
 // Issue 10 item 13 with the real binary: two peers of one job with
 // different --dim are refused on both sides at connect. The peer whose
 // --peer refused it exits at once (it cannot join through it); the first
-// peer keeps waiting, since compatible peers may still come, saying why
-// every few seconds, and fails at --wait-timeout with the same message.
+// peer, which stays behind, waits job.RefusedGrace (not --wait-timeout,
+// 30 minutes) for compatible peers to form the cluster without it, saying
+// why, then fails naming the refused peer and its --dim (issue 33).
 func TestDifferentDimRefusedAtConnect(t *testing.T) {
 	train, _, _ := clusterData(t, 2000)
 	ids := newIdentities(t, 1)
 	common := []string{"train", "--job", "dims", "--train", train, "--model", "logreg", "--l2", "1e-6",
 		"--log-format", "json", "--progress-every", "500ms"}
-	a := startPeerProc(t, append(common, "--dim", "65536", "--min-peers", "2", "--wait-timeout", "8s",
+	a := startPeerProc(t, append(common, "--dim", "65536", "--min-peers", "2",
 		"--identity", filepath.Join(ids.dir, "id0"), "--listen", "/ip4/127.0.0.1/tcp/0")...)
 	addrs, _ := a.line(t, peerlog.Started, time.Minute)["addrs"].([]any)
 	port := loopbackPort(addrs)
@@ -190,14 +192,19 @@ func TestDifferentDimRefusedAtConnect(t *testing.T) {
 		why := fmt.Sprint(l["why"])
 		return strings.Contains(why, "--dim: this peer 65536") && strings.Contains(why, " 131072")
 	}, time.Minute)
+	refusedAt := time.Now()
 	code, alog := a.wait(t, time.Minute)
-	if code != 1 || !strings.Contains(alog, "did not form within --wait-timeout 8s") || !strings.Contains(alog, "--dim: this peer 65536") {
-		t.Errorf("the first peer: exit %d; want 1 after --wait-timeout, naming the refused --dim:\n%s", code, tail(alog, 2000))
+	want := "refused peer " + node.ShortID(fmt.Sprint(b.line(t, peerlog.Started, time.Second)["peer_id"])) + " at connect, and the cluster did not form without it within " + job.RefusedGrace.String()
+	if code != 1 || !strings.Contains(alog, want) || !strings.Contains(alog, "--dim: this peer 65536") {
+		t.Errorf("the first peer: exit %d; want 1 and %q, naming the refused --dim:\n%s", code, want, tail(alog, 2000))
+	}
+	if took := time.Since(refusedAt); took > job.RefusedGrace+10*time.Second {
+		t.Errorf("the first peer failed %v after the refusal; want within %v of it", took, job.RefusedGrace)
 	}
 	if n := strings.Count(alog, "refusing peer"); n != 1 {
 		t.Errorf("the first peer logged %d refusals, want 1", n)
 	}
 	if len(alog) > 64<<10 {
-		t.Errorf("the first peer logged %d bytes in 8s of waiting", len(alog))
+		t.Errorf("the first peer logged %d bytes in %v of waiting", len(alog), job.RefusedGrace)
 	}
 }

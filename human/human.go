@@ -5,6 +5,8 @@ package human
 import (
 	"fmt"
 	"math"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -19,6 +21,25 @@ func Count(n float64) string {
 		return fmt.Sprintf("%.1fk", n/1e3)
 	}
 	return fmt.Sprintf("%.0f", n)
+}
+
+// ParseCount reads what Count wrote ("1.5k" is 1500); ok is false for
+// anything else.
+func ParseCount(s string) (n float64, ok bool) {
+	mult := 1.0
+	switch {
+	case strings.HasSuffix(s, "G"):
+		mult, s = 1e9, s[:len(s)-1]
+	case strings.HasSuffix(s, "M"):
+		mult, s = 1e6, s[:len(s)-1]
+	case strings.HasSuffix(s, "k"):
+		mult, s = 1e3, s[:len(s)-1]
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || f < 0 {
+		return 0, false
+	}
+	return f * mult, true
 }
 
 // Duration rounds d for display: to 100 ms under a minute, to the second

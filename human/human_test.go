@@ -28,3 +28,18 @@ func TestFormats(t *testing.T) {
 		}
 	}
 }
+
+// TestParseCount reads back what Count writes.
+func TestParseCount(t *testing.T) {
+	for _, n := range []float64{950, 1500, 48800, 2.4e6, 1e9} {
+		got, ok := ParseCount(Count(n))
+		if !ok || math.Abs(got-n) > n*0.01 {
+			t.Errorf("ParseCount(Count(%v) = %q) = %v, %v", n, Count(n), got, ok)
+		}
+	}
+	for _, s := range []string{"", "k", "fast", "-3k"} {
+		if _, ok := ParseCount(s); ok {
+			t.Errorf("ParseCount(%q) ok, want not", s)
+		}
+	}
+}

@@ -147,6 +147,13 @@ func OutputFile(path string, stdout io.Writer) (w io.Writer, commit func() error
 		return nil, nil, nil, PlainPathError(err)
 	}
 	tmp := f.Name()
+	// CreateTemp makes files 0600; an output is as readable as any file
+	// the user writes (TestPredictionsFileMode).
+	if err := f.Chmod(0o644); err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return nil, nil, nil, PlainPathError(err)
+	}
 	commit = func() error {
 		if err := f.Close(); err != nil {
 			os.Remove(tmp)
@@ -167,4 +174,93 @@ func OutputFile(path string, stdout io.Writer) (w io.Writer, commit func() error
 		os.Remove(tmp)
 	}
 	return f, commit, abort, nil
+}
+
+// FlagPath is a path a command reads or writes and the flag that names it.
+type FlagPath struct{ Flag, Path string }
+
+// InputFiles returns the files patterns name as inputs of flagName (globs
+// expanded; nothing for standard input or a pattern that matches nothing,
+// which the command's own checks report) and, for IDX images among them,
+// the labels files they are read with: labels (labelsFlag) when given,
+// else the file beside them by the standard name (none when labelsFlag is
+// "": the command reads no labels).
+func InputFiles(patterns []string, flagName, labels, labelsFlag string) []FlagPath {
+	var in []FlagPath
+	files, _, err := ExpandData(patterns, flagName)
+	if err != nil {
+		return nil
+	}
+	for _, f := range files {
+		if f == data.Stdin {
+			continue
+		}
+		in = append(in, FlagPath{flagName, f})
+		if labelsFlag == "" || !data.IsIDXImages(f) {
+			continue
+		}
+		if labels != "" {
+			in = append(in, FlagPath{labelsFlag, labels})
+		} else if l, err := data.IDXLabelsPath(f); err == nil {
+			in = append(in, FlagPath{labelsFlag, l})
+		}
+	}
+	return in
+}
+
+// CheckApart fails with a usage error naming both flags when a path a
+// command writes (outputs) is a path it reads (inputs), or a path another
+// of its outputs writes: writing it would destroy the input, or one output
+// the other (issue 33: "--save m.svm is the file --train reads"). Paths
+// that exist are compared with os.SameFile, so a hard link, a symbolic
+// link or /proc/self/fd alias of an input is the input; a path that does
+// not exist yet is compared by its absolute path, its directory's links
+// resolved. "" and "-" (standard input or output) collide with nothing.
+// Run it before any work, so a refused command has changed nothing
+// (TestOutputsNeverOverwriteInputs).
+func CheckApart(outputs, inputs []FlagPath) error {
+	for i, o := range outputs {
+		if o.Path == "" || o.Path == data.Stdin {
+			continue
+		}
+		for _, in := range inputs {
+			if in.Path == "" || in.Path == data.Stdin || !SamePath(o.Path, in.Path) {
+				continue
+			}
+			if resolvedPath(in.Path) == resolvedPath(o.Path) {
+				return usage.Flag(o.Flag, "%s is the file --%s reads: writing it would destroy that input; give another file", o.Path, in.Flag)
+			}
+			return usage.Flag(o.Flag, "%s is the file --%s reads (%s, through a link): writing it would destroy that input; give another file", o.Path, in.Flag, in.Path)
+		}
+		for _, o2 := range outputs[:i] {
+			if o2.Path != "" && o2.Path != data.Stdin && SamePath(o.Path, o2.Path) {
+				return usage.Flag(o.Flag, "%s is the file --%s writes too; give each output a file of its own", o.Path, o2.Flag)
+			}
+		}
+	}
+	return nil
+}
+
+// SamePath reports whether a and b name the same file: os.SameFile when
+// both exist, else the same absolute path (see CheckApart).
+func SamePath(a, b string) bool {
+	sa, errA := os.Stat(a)
+	sb, errB := os.Stat(b)
+	if errA == nil && errB == nil {
+		return os.SameFile(sa, sb)
+	}
+	return resolvedPath(a) == resolvedPath(b)
+}
+
+// resolvedPath is p made absolute, with the links of its directory
+// resolved when the directory exists (the file itself may not).
+func resolvedPath(p string) string {
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return filepath.Clean(p)
+	}
+	if dir, err := filepath.EvalSymlinks(filepath.Dir(abs)); err == nil {
+		return filepath.Join(dir, filepath.Base(abs))
+	}
+	return abs
 }

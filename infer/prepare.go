@@ -17,6 +17,7 @@
 package infer
 
 import (
+	"errors"
 	"maps"
 	"math"
 	"slices"
@@ -31,15 +32,22 @@ import (
 	"github.com/gossiptrain/gossiptrain/usage"
 )
 
-// Epoch defaults: standalone train with --epochs auto runs until the
-// training loss stops improving (AutoStopTol) for at most AutoMaxEpochs
-// epochs; a distributed run takes DistEpochs (its peers must agree on
-// when to stop, which --epochs N gives them for free).
+// Epoch defaults: standalone train with --epochs auto holds out every
+// AutoHoldout-th training row (--holdout) and runs until the loss on the
+// held-out rows has not improved by more than AutoHoldoutTol of the best
+// for AutoPatience epochs in a row, keeping the best epoch's model, for
+// at most AutoMaxEpochs epochs (sgd.Config.Holdout). With --holdout off
+// it runs until the training loss stops improving (AutoStopTol), after
+// at least AutoMinEpochs. A distributed run takes DistEpochs (its peers
+// must agree on when to stop, which --epochs N gives them for free).
 const (
-	AutoStopTol   = 1e-3
-	AutoMinEpochs = 3
-	AutoMaxEpochs = 200
-	DistEpochs    = 5
+	AutoHoldout    = 10
+	AutoPatience   = 2
+	AutoHoldoutTol = 1e-3
+	AutoStopTol    = 1e-3
+	AutoMinEpochs  = 3
+	AutoMaxEpochs  = 200
+	DistEpochs     = 5
 	// An MLP's training loss keeps falling by more than 0.1% an epoch long
 	// after its test metrics have nearly settled (it starts to memorise:
 	// on Fashion-MNIST test accuracy gains 0.05 points an epoch over
@@ -90,9 +98,14 @@ type Spec struct {
 	Kind    model.Kind
 	Classes int
 	Dim     uint64
-	// Hidden and InitSeed are the MLP's --hidden and --init-seed.
-	Hidden   int
-	InitSeed uint64
+	// Hidden and InitSeed are the MLP's --hidden and --init-seed;
+	// HiddenGiven says --hidden was given.
+	Hidden      int
+	HiddenGiven bool
+	InitSeed    uint64
+	// Init is --init: the model file training starts from ("": a new
+	// model). It fixes the model's shape (see loadInit).
+	Init string
 	// Shards is --shards; unless ShardsGiven, a model with fewer rows
 	// gets fewer (a power of two).
 	Shards      int
@@ -103,7 +116,12 @@ type Spec struct {
 
 	// Epochs is --epochs (0: auto).
 	Epochs int
-	Scale  Scale
+	// Holdout is --holdout: every Holdout-th training row is held out
+	// and stops training (0: off; see AutoHoldout). HoldoutGiven says
+	// the flag was given: with --epochs N only then are rows held out.
+	Holdout      int
+	HoldoutGiven bool
+	Scale        Scale
 	// Distributed says the run is a peer of a job: --epochs auto is
 	// DistEpochs and nothing is scaled.
 	Distributed bool
@@ -128,6 +146,10 @@ type Plan struct {
 	// says it was auto (training alone then stops when the loss does).
 	Epochs     int
 	EpochsAuto bool
+	// Holdout holds out every Holdout-th training row and stops when
+	// their loss stops improving (0: no rows held out): --holdout with
+	// --epochs auto, or given with --epochs N.
+	Holdout int
 	// L2Rows is the row count behind --l2 auto when it is this peer's
 	// own files' (0: --l2 given, or --part, whose scan saw the job's
 	// rows): a peer of a job scales it by the peers (job.RunPeer).
@@ -153,6 +175,12 @@ func Prepare(spec Spec, log zerolog.Logger) (plan *Plan, err error) {
 	if spec.Test == data.Stdin && slices.Contains(files, data.Stdin) {
 		return nil, usage.Flag("test", "standard input (-) cannot be both --train and --test: give one of them as a file")
 	}
+	var init *model.Model
+	if spec.Init != "" {
+		if init, err = loadInit(&spec, log); err != nil {
+			return nil, err
+		}
+	}
 	if err := checkInteractions(spec, files[0]); err != nil {
 		return nil, err
 	}
@@ -167,6 +195,9 @@ func Prepare(spec Spec, log zerolog.Logger) (plan *Plan, err error) {
 		if spec.Distributed {
 			p.Epochs = DistEpochs
 		}
+	}
+	if (p.EpochsAuto || spec.HoldoutGiven) && !spec.Distributed {
+		p.Holdout = spec.Holdout
 	}
 	base := data.Options{
 		Format:       spec.Format,
@@ -209,8 +240,21 @@ func Prepare(spec Spec, log zerolog.Logger) (plan *Plan, err error) {
 	if in.kind == model.MLP && p.EpochsAuto && !spec.Distributed {
 		p.Epochs = AutoMLPEpochs
 	}
-	if p.Model, err = buildModel(spec, in, files[0]); err != nil {
+	if init != nil {
+		p.Model, err = warmStart(spec, in, init, log)
+	} else {
+		p.Model, err = buildModel(spec, in, files[0])
+	}
+	if err != nil {
 		return nil, err
+	}
+	if init != nil && !spec.Distributed {
+		// Training alone owns every shard's optimizer state (job.RunAlone):
+		// the file may hold none (buildModel checks a new model's whole
+		// reservation before it makes it).
+		if err := p.Model.CheckOwnAll(); err != nil {
+			return nil, usage.Flag(dimFlag(spec), "%v", err)
+		}
 	}
 	if spec.Scale != ScaleOff && !spec.Distributed && in.scan != nil {
 		if p.Scale = data.ScalingFor(*in.scan, in.dim); p.Scale != nil {
@@ -234,6 +278,7 @@ type inferred struct {
 	labelBase int
 	l2        float64
 	l2Rows    int64            // the rows --l2 auto counted (0: --l2 given)
+	signed    bool             // the training labels include -1 (binary labels -1/+1)
 	scan      *data.ScanResult // the scan of libsvm or cached input, for --scale
 }
 
@@ -260,8 +305,10 @@ func inferFromData(spec Spec, base data.Options, files []string, log zerolog.Log
 	if sr.Format == data.FormatLibSVM || sr.Format == data.FormatCache {
 		in.scan = &sr
 	}
+	in.signed = sr.Labels[-1] > 0
 	if in.dim == 0 {
-		if in.dim, err = inferDim(spec, scanOpt, sr); err != nil {
+		warnOutliers(log, sr, spec.ZeroBased, "training")
+		if in.dim, err = inferDim(spec, scanOpt, sr, log); err != nil {
 			return in, err
 		}
 		log.Info().Uint64("dim", in.dim).Msg("--dim inferred from the data (largest feature index + 1)")
@@ -315,15 +362,19 @@ func needsScan(spec Spec) bool {
 
 // inferDim is the dimension of the training data (and of the test data,
 // when there is one): its largest feature index + 1.
-func inferDim(spec Spec, scanOpt data.Options, sr data.ScanResult) (uint64, error) {
+func inferDim(spec Spec, scanOpt data.Options, sr data.ScanResult, log zerolog.Logger) (uint64, error) {
 	dim := max(sr.Dim, uint64(sr.MaxIndex+1))
 	if spec.Test != "" {
 		to := scanOpt
 		to.Labels, to.MaxValue = spec.TestLabels, 0
 		tr, err := data.Scan([]string{spec.Test}, to)
 		if err != nil {
-			return 0, LabelsFlag(err, "test-labels")
+			if lerr := LabelsFlag(err, "test-labels"); lerr != err {
+				return 0, lerr
+			}
+			return 0, usage.Flag("test", "%v", err) // as train's check of --test (TestTrainChecksTestBeforeTraining)
 		}
+		warnOutliers(log, tr, spec.ZeroBased, "test")
 		dim = max(dim, tr.Dim, uint64(tr.MaxIndex+1))
 	}
 	if dim == 0 {
@@ -351,12 +402,26 @@ func buildModel(spec Spec, in inferred, first string) (*model.Model, error) {
 	}
 	oc := spec.Opt
 	oc.L2 = in.l2
+	if in.kind == model.MLP && spec.Hidden < classes {
+		return nil, usage.Flag("hidden", "%d hidden units for %d classes: want at least as many units as classes", spec.Hidden, classes)
+	}
+	// The dense reservation checked before it is made: under an
+	// address-space limit (ulimit -v) Go's runtime would die with a stack
+	// dump (TestTrainUnderAddressSpaceLimit). Training alone owns every
+	// shard's optimizer state; a peer of a job checks its weights alone:
+	// which shards' state it will own is not known yet.
+	hidden := 0
+	if in.kind == model.MLP {
+		hidden = spec.Hidden
+	}
+	if err := model.CheckReservation(in.kind, in.dim, classes, hidden, shards, oc.Kind, !spec.Distributed); err != nil {
+		if errors.Is(err, model.ErrAddressSpace) { // (a shape New refuses is named below)
+			return nil, usage.Flag(dimFlag(spec), "%d: %v; a smaller --dim, --optimizer sgd (no state) or a higher limit would do", in.dim, err)
+		}
+	}
 	var mod *model.Model
 	var err error
 	if in.kind == model.MLP {
-		if spec.Hidden < classes {
-			return nil, usage.Flag("hidden", "%d hidden units for %d classes: want at least as many units as classes", spec.Hidden, classes)
-		}
 		mod, err = model.NewMLP(in.dim, classes, spec.Hidden, shards, oc, spec.InitSeed)
 	} else {
 		mod, err = model.New(in.kind, in.dim, classes, shards, oc)
@@ -365,6 +430,10 @@ func buildModel(spec Spec, in inferred, first string) (*model.Model, error) {
 		return nil, usage.Flag("shards", "%v", err)
 	}
 	mod.LabelBase = int64(in.labelBase)
+	// Predicted labels are written as the training data wrote them
+	// (predict --labels): -1/+1 when it had -1. Without a scan this is
+	// not known and they are 0/1.
+	mod.Input.SignedLabels = in.kind == model.Logreg && in.signed
 	// What the model was trained on, for inspect and for eval's and
 	// predict's warnings.
 	inFormat := spec.Format
@@ -376,7 +445,7 @@ func buildModel(spec Spec, in inferred, first string) (*model.Model, error) {
 		}
 	}
 	if inFormat != data.FormatAuto {
-		mod.Input = model.Input{Format: inFormat.String(), ZeroBased: spec.ZeroBased}
+		mod.Input.Format, mod.Input.ZeroBased = inFormat.String(), spec.ZeroBased
 	}
 	mod.Meta = map[string]string{"flags": spec.Given}
 	if len(spec.Interactions) > 0 {
@@ -413,4 +482,13 @@ func (p *Plan) OpenTest() func() (data.Source, error) {
 		}
 		return data.Rescaled(src, p.Scale), nil
 	}
+}
+
+// dimFlag names the flag an address-space error is about: --dim, which
+// sizes the model (with --init, the file's).
+func dimFlag(spec Spec) string {
+	if spec.Init != "" {
+		return "init"
+	}
+	return "dim"
 }

@@ -21,6 +21,7 @@ package job
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -58,6 +59,9 @@ type Config struct {
 	// Report is the JSON-lines report file ("": none), Save the model
 	// file ("": none).
 	Report, Save string
+	// SaveState writes the optimizer state into Save too (train
+	// --save-state), so train --init goes on at the rates reached.
+	SaveState bool
 	// Flags is every flag of the command and its value, for the report's
 	// start line.
 	Flags map[string]string
@@ -65,7 +69,16 @@ type Config struct {
 	Version string
 	// MetricsAddr serves Prometheus metrics and pprof ("": off).
 	MetricsAddr string
-	Log         zerolog.Logger
+	// CheckpointDir, CheckpointEvery, Resume and ResumeOrStart are a
+	// standalone run's checkpoints (alone_ckpt.go): written to
+	// CheckpointDir every CheckpointEvery (0: only when interrupted),
+	// continued from with Resume (ResumeOrStart: or started afresh when
+	// there is none). A peer of a job takes them from its Dist.
+	CheckpointDir   string
+	CheckpointEvery time.Duration
+	Resume          bool
+	ResumeOrStart   bool
+	Log             zerolog.Logger
 }
 
 // RunAlone trains on this process alone and writes the report and model.
@@ -87,6 +100,11 @@ func RunAlone(ctx context.Context, cfg Config) (sgd.Summary, error) {
 	defer rep.Close()
 	sampler := report.NewSampler()
 	p.Model.OwnAll()
+	start, err := cfg.resumeAlone()
+	if err != nil {
+		return sgd.Summary{}, err
+	}
+	resumedAt := p.Model.Examples
 
 	prog := cfg.progressHook(false)
 	open := func(epoch int) (data.Source, error) {
@@ -116,21 +134,72 @@ func RunAlone(ctx context.Context, cfg Config) (sgd.Summary, error) {
 	if p.EpochsAuto {
 		scfg.StopTol, scfg.MinEpochs = infer.AutoStopTol, infer.AutoMinEpochs
 	}
+	scfg.Holdout, scfg.Patience, scfg.HoldoutTol = p.Holdout, infer.AutoPatience, infer.AutoHoldoutTol
 	scfg.EvalEvery = cfg.EvalEvery
+	// --eval-every 0: an evaluation at the end of every epoch, so the
+	// report's curves (and report's plots) have a point per epoch, not a
+	// single dot (issue 33); the test set is read once per epoch.
+	scfg.EvalEachEpoch = cfg.EvalEvery == 0
 	scfg.Threads = cfg.Threads
 	scfg.NonFinite = cfg.NonFinite
+	scfg.Start = start
+	// No checkpoints with --holdout (train refuses them): the early
+	// stop's best model is not in them.
+	ckpt := cfg.CheckpointDir != "" && p.Holdout == 0
+	if ckpt && cfg.CheckpointEvery > 0 {
+		scfg.CheckpointEvery, hooks.Checkpoint = cfg.CheckpointEvery, cfg.saveAloneCheckpoint
+	}
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(cfg.Threads)) // at most --threads CPUs at a time while training
 	log.Info().Strs("train", p.TrainFiles).Int("batch", scfg.Batch).Int("epochs", scfg.Epochs).Int("threads", scfg.Threads).Msg("training")
 	sum, err := sgd.Train(ctx, p.Model, scfg, open, p.OpenTest(), hooks)
-	if err != nil {
+	end := aloneEnd{resumedAt: resumedAt}
+	var evalErr *sgd.EvalError
+	switch {
+	case err == nil:
+	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
+		// Interrupted (the first SIGINT): keep what was trained.
+		end.why = stopInterrupted
+		if ckpt {
+			if cerr := cfg.saveAloneCheckpoint(sum.Stopped); cerr != nil {
+				log.Error().Err(cerr).Msg("the checkpoint at the interrupt was not written")
+			}
+		}
+	case errors.As(err, &evalErr):
+		// The test set failed: the model trained is still worth keeping.
+		end.evalErr = evalErr
+		if !sum.Trained {
+			end.why = stopEvalFailed
+		}
+	default:
 		return sum, err
 	}
-	return sum, cfg.finishAlone(sum, prog.badLines(), sampler, rep, mt)
+	if ferr := cfg.finishAlone(sum, prog.badLines(), sampler, rep, mt, end); ferr != nil {
+		return sum, ferr
+	}
+	switch {
+	case end.evalErr != nil && cfg.Save != "":
+		return sum, fmt.Errorf("%w (the model trained is saved in %s)", err, cfg.Save)
+	case end.evalErr != nil:
+		return sum, fmt.Errorf("%w (training finished, nothing was saved: --save was not given)", err)
+	}
+	return sum, err
+}
+
+// stopEvalFailed is why a standalone run stopped before the end of
+// training when an evaluation along the way (--eval-every) failed.
+const stopEvalFailed = "evaluation failed"
+
+// aloneEnd is how a standalone run ended, for its summary and model file.
+type aloneEnd struct {
+	why       string         // partial: why it stopped early ("": it did not)
+	evalErr   *sgd.EvalError // an evaluation that failed (nil: none)
+	resumedAt int64          // the examples of the checkpoint it resumed from
 }
 
 // finishAlone writes a lone run's summary (report, metrics, log) and its
-// model file.
-func (cfg Config) finishAlone(sum sgd.Summary, bad int64, sampler *report.Sampler, rep *report.Writer, mt *metrics.Metrics) error {
+// model file: marked partial when the run stopped early (end.why), and
+// saved also when the evaluation after training failed.
+func (cfg Config) finishAlone(sum sgd.Summary, bad int64, sampler *report.Sampler, rep *report.Writer, mt *metrics.Metrics, end aloneEnd) error {
 	log, p := cfg.Log, cfg.Plan
 	p.Model.Examples += sum.Examples
 	if p.Scale != nil {
@@ -138,7 +207,20 @@ func (cfg Config) finishAlone(sum sgd.Summary, bad int64, sampler *report.Sample
 		// model_hash) needs no scaling to predict.
 		p.Model.Unscale(p.Scale.Scale, p.Scale.Shift)
 	}
-	if p.EpochsAuto {
+	if sum.BestEpoch > 0 {
+		p.Model.Examples += sum.BestExamples - sum.Examples // the kept model's
+		l := sum.HoldoutLoss
+		ev := log.Info().Int("epochs", sum.Epochs).Int("kept_epoch", sum.BestEpoch).Int64("holdout_rows", sum.HoldoutRows).
+			Float64("holdout_logloss", human.Round4(l[sum.BestEpoch-1])).Float64("holdout_logloss_last", human.Round4(l[len(l)-1]))
+		if sum.Converged {
+			ev.Msgf("--holdout: the held-out loss stopped improving; kept the model of epoch %d, its lowest", sum.BestEpoch)
+		} else {
+			ev.Msgf("--holdout: ran the most epochs (%d) with the held-out loss still improving; kept the model of epoch %d, its lowest (give --epochs for more)", p.Epochs, sum.BestEpoch)
+		}
+	} else if p.Holdout > 0 && sum.Epochs > 0 {
+		log.Warn().Int("holdout", p.Holdout).Msg("--holdout: fewer training rows than --holdout, so none was held out (--epochs auto stops on the training loss then)")
+	}
+	if p.EpochsAuto && sum.BestEpoch == 0 && end.why == "" {
 		ev := log.Info().Int("epochs", sum.Epochs)
 		if len(sum.EpochLoss) > 0 {
 			ev = ev.Float64("train_logloss", human.Round4(sum.EpochLoss[len(sum.EpochLoss)-1]))
@@ -162,25 +244,49 @@ func (cfg Config) finishAlone(sum sgd.Summary, bad int64, sampler *report.Sample
 	s := report.Summary{
 		Type: report.TypeSummary, Examples: sum.Examples, Seconds: sum.Seconds,
 		ExamplesPerSec: report.Num(sum.ExamplesPerSec), Epochs: sum.Epochs, Steps: sum.Steps,
+		KeptEpoch: sum.BestEpoch, HoldoutLogLoss: sum.HoldoutLoss,
 		Metrics:       reportMetrics(sum.Final),
 		ModelNonzeros: nonzeros, ModelHash: fmt.Sprintf("%016x", hash),
 		BadLines: bad, BatchesSkippedNonFinite: sum.SkippedNonFinite, Resources: res,
 		Peers: 1, Topology: "single", Mode: "local", Batch: cfg.Batch, Threads: cfg.Threads, Shards: p.Model.Layout.Shards, Owned: p.Model.Layout.Shards,
 	}
+	s.ResumedAtExamples = end.resumedAt
+	final, done := sum.Final, "done"
+	if end.why != "" {
+		markPartial(&s, end.why, 0)
+		s.StoppedAtEpoch, s.StoppedAtRow = sum.Stopped.Epoch+1, sum.Stopped.Rows
+		final, done = sgd.Metrics{}, "stopped before the end of training"
+		markAlonePartial(p.Model, end.why, sum.Stopped)
+	}
+	if end.evalErr != nil {
+		nan := report.Num(math.NaN())
+		s.Metrics = report.Metrics{TestLogLoss: nan, TestError: nan, TestAUC: nan, TestAccuracy: nan}
+		s.EvalFailed, final = end.evalErr.Error(), sgd.Metrics{}
+	}
 	if err := rep.Write(s); err != nil {
 		return err
 	}
 	mt.Summary(metrics.SummaryFigures{Examples: sum.Examples,
-		Eval:    metrics.EvalFigures{LogLoss: sum.Final.LogLoss, Error: sum.Final.Error, AUC: sum.Final.AUC},
-		HasEval: sum.Evaluated})
-	logMetrics(log.Info(), sum.Final).Str("examples", human.Count(float64(sum.Examples))).
+		Eval:    metrics.EvalFigures{LogLoss: final.LogLoss, Error: final.Error, AUC: final.AUC},
+		HasEval: sum.Evaluated && end.why == "" && end.evalErr == nil})
+	ev := log.Info()
+	if end.why != "" {
+		ev = log.Warn().Str("stopped", end.why).Int("epoch", sum.Stopped.Epoch+1).Int64("epoch_rows", sum.Stopped.Rows)
+	}
+	logMetrics(ev, final).Str("examples", human.Count(float64(sum.Examples))).
 		Float64("seconds", human.Round4(sum.Seconds)).Str("examples_per_sec", human.Count(sum.ExamplesPerSec)).
-		Int64("model_nonzeros", s.ModelNonzeros).Str("resources", res.String()).Msg("done")
+		Int64("model_nonzeros", s.ModelNonzeros).Str("resources", res.String()).Msg(done)
 	if cfg.Save != "" {
-		if err := p.Model.SaveFile(cfg.Save, model.SaveOptions{}); err != nil {
+		if err := p.Model.SaveFile(cfg.Save, model.SaveOptions{State: cfg.SaveState}); err != nil {
 			return fmt.Errorf("--save: %w", err)
 		}
-		log.Info().Str("file", cfg.Save).Msg("model saved")
+		if end.why != "" {
+			log.Warn().Str("file", cfg.Save).Bool("partial", true).Int("stopped_at_epoch", sum.Stopped.Epoch+1).
+				Int64("stopped_at_epoch_rows", sum.Stopped.Rows).Str("stopped", end.why).
+				Msg("model saved: partial, training stopped before its end")
+		} else {
+			log.Info().Str("file", cfg.Save).Msg("model saved")
+		}
 	}
 	return nil
 }

@@ -2,10 +2,11 @@ package job
 
 // The waiting phase of a distributed run: until the cluster has formed, a
 // peer says every few seconds what it has found and why the cluster has
-// not formed; it gives up after --wait-timeout, and at once when its
-// bootstrap peer refused it at the hello (its settings differ). The
-// hello's settings (node.Config.Spec) come from the model and flags here
-// too.
+// not formed; it gives up after --wait-timeout, at once when its
+// bootstrap peer refused it at the hello (its settings differ), and
+// RefusedGrace after it refused a peer of its job itself (the cluster may
+// still form without that peer meanwhile). The hello's settings
+// (node.Config.Spec) come from the model and flags here too.
 
 import (
 	"context"
@@ -36,6 +37,20 @@ import (
 // --wait-timeout 0 waits for ever.
 const DefaultWaitTimeout = 30 * time.Minute
 
+// RefusedGrace is how long a waiting peer that refused a peer of its job
+// at the hello (different settings: the two command lines differ) still
+// waits for the cluster to form without it before it fails, naming the
+// refused peer and every setting that differs. The refused peer fails at
+// once when this peer was its --peer (it cannot join through it), so
+// waiting --wait-timeout (30 minutes by default) for it only held the
+// machine; the grace lets compatible peers started with it (by hand, by an
+// instance group: seconds apart) still form the cluster
+// (TestDifferentDimRefusedAtConnect).
+const RefusedGrace = 10 * time.Second
+
+// refusedGrace is RefusedGrace; tests shorten it.
+var refusedGrace = RefusedGrace
+
 // clusterNode is what waitForCluster reads of a node (an interface, so a
 // test can script it).
 type clusterNode interface {
@@ -46,7 +61,8 @@ type clusterNode interface {
 // waitForCluster waits as waitAgreed does for the cluster to form, logging
 // every `every` (0: never) what this peer has found and why the cluster has
 // not formed yet. It fails when a bootstrap peer refused this peer at the
-// hello (this peer can never join through it: the commands differ), when
+// hello (this peer can never join through it: the commands differ),
+// refusedGrace after this peer refused a peer of its job (naming it), when
 // timeout passes (0: never), or when ctx ends.
 func waitForCluster(ctx context.Context, n clusterNode, min int, boot []string, timeout, every time.Duration, log zerolog.Logger) (node.State, error) {
 	wctx, cancel := context.WithCancel(ctx)
@@ -74,16 +90,35 @@ func waitForCluster(ctx context.Context, n clusterNode, min int, boot []string, 
 	}
 	// A refusal by a bootstrap peer happens within a second of dialling
 	// it; checking twice a second finds it without a notification path.
-	check := time.NewTicker(500 * time.Millisecond)
+	checkEvery := 500 * time.Millisecond
+	if refusedGrace/4 < checkEvery {
+		checkEvery = refusedGrace / 4
+	}
+	check := time.NewTicker(checkEvery)
 	defer check.Stop()
+	var grace <-chan time.Time
+	var refused node.Refusal
 	for {
 		select {
 		case r := <-done:
 			return r.st, r.err
 		case <-check.C:
-			if err := n.Diagnose().BootstrapRefusal(); err != nil {
+			d := n.Diagnose()
+			if err := d.BootstrapRefusal(); err != nil {
 				return node.State{}, fmt.Errorf("a --peer refused this peer at connect, so it cannot join the job through it: %w", err)
 			}
+			if i := slices.IndexFunc(d.Refused, func(r node.Refusal) bool { return !r.Bootstrap }); i >= 0 && grace == nil {
+				refused = d.Refused[i]
+				t := time.NewTimer(refusedGrace)
+				defer t.Stop()
+				grace = t.C
+				log.Warn().Str("peer", node.ShortID(refused.ID)).Err(refused.Err).Str("grace", refusedGrace.String()).
+					Msg("refused a peer of this job at connect (its settings differ): waiting only this long for the cluster to form without it")
+			}
+		case <-grace:
+			d := n.Diagnose()
+			return node.State{}, fmt.Errorf("refused peer %s at connect, and the cluster did not form without it within %v: %v; the peers of a job need the same settings: %s",
+				node.ShortID(refused.ID), refusedGrace, refused.Err, strings.Join(d.Reasons(), "; "))
 		case <-report:
 			LogDiagnosis(log, n.Diagnose())
 		case <-expired:

@@ -115,12 +115,21 @@ func TestWaitForCluster(t *testing.T) {
 			diagnosed{newScripted(view(true, "me")), node.Diagnosis{Job: "j", Members: 1, MinPeers: 2,
 				Refused: []node.Refusal{{ID: "c", Err: refused, At: time.Now()}}}},
 			300 * time.Millisecond, []string{"did not form within --wait-timeout 300ms", "1 of --min-peers 2 members", "refused peer", "--dim: this peer 7"}},
+		{"refused a peer that dialled it: the grace, not --wait-timeout, then fail naming it and the setting",
+			diagnosed{newScripted(view(true, "me")), node.Diagnosis{Job: "j", Members: 1, MinPeers: 2,
+				Refused: []node.Refusal{{ID: "12D3KooWLongPeerIdentityABCxyz", Err: refused, At: time.Now()}}}},
+			0, []string{"refused peer 12D3…ABCxyz at connect, and the cluster did not form without it within 200ms", "--dim: this peer 7"}},
 		{"a dead bootstrap peer: the timeout names the dial error",
 			diagnosed{newScripted(view(true, "me")), node.Diagnosis{Job: "j", Members: 1, MinPeers: 1, Agreed: true, Bootstrap: boot}},
 			300 * time.Millisecond, []string{"--wait-timeout 300ms", "--peer b: 3 dials failed, the last: connection refused (nothing listens)"}},
 	}
+	defer func(g time.Duration) { refusedGrace = g }(refusedGrace)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			refusedGrace = RefusedGrace
+			if strings.Contains(tt.name, "grace") {
+				refusedGrace = 200 * time.Millisecond
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			var logs bytes.Buffer

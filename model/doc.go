@@ -28,8 +28,18 @@
 //
 // Models are saved with Save/SaveFile (atomic: temp file, fsync, rename) and
 // read with Read/LoadFile; the format is versioned and checksummed (see
-// FormatVersion). AppendShard/LoadShard move one shard, with or without its
-// optimizer state, for handoff to a new owner.
+// FormatVersion). A file holds every weight or only the rows that are not
+// zero, whichever is smaller, so its size and load time follow the rows
+// training touched, not Dim; loading leaves the other rows' pages
+// untouched. AppendShard/LoadShard move one shard, with or without its
+// optimizer state, the same way (checkpoints). Export writes the nonzero
+// weights with their indices as json, npz or text for other tools;
+// WarmStart readies a loaded model to train on (train --init).
+//
+// The weights are one dense reservation of Layout.Len() floats:
+// CheckReservation says, before it is made, when it would not fit under
+// the process's address-space limit (ulimit -v), and the file readers
+// check the same.
 //
 // A Model is not safe for concurrent use.
 package model

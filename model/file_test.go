@@ -185,7 +185,7 @@ func TestLoadFileMessages(t *testing.T) {
 	}{
 		{"zip.gt", []byte("PK\x03\x04 this is a zip file, really"), ErrNotModel, "zip.gt: not a gossiptrain model file"},
 		{"empty.gt", nil, ErrNotModel, "empty.gt: not a gossiptrain model file"},
-		{"newer.gt", newer, ErrVersion, "newer.gt: format version 9 is newer than this binary (3)"},
+		{"newer.gt", newer, ErrVersion, "newer.gt: format version 9 is newer than this binary (4)"},
 		{"model.gt", flipped, ErrCorrupt, "model.gt: checksum mismatch (file corrupt or truncated)"},
 	} {
 		path := filepath.Join(dir, tc.name)

@@ -64,6 +64,10 @@ type Input struct {
 	Format string
 	// ZeroBased is --zero-based: libsvm feature indices start at 0.
 	ZeroBased bool
+	// SignedLabels says a binary model's training labels were written
+	// -1/+1 rather than 0/1, so its predicted labels are too (Label;
+	// saved from format version 4 on).
+	SignedLabels bool
 }
 
 // New returns a zero model with no shard owned. For Logreg classes must be 0
@@ -349,8 +353,9 @@ func (m *Model) Clone() *Model {
 }
 
 // Matches reports, wrapping ErrMismatch, how m differs from the shape a run
-// asks for (a --load'ed model against --model/--dim/--classes).
-func (m *Model) Matches(kind Kind, dim uint64, classes int) error {
+// asks for (a train --init model against --model, --dim, --classes and
+// --hidden), naming both values. hidden is ignored for the linear kinds.
+func (m *Model) Matches(kind Kind, dim uint64, classes, hidden int) error {
 	if kind == Logreg && classes == 0 {
 		classes = 2
 	}
@@ -361,6 +366,8 @@ func (m *Model) Matches(kind Kind, dim uint64, classes int) error {
 		return fmt.Errorf("%w: model has dim %d, run wants %d", ErrMismatch, m.Dim, dim)
 	case m.Classes != classes:
 		return fmt.Errorf("%w: model has %d classes, run wants %d", ErrMismatch, m.Classes, classes)
+	case kind == MLP && m.Hidden != hidden:
+		return fmt.Errorf("%w: model has %d hidden units, run wants %d", ErrMismatch, m.Hidden, hidden)
 	}
 	return nil
 }

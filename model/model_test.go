@@ -286,7 +286,7 @@ func TestMatches(t *testing.T) {
 		{Softmax, 785, 10, "dim 784"},
 		{Softmax, 784, 9, "10 classes"},
 	} {
-		err := m.Matches(tc.kind, tc.dim, tc.classes)
+		err := m.Matches(tc.kind, tc.dim, tc.classes, 0)
 		if tc.want == "" {
 			if err != nil {
 				t.Errorf("Matches(%v, %d, %d) = %v", tc.kind, tc.dim, tc.classes, err)

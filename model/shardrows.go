@@ -28,45 +28,14 @@ func (m *Model) StateWidth(withState bool) int {
 // rows of StateWidth(withState) values (withState needs s owned here). It
 // returns the width.
 func (m *Model) ExportRows(s int, withState bool, dst *Sparse) int {
-	l := &m.Layout
 	if withState && m.State[s] == nil {
 		panic(fmt.Sprintf("model: exporting the state of shard %d, which is not owned here", s))
 	}
-	w := l.Width
-	spw := m.Opt.Kind.StatePerWeight()
-	lo, _ := l.ShardRange(s)
-	st := m.State[s]
-	n := l.shardRows(s)
-	// Rows whose weights lie in pages never written are zero, and so is
-	// their state (every write of a row's state writes its weights too):
-	// skipped unread, as Hash does.
-	var untouched [][2]int
-	untouchedRuns(m.W[lo:lo+n*w], func(a, b int, zero bool) {
-		if zero {
-			untouched = append(untouched, [2]int{a, b})
-		}
-	})
-	for slot := 0; slot < n; slot++ {
-		off := slot * w
-		for len(untouched) > 0 && untouched[0][1] < off+w {
-			untouched = untouched[1:]
-		}
-		if len(untouched) > 0 && untouched[0][0] <= off {
-			slot = untouched[0][1]/w - 1 // the last row wholly in the run
-			continue
-		}
-		row := m.W[lo+slot*w : lo+(slot+1)*w]
-		var srow []float32
-		if withState {
-			srow = st[slot*w*spw : (slot+1)*w*spw]
-		}
-		if allZero(row) && allZero(srow) {
-			continue
-		}
-		dst.Idx = append(dst.Idx, l.Feature(s, slot))
+	m.visitRows(s, withState, anyValue, func(k uint32, row, srow []float32) {
+		dst.Idx = append(dst.Idx, k)
 		dst.Val = append(dst.Val, row...)
 		dst.Val = append(dst.Val, srow...)
-	}
+	})
 	return m.StateWidth(withState)
 }
 

@@ -22,7 +22,87 @@ type Config struct {
 	Mode       string // "local", "sync", "ssp" or "async"
 	Batch      int    // examples per worker step
 	LocalSteps int    // batches in a window of local steps (0 and 1: a gradient every batch)
-	Peers      []*Run // ordered by peer ID, then file path
+	// Run names the run the peers belong to (runOf): their job and, when
+	// it is not one run, directory; a lone train's report file.
+	Run   string
+	Peers []*Run // ordered by peer ID, then file path
+}
+
+// shortRunNames shortens run names (runOf's) to their last path
+// elements, as few as keep them apart: /tmp/x/run1 and /tmp/x/run2 are
+// run1 and run2 in a configuration's name.
+func shortRunNames(runs []string) []string {
+	split := func(r string) (job string, parts []string) {
+		if j, path, ok := strings.Cut(r, "@"); ok {
+			job = j + "@"
+			r = path
+		}
+		return job, strings.Split(filepath.ToSlash(r), "/")
+	}
+	out := make([]string, len(runs))
+	for k := 1; ; k++ {
+		seen, longest := map[string]bool{}, true
+		for i, r := range runs {
+			job, parts := split(r)
+			out[i] = job + strings.Join(parts[max(0, len(parts)-k):], "/")
+			longest = longest && k >= len(parts)
+			seen[out[i]] = true
+		}
+		if len(seen) == len(runs) || longest {
+			return out
+		}
+	}
+}
+
+// runOf names the run of each report (names: each one's configuration),
+// so unrelated runs are not merged into one configuration: a lone train's
+// report (single/local, no --job) is a run of its own, named by its file
+// (without .jsonl); the peers of a job in one configuration are one run,
+// named by the job (reports of older versions, with no job on their start
+// line: all one job), unless their reports lie in several directories of
+// which one holds two or more of them: a directory is then one run (as
+// cluster, bench and launch write them), named job@directory. Reports of
+// one run copied one per directory (vm1/peer.jsonl, vm2/peer.jsonl) stay
+// one run.
+func runOf(runs []*Run, names []string) []string {
+	job := func(r *Run) string {
+		if r.Start != nil {
+			return r.Start.Config["job"]
+		}
+		return ""
+	}
+	alone := func(i int) bool { return strings.HasPrefix(names[i], "single/local/") && job(runs[i]) == "" }
+	type jobKey struct{ name, job string }
+	perDir := map[[3]string]int{}
+	dirs := map[jobKey]map[string]bool{}
+	for i, r := range runs {
+		if k := (jobKey{names[i], job(r)}); !alone(i) {
+			d := filepath.Dir(r.Path)
+			perDir[[3]string{k.name, k.job, d}]++
+			if dirs[k] == nil {
+				dirs[k] = map[string]bool{}
+			}
+			dirs[k][d] = true
+		}
+	}
+	split := map[jobKey]bool{}
+	for k, n := range perDir {
+		if jk := (jobKey{k[0], k[1]}); n > 1 && len(dirs[jk]) > 1 {
+			split[jk] = true
+		}
+	}
+	out := make([]string, len(runs))
+	for i, r := range runs {
+		switch j := job(r); {
+		case alone(i):
+			out[i] = strings.TrimSuffix(r.Path, ".jsonl")
+		case split[jobKey{names[i], j}]:
+			out[i] = j + "@" + filepath.Dir(r.Path)
+		default:
+			out[i] = j
+		}
+	}
+	return out
 }
 
 // ConfigName is the name GroupRuns gives the configuration of a topology,
@@ -43,6 +123,10 @@ func windowName(name string, localSteps int) string {
 // batch), read from each run's summary line and, where the summary lacks
 // them (a single-peer run, a crashed peer), from its start line's flags.
 // A run with neither topology nor mode anywhere is a single-peer local run.
+// Reports of different runs are never one configuration, even with the
+// same topology, mode and batch (runOf: a job's peers, a lone train's
+// file); when a configuration has several runs each gets a row, its name
+// followed by its run (TestGroupRunsKeepsRunsApart).
 //
 // The order is stable and independent of the input order: topologies
 // single, master, ring (then others by name), modes local, sync, ssp, async,
@@ -51,22 +135,45 @@ func windowName(name string, localSteps int) string {
 // ID appears twice in a configuration (the same file given twice, or two
 // runs of one configuration mixed).
 func GroupRuns(runs []*Run) ([]*Config, error) {
-	byName := map[string]*Config{}
+	type key struct{ name, run string }
+	byKey := map[key]*Config{}
+	runsOf := map[string][]string{} // configuration name -> its runs, in order
 	var cfgs []*Config
-	for _, r := range runs {
+	names := make([]string, len(runs))
+	for i, r := range runs {
 		topo, mode, batch, err := runKey(r)
 		if err != nil {
 			return nil, err
 		}
+		names[i] = windowName(ConfigName(topo, mode, batch), runLocalSteps(r))
+	}
+	ofRun := runOf(runs, names)
+	for i, r := range runs {
+		topo, mode, batch, _ := runKey(r)
 		h := runLocalSteps(r)
-		name := windowName(ConfigName(topo, mode, batch), h)
-		c := byName[name]
+		name := names[i]
+		k := key{name, ofRun[i]}
+		c := byKey[k]
 		if c == nil {
-			c = &Config{Name: name, Topology: topo, Mode: mode, Batch: batch, LocalSteps: h}
-			byName[name] = c
+			c = &Config{Name: name, Topology: topo, Mode: mode, Batch: batch, LocalSteps: h, Run: k.run}
+			byKey[k] = c
+			runsOf[name] = append(runsOf[name], k.run)
 			cfgs = append(cfgs, c)
 		}
 		c.Peers = append(c.Peers, r)
+	}
+	short := map[string]string{}
+	for _, rs := range runsOf {
+		if len(rs) > 1 {
+			for i, l := range shortRunNames(rs) {
+				short[rs[i]] = l
+			}
+		}
+	}
+	for _, c := range cfgs {
+		if len(runsOf[c.Name]) > 1 {
+			c.Name += " (" + short[c.Run] + ")"
+		}
 	}
 	for _, c := range cfgs {
 		sort.SliceStable(c.Peers, func(i, j int) bool {

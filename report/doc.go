@@ -26,7 +26,7 @@
 // which is what "gossiptrain report" and "gossiptrain bench" run:
 //
 //	runs := []*report.Run{}              // report.ReadFile for every peer's file
-//	cfgs, err := report.GroupRuns(runs)  // configurations by topology/mode/batch
+//	cfgs, err := report.GroupRuns(runs)  // configurations by topology/mode/batch, run by run
 //	bs := report.Summarize(cfgs)         // figures by configuration and by peer
 //	err = report.WriteBench(dir, cfgs)   // bench.json, plots (PNG, SVG), report.md
 //

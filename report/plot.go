@@ -4,10 +4,12 @@ import (
 	"fmt"
 	"image/color"
 	"math"
+	"os"
 	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -60,7 +62,7 @@ func Plot(dir string, bs []BenchConfig, o Options) ([]PlotFile, error) {
 		f := PlotFile{Name: name, Title: p.Title.Text, PNG: name + ".png", SVG: name + ".svg"}
 		w, h := vg.Length(o.PlotWidth)*vg.Centimeter, vg.Length(o.PlotHeight)*vg.Centimeter
 		for _, file := range []string{f.PNG, f.SVG} {
-			if err := p.Save(w, h, filepath.Join(dir, file)); err != nil {
+			if err := savePlot(p, w, h, filepath.Join(dir, file)); err != nil {
 				return fmt.Errorf("report: plot %s: %w", file, err)
 			}
 		}
@@ -126,10 +128,9 @@ var (
 
 // curves plots a test figure of every configuration's curve against
 // examples or seconds (see curveSeries for how coinciding curves stay
-// visible). The error's y axis starts at 0: an error of 21.2-21.3% drawn
-// on an axis of its own range made noise look like a trend. The
-// log-loss's axis fits the curves (from 0 it flattened a fall from 0.50 to
-// 0.46 into a line), and against time it draws each configuration's
+// visible). The y axis fits the curves (fitY: from 0 it flattened a fall
+// of the log-loss from 0.50 to 0.46, or of the error from 24% to 21%, into
+// a line), and against time the log-loss plot draws each configuration's
 // target (time to accuracy).
 func curves(bs []BenchConfig, o Options, m metric, seconds bool) (*plot.Plot, error) {
 	title, x := m.name+" vs training examples", "training examples, all peers"
@@ -170,37 +171,13 @@ func curves(bs []BenchConfig, o Options, m metric, seconds bool) (*plot.Plot, er
 		p.Legend.Add(s.label, l, sc)
 	}
 	p.X.Min = 0 // how soon each configuration got there
-	p.Y.Min = 0
-	p.Y.Max = hi * 1.1
-	if hi <= 0 {
-		p.Y.Max = 1
-	}
-	if m.max > 0 {
-		p.Y.Max = math.Min(p.Y.Max, m.max)
-	}
-	if m.name == testLogLoss.name && hi > lo {
-		// Fitted to where the curves spend their time: up to three times
-		// the third quartile's height above the lowest point, so an early
-		// spike (the first evaluation of an untrained model) does not
-		// squash the part where configurations differ.
-		var vs []float64
-		for _, s := range ss {
-			for _, xy := range s.xys {
-				vs = append(vs, xy.Y)
-			}
+	var vs []float64
+	for _, s := range ss {
+		for _, xy := range s.xys {
+			vs = append(vs, xy.Y)
 		}
-		slices.Sort(vs)
-		q3 := vs[3*(len(vs)-1)/4]
-		top := math.Min(hi, lo+3*(q3-lo))
-		for _, t := range targets {
-			top = math.Max(top, t)
-		}
-		if top <= lo {
-			top = hi
-		}
-		pad := 0.08 * (top - lo)
-		p.Y.Min, p.Y.Max = math.Max(0, lo-pad), top+pad
 	}
+	fitY(p, vs, targets, m.max)
 	for _, t := range targets {
 		xmax := 0.0
 		for _, s := range ss {
@@ -217,8 +194,46 @@ func curves(bs []BenchConfig, o Options, m metric, seconds bool) (*plot.Plot, er
 		p.Add(l)
 		p.Legend.Add(fmt.Sprintf("target %.4f", t), l)
 	}
-	fitLegend(p, len(ss), o)
 	return p, nil
+}
+
+// minSpanShare is the smallest span fitY gives a y axis, as a share of its
+// top: an error of 21.2-21.3% on an axis of its own 0.1 points made noise
+// look like a trend.
+const minSpanShare = 0.1
+
+// fitY fits p's y axis to the values vs (and must, values that must show:
+// targets), within [0, limit] (limit 0: no upper bound): up to three times
+// the third quartile's height above the lowest value, so an early spike
+// (the first evaluation of an untrained model) does not squash the part
+// where configurations differ, at least minSpanShare of the top high, with
+// 8% of the span as padding (TestCurvePlots).
+func fitY(p *plot.Plot, vs, must []float64, limit float64) {
+	if len(vs) == 0 {
+		return
+	}
+	vs = slices.Sorted(slices.Values(vs))
+	lo, hi := vs[0], vs[len(vs)-1]
+	q3 := vs[3*(len(vs)-1)/4]
+	top := math.Min(hi, lo+3*(q3-lo))
+	if top <= lo {
+		top = hi
+	}
+	for _, t := range must {
+		lo, top = math.Min(lo, t), math.Max(top, t)
+	}
+	if min := minSpanShare * math.Abs(top); top-lo < min {
+		mid := (top + lo) / 2
+		lo, top = mid-min/2, mid+min/2
+	}
+	if top <= lo { // every value 0
+		lo, top = 0, 1
+	}
+	pad := 0.08 * (top - lo)
+	p.Y.Min, p.Y.Max = math.Max(0, lo-pad), top+pad
+	if limit > 0 {
+		p.Y.Max = math.Min(p.Y.Max, limit)
+	}
 }
 
 // series is one configuration's curve as a plot draws it.
@@ -371,7 +386,6 @@ func peerNetOutBars(bs []BenchConfig, o Options) (*plot.Plot, error) {
 	}
 	p.NominalX(names...)
 	p.Y.Max = headroom(all)
-	fitLegend(p, k, o)
 	return p, nil
 }
 
@@ -395,6 +409,7 @@ func throughputVsBatch(bs []BenchConfig, o Options) (*plot.Plot, error) {
 		p.X.Tick.Marker = plot.LogTicks{Prec: -1}
 	}
 	var keys []string
+	var vs []float64
 	series := map[string]plotter.XYs{}
 	for _, b := range bs { // bs is in GroupRuns order: batches ascending within a topology/mode
 		k := b.Topology + "/" + b.Mode
@@ -403,6 +418,7 @@ func throughputVsBatch(bs []BenchConfig, o Options) (*plot.Plot, error) {
 		}
 		if v := float64(b.ExamplesPerSec); !math.IsNaN(v) && !math.IsInf(v, 0) {
 			series[k] = append(series[k], plotter.XY{X: float64(b.Batch), Y: v})
+			vs = append(vs, v)
 		}
 	}
 	for i, k := range keys {
@@ -421,23 +437,59 @@ func throughputVsBatch(bs []BenchConfig, o Options) (*plot.Plot, error) {
 		p.Add(l, s)
 		p.Legend.Add(k, l, s)
 	}
-	p.Legend.Left = true
-	p.Y.Min = 0
-	fitLegend(p, len(keys), o)
+	fitY(p, vs, nil, 0)
 	return p, nil
 }
 
-// fitLegend raises the y axis's maximum so that a legend of n entries at
-// the top of a plot o.PlotHeight high sits above the data, not on it.
-func fitLegend(p *plot.Plot, n int, o Options) {
-	data := o.PlotHeight*float64(vg.Centimeter) - 90 // points left for data: title and x axis take ~90
-	f := math.Min((14*float64(n)+10)/math.Max(data, 1), 0.6)
-	span := p.Y.Max - p.Y.Min
-	if span <= 0 {
-		span = math.Max(math.Abs(p.Y.Max), 1)
+// savePlot writes p into file (PNG or SVG, by its extension), w by h, with
+// its legend outside the data: in a column on the right of the axes, so
+// no legend hides a curve or a bar, and with a margin on the right so the
+// last x tick label, centred on the axis's end, is not cut off
+// (TestPlotLegendOutsideTheData).
+func savePlot(p *plot.Plot, w, h vg.Length, file string) error {
+	format := strings.TrimPrefix(strings.ToLower(filepath.Ext(file)), ".")
+	c, err := draw.NewFormattedCanvas(w, h, format)
+	if err != nil {
+		return err
 	}
-	p.Y.Max += span * f / (1 - f)
+	legend := p.Legend
+	p.Legend = plot.NewLegend()
+	defer func() { p.Legend = legend }()
+	axes, key, hasKey := plotLayout(p, &legend, draw.New(c))
+	p.Draw(axes)
+	if hasKey {
+		legend.Top, legend.Left = true, true
+		legend.Draw(key)
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if _, err := c.WriteTo(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
+
+// plotLayout splits canvas c between p's title, axes and data (axes) and
+// its legend (key, when it has entries: a column right of the axes, below
+// the title).
+func plotLayout(p *plot.Plot, legend *plot.Legend, c draw.Canvas) (axes, key draw.Canvas, hasKey bool) {
+	right := legendGap
+	lw := legend.Rectangle(c).Size().X
+	if lw > 0 {
+		right = min(lw+2*legendGap, c.Size().X/2)
+	}
+	axes = draw.Crop(c, 0, -right, 0, 0)
+	top := p.Title.TextStyle.Rectangle(p.Title.Text).Size().Y + p.Title.Padding + legendGap
+	key = draw.Crop(c, c.Size().X-right+legendGap, 0, 0, -top)
+	return axes, key, lw > 0
+}
+
+// legendGap is the space between the axes and the legend, and the margin
+// right of a plot without one.
+const legendGap = vg.Length(0.5 * vg.Centimeter)
 
 // barWidth fits n groups of k bars into a plot about 14 cm wide.
 func barWidth(n, k int) vg.Length {

@@ -81,7 +81,6 @@ func speedupVsPeers(bs []BenchConfig, o Options) (*plot.Plot, error) {
 	p.X.Tick.Marker = ticks
 	p.Y.Tick.Marker = stepTicks{n: 6}
 	p.Legend.Left = true
-	fitLegend(p, len(keys)+1, o)
 	return p, nil
 }
 

@@ -128,7 +128,12 @@ type Summary struct {
 	Seconds        float64 `json:"seconds"`
 	ExamplesPerSec Num     `json:"examples_per_sec"`
 	Epochs         int     `json:"epochs"`
-	Steps          int64   `json:"steps"`
+	// KeptEpoch is the epoch whose model was kept, the lowest held-out
+	// loss (--holdout; 0: the last), and HoldoutLogLoss the held-out
+	// loss after each epoch.
+	KeptEpoch      int       `json:"kept_epoch,omitempty"`
+	HoldoutLogLoss []float64 `json:"holdout_logloss,omitempty"`
+	Steps          int64     `json:"steps"`
 	Metrics
 	ModelNonzeros int64  `json:"model_nonzeros"`
 	ModelHash     string `json:"model_hash,omitempty"`
@@ -183,7 +188,17 @@ type Summary struct {
 	// it out of the model-hash comparison.
 	Partial   bool   `json:"partial"`
 	StoppedAt int64  `json:"stopped_at_round,omitempty"` // partial: the rounds it completed
-	Stopped   string `json:"stopped,omitempty"`          // partial: "left", "interrupted" or "job stopped"
+	Stopped   string `json:"stopped,omitempty"`          // partial: "left", "interrupted", "job stopped" or "evaluation failed"
+	// A standalone run that stopped early says where in its data: the
+	// epoch in progress (1-based) and the rows of it trained on.
+	StoppedAtEpoch int   `json:"stopped_at_epoch,omitempty"`
+	StoppedAtRow   int64 `json:"stopped_at_epoch_rows,omitempty"`
+	// ResumedAtExamples is the examples a standalone --resume's
+	// checkpoint had trained on (its Examples count this run's only).
+	ResumedAtExamples int64 `json:"resumed_at_examples,omitempty"`
+	// EvalFailed is the error of a final evaluation that failed after
+	// training: the model was saved, its test metrics are null.
+	EvalFailed string `json:"eval_failed,omitempty"`
 	// Connections says, for every peer of the job this peer was connected
 	// to, how their traffic travelled: "direct", "hole_punched" (direct
 	// after a hole punch through NATs) or "relayed" (through a --relay peer).

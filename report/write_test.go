@@ -17,6 +17,8 @@ import (
 	"testing"
 
 	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
 )
 
 // checkPNG fails unless path is a PNG image with a positive size.
@@ -259,10 +261,12 @@ func TestMarkdownShowsEffectiveValues(t *testing.T) {
 	}
 }
 
-// The curve plots start their y axis at 0, so a flat 21.2-21.3% error is
-// drawn flat rather than zoomed into a trend; curves that coincide (sync
-// master and ring) are all visible: each copy is drawn thinner with
-// smaller markers, and its legend entry names the curve it repeats.
+// The curve plots fit their y axis to the curves (from 0 a fall of the
+// error from 25% to 21.5% was a flat line, issue 33), but give it at
+// least a tenth of its top, so a flat 21.2-21.3% error is drawn flat
+// rather than zoomed into a trend; curves that coincide (sync master and
+// ring) are all visible: each copy is drawn thinner with smaller markers,
+// and its legend entry names the curve it repeats.
 func TestCurvePlots(t *testing.T) {
 	curve := func(errs ...float64) []CurvePoint {
 		var c []CurvePoint
@@ -282,8 +286,12 @@ func TestCurvePlots(t *testing.T) {
 	if err != nil || p == nil {
 		t.Fatalf("curves: %v, %v", p, err)
 	}
-	if p.Y.Min != 0 || p.Y.Max < 25 || p.Y.Max > 100 {
-		t.Errorf("y axis %g..%g: want it from 0 to above the largest error (25%%), at most 100", p.Y.Min, p.Y.Max)
+	if !(p.Y.Min > 15 && p.Y.Min < 21.25) || !(p.Y.Max > 22 && p.Y.Max < 30) {
+		t.Errorf("y axis %g..%g: want it fitted to the curves' 21.25-25%%, not from 0", p.Y.Min, p.Y.Max)
+	}
+	flat, err := curves(bs[:2], DefaultOptions(), testError, false)
+	if err != nil || flat.Y.Min > 21.25 || flat.Y.Max < 21.31 || flat.Y.Max-flat.Y.Min < 0.1*21.31 {
+		t.Errorf("a flat 21.25-21.31%% error on an axis %g..%g (%v): want the values inside a span of at least 2.1 points", flat.Y.Min, flat.Y.Max, err)
 	}
 	ss, _ := curveSeries(bs, testError, false)
 	if len(ss) != 3 || ss[1].same != 0 || ss[2].same != -1 || !(ss[0].width > ss[1].width) || !(ss[0].radius > ss[1].radius) ||
@@ -341,5 +349,43 @@ func TestStepTicks(t *testing.T) {
 		if !slices.Equal(got, c.want) {
 			t.Errorf("ticks of %g..%g: %v, want %v", c.lo, c.hi, got, c.want)
 		}
+	}
+}
+
+// A plot's legend is drawn in a column right of its axes, never over the
+// data, and the plot leaves room right of the x axis for its last tick
+// label (issue 33: the legend hid a corner of the curves, the last label
+// was cut off).
+func TestPlotLegendOutsideTheData(t *testing.T) {
+	bs := []BenchConfig{
+		{Name: "master/sync/b100", Curve: []CurvePoint{{Examples: 1000, Seconds: 1, Metrics: Metrics{TestError: 0.3}}, {Examples: 2000, Seconds: 2, Metrics: Metrics{TestError: 0.2}}}},
+		{Name: "ring/async/b100 (a run with a long name)", Curve: []CurvePoint{{Examples: 1500, Seconds: 1, Metrics: Metrics{TestError: 0.25}}}},
+	}
+	p, err := curves(bs, DefaultOptions(), testError, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := DefaultOptions()
+	w, h := vg.Length(o.PlotWidth)*vg.Centimeter, vg.Length(o.PlotHeight)*vg.Centimeter
+	c := draw.New(vgimg.New(w, h))
+	legend := p.Legend
+	axes, key, hasKey := plotLayout(p, &legend, c)
+	data := p.DataCanvas(axes)
+	if !hasKey || key.Min.X < data.Max.X+legendGap/2 || legend.Rectangle(key).Max.X > c.Max.X {
+		t.Errorf("legend at x %v..%v, data up to %v, canvas %v: want the legend whole, right of the data", key.Min.X, legend.Rectangle(key).Max.X, data.Max.X, c.Max.X)
+	}
+	ticks := p.X.Tick.Marker.Ticks(p.X.Min, p.X.Max)
+	last := ticks[len(ticks)-1]
+	for i := len(ticks) - 1; i >= 0 && last.Label == ""; i-- {
+		last = ticks[i]
+	}
+	half := p.X.Tick.Label.Rectangle(last.Label).Size().X / 2
+	if x := data.X(p.X.Norm(last.Value)); x+half > c.Max.X {
+		t.Errorf("the last x label %q ends at %v, beyond the canvas (%v)", last.Label, x+half, c.Max.X)
+	}
+	dir := t.TempDir()
+	files, err := Plot(dir, bs, o)
+	if err != nil || len(files) == 0 {
+		t.Fatalf("Plot: %v, %v", files, err)
 	}
 }

@@ -15,7 +15,7 @@ go test -count=1 -timeout 20m ./...
 # the protocol simulator: it runs the core (which starts no goroutine,
 # node/train/arch_test.go) on one goroutine, and its seeds took 9 minutes
 # under the detector for nothing it could find.
-race_pkgs=$(go list ./... | grep -E '/(sgd|report|gossip|node|cluster|metrics)(/|$)' | grep -v '/node/train/sim$' || true)
+race_pkgs=$(go list ./... | grep -E '/(sgd|report|gossip|node|cluster|metrics|job)(/|$)' | grep -v '/node/train/sim$' || true)
 if [ -n "$race_pkgs" ]; then
   echo "== go test -race"
   go test -count=1 -race -timeout 20m $race_pkgs

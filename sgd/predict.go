@@ -39,6 +39,28 @@ func (s *Scorer) Row(idx []uint32, val []float32, raw bool) []float64 {
 	return s.p
 }
 
+// Class returns the class the last Row predicts, as Evaluate counts it
+// right or wrong: for Logreg 1 when the margin is > 0 (P(y=1) > 0.5),
+// else 0; otherwise the first class of the highest probability. Call it
+// after Row, raw or not.
+func (s *Scorer) Class() int {
+	if s.m.Kind == model.Logreg {
+		if s.z[0] > 0 {
+			return 1
+		}
+		return 0
+	}
+	copy(s.p, s.z)
+	softmax(s.p)
+	best := 0
+	for c, p := range s.p {
+		if p > s.p[best] {
+			best = c
+		}
+	}
+	return best
+}
+
 // probabilities turns logits z (len outputs) into probabilities in place,
 // as Evaluate does: sigmoid for Logreg, softmax otherwise.
 func probabilities(kind model.Kind, z []float64) {

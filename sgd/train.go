@@ -33,9 +33,21 @@ type Config struct {
 	StopTol float64
 	// MinEpochs is the fewest epochs run when StopTol is set.
 	MinEpochs int
+	// Holdout, when >= 2, holds out every Holdout-th row of each epoch
+	// (never trained on) and stops on their loss instead of StopTol's
+	// rule: after Patience whole epochs in a row that do not improve the
+	// best held-out loss by more than HoldoutTol of it, returning the best
+	// epoch's model (holdout.go). 0: no row is held out. With fewer rows
+	// than Holdout nothing is held out and StopTol's rule applies.
+	Holdout    int
+	Patience   int
+	HoldoutTol float64
 	// EvalEvery evaluates on the test set each time this many more training
 	// examples have been seen; 0 evaluates only at the end.
 	EvalEvery int64
+	// EvalEachEpoch also evaluates at the end of every whole epoch (the
+	// last one's is the final evaluation).
+	EvalEachEpoch bool
 	// EvalBatch is the number of rows per batch while evaluating; it only
 	// trades memory for per-call overhead.
 	EvalBatch int
@@ -56,6 +68,34 @@ type Config struct {
 	NonFinite NonFinite
 	// Now is the clock; nil means time.Now. Tests inject a fake one.
 	Now func() time.Time
+	// Start, when not nil, is where a run resumed from a checkpoint
+	// begins: its epoch, with the rows of it trained before read and
+	// skipped, and the loss figures StopTol goes on from. The model holds
+	// the weights, optimizer state and step of that point.
+	Start *Position
+	// CheckpointEvery, when > 0, calls Hooks.Checkpoint between steps
+	// about this often.
+	CheckpointEvery time.Duration
+}
+
+// Position is where a run is in its training data, between two steps: the
+// epoch in progress and how far into it, and what --epochs auto (StopTol)
+// needs to decide as an uninterrupted run would. A run resumed at a
+// Position (Config.Start) with the model saved there, one thread or many,
+// trains the model an uninterrupted run does, bit for bit
+// (e2e: TestTrainAloneResumesBitIdentical).
+type Position struct {
+	Epoch int   // 0-based epoch in progress (the epochs before it are whole)
+	Rows  int64 // rows of it trained on (or skipped as not finite)
+	// EpochLoss is the training loss of each whole epoch before Epoch.
+	EpochLoss []float64
+	// LossSum and Examples are the training loss sum and the examples of
+	// the rows of epoch Epoch trained on.
+	LossSum  float64
+	Examples int64
+	// RunExamples is the examples this Train call trained on (the run's,
+	// not the epoch's; not needed to resume).
+	RunExamples int64
 }
 
 // DefaultConfig returns the defaults, with the reason for each.
@@ -78,6 +118,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: epochs %d, want >= 1", ErrConfig, c.Epochs)
 	case c.StopTol < 0 || c.StopTol != c.StopTol:
 		return fmt.Errorf("%w: stop tolerance %v, want >= 0 (0 = run every epoch)", ErrConfig, c.StopTol)
+	case c.Holdout < 0 || c.Holdout == 1:
+		return fmt.Errorf("%w: holdout %d, want 0 (none) or >= 2 (every N-th row)", ErrConfig, c.Holdout)
+	case c.Patience < 0:
+		return fmt.Errorf("%w: patience %d, want >= 0", ErrConfig, c.Patience)
+	case c.HoldoutTol < 0 || c.HoldoutTol != c.HoldoutTol || c.HoldoutTol >= 1:
+		return fmt.Errorf("%w: holdout tolerance %v, want in [0, 1)", ErrConfig, c.HoldoutTol)
 	case c.MinEpochs < 0:
 		return fmt.Errorf("%w: min epochs %d, want >= 0", ErrConfig, c.MinEpochs)
 	case c.EvalEvery < 0:
@@ -131,6 +177,10 @@ type Hooks struct {
 	// Skipped is told of every batch skipped as not finite
 	// (SkipNonFinite).
 	Skipped func(*NonFiniteError)
+	// Checkpoint is called about every Config.CheckpointEvery with the
+	// position after the last step, while the model is as that step left
+	// it; an error stops training.
+	Checkpoint func(Position) error
 }
 
 // Summary is what a Train run did.
@@ -147,8 +197,18 @@ type Summary struct {
 	// weights it was trained on. Rows with importance weights add w·loss
 	// (the sum is still over examples, as the gradient's mean is).
 	TrainLoss float64
-	// Converged is true when StopTol ended training before Epochs.
+	// Converged is true when StopTol's rule, or the held-out loss
+	// (Config.Holdout), ended training before Epochs.
 	Converged bool
+	// HoldoutRows is the rows held out (Config.Holdout) and HoldoutLoss
+	// their mean log-loss after each whole epoch, in order; BestEpoch is
+	// the 1-based epoch whose model Train returned (the lowest held-out
+	// loss; 0: nothing held out) and BestExamples the training examples
+	// that model had seen (Examples counts every one trained on).
+	HoldoutRows  int64
+	HoldoutLoss  []float64
+	BestEpoch    int
+	BestExamples int64
 	// EpochLoss is the training loss of each whole epoch (see
 	// Config.StopTol), in order.
 	EpochLoss []float64
@@ -161,7 +221,21 @@ type Summary struct {
 	// or loss was not finite (SkipNonFinite); their rows are in neither
 	// Examples nor TrainLoss.
 	SkippedNonFinite int64
+	// Stopped is the position Train returned at: where a run cut short
+	// (cancelled, or failed) would resume.
+	Stopped Position
+	// Trained is true when every epoch was trained (or StopTol ended
+	// them), whether or not the final evaluation then succeeded.
+	Trained bool
 }
+
+// EvalError is an evaluation on the test set that failed: the test data
+// could not be opened or read. Train returns it with the model as the
+// training before it left it, so a caller can still save that model.
+type EvalError struct{ Err error }
+
+func (e *EvalError) Error() string { return "test data: " + e.Err.Error() }
+func (e *EvalError) Unwrap() error { return e.Err }
 
 // Train runs the local (single-peer) SGD loop on m, which it makes own every
 // shard. For each epoch e (0-based) it calls open(e) and reads batches of
@@ -203,8 +277,13 @@ func Train(ctx context.Context, m *model.Model, cfg Config, open func(epoch int)
 	}
 	m.OwnAll()
 	t.start = t.now()
-	t.lastProgress = t.start
+	t.lastProgress, t.lastCheckpoint = t.start, t.start
 	t.nextEval = cfg.EvalEvery
+	if st := cfg.Start; st != nil {
+		t.epoch, t.skipRows = st.Epoch, st.Rows
+		t.sum.Epochs, t.sum.EpochLoss = st.Epoch, slices.Clone(st.EpochLoss)
+		t.startLoss, t.startExamples = st.LossSum, st.Examples
+	}
 	err := t.run(ctx)
 	t.finish()
 	return t.sum, err
@@ -251,6 +330,22 @@ type trainer struct {
 	// skipped (resuming from a checkpoint mid-epoch).
 	epochRows int64
 	skipRows  int64
+	// The training loss sum and examples at the start of the epoch in
+	// progress (less a resumed epoch's figures before the resume:
+	// startLoss, startExamples), for its EpochLoss and Position.
+	epochLoss0     float64
+	epochExamples0 int64
+	startLoss      float64
+	startExamples  int64
+	lastCheckpoint time.Time
+
+	// Early stopping on held-out rows (holdout.go): the rows held out,
+	// the best held-out loss, the model that had it, and the whole
+	// epochs since.
+	held     *data.Batch
+	bestLoss float64
+	best     undoLog
+	worse    int
 }
 
 func (t *trainer) run(ctx context.Context) error {
@@ -259,22 +354,35 @@ func (t *trainer) run(ctx context.Context) error {
 		if t.cfg.MaxExamples > 0 && t.sum.Examples >= t.cfg.MaxExamples {
 			break
 		}
-		lossBefore, examplesBefore := t.lossSum, t.sum.Examples
+		t.epochLoss0, t.epochExamples0 = t.lossSum-t.startLoss, t.sum.Examples-t.startExamples
+		t.startLoss, t.startExamples = 0, 0
 		whole, err := t.runEpoch(ctx)
 		if err != nil {
+			t.keepBest() // a run stopped (cancelled) returns its best epoch's model too
 			return err
 		}
 		if whole {
 			t.sum.Epochs++
-			if n := t.sum.Examples - examplesBefore; n > 0 {
-				t.sum.EpochLoss = append(t.sum.EpochLoss, (t.lossSum-lossBefore)/float64(n))
+			if n := t.sum.Examples - t.epochExamples0; n > 0 {
+				t.sum.EpochLoss = append(t.sum.EpochLoss, (t.lossSum-t.epochLoss0)/float64(n))
 			}
-			if t.converged() {
+			stop, err := t.holdoutEpoch()
+			if err != nil {
+				return fmt.Errorf("epoch %d: held-out rows: %w", t.epoch+1, err)
+			}
+			if stop || t.converged() {
 				t.sum.Converged = true
 				break
 			}
+			if t.cfg.EvalEachEpoch && t.test != nil && t.evaluatedAt != t.sum.Examples && t.epoch+1 < t.cfg.Epochs {
+				if err := t.evaluate(); err != nil {
+					return err
+				}
+			}
 		}
 	}
+	t.sum.Trained = true
+	t.keepBest()
 	if t.beforeFinalEval != nil {
 		if err := t.beforeFinalEval(); err != nil {
 			return err
@@ -295,6 +403,9 @@ func (t *trainer) run(ctx context.Context) error {
 // loss by less than StopTol of the one before (after MinEpochs epochs).
 func (t *trainer) converged() bool {
 	l := t.sum.EpochLoss
+	if t.sum.BestEpoch > 0 {
+		return false // the held-out loss decides (holdoutEpoch)
+	}
 	if t.cfg.StopTol <= 0 || len(l) < max(t.cfg.MinEpochs, 2) || t.sum.Epochs >= t.cfg.Epochs {
 		return false
 	}
@@ -528,6 +639,14 @@ func (t *trainer) open() (data.Source, error) {
 	if err != nil {
 		return nil, fmt.Errorf("epoch %d: %w", t.epoch+1, err)
 	}
+	if t.cfg.Holdout >= 2 {
+		h := &holdoutSource{src: src, k: int64(t.cfg.Holdout)}
+		if t.held == nil {
+			t.held = &data.Batch{}
+			h.keep = t.held
+		}
+		return h, nil
+	}
 	return src, nil
 }
 
@@ -552,6 +671,9 @@ func (t *trainer) stepPrepared(p *Prepared) error {
 		}
 		return nil
 	}
+	if t.sum.BestEpoch > 0 {
+		t.best.save(t.m, p.Keys) // the rows as the best epoch left them (holdout.go)
+	}
 	t.grad.Idx, t.grad.Val = p.Keys, t.gv
 	t.wk.Apply(t.m, &t.grad, n, t.m.Steps)
 	t.grad = model.Sparse{}
@@ -563,9 +685,21 @@ func (t *trainer) stepPrepared(p *Prepared) error {
 	return t.afterStep()
 }
 
-// afterStep reports progress and evaluates when due.
+// position is where the run is, between steps.
+func (t *trainer) position() Position {
+	return Position{Epoch: t.epoch, Rows: t.epochRows, EpochLoss: slices.Clone(t.sum.EpochLoss),
+		LossSum: t.lossSum - t.epochLoss0, Examples: t.sum.Examples - t.epochExamples0, RunExamples: t.sum.Examples}
+}
+
+// afterStep reports progress, checkpoints and evaluates when due.
 func (t *trainer) afterStep() error {
 	now := t.now()
+	if t.cfg.CheckpointEvery > 0 && t.h.Checkpoint != nil && now.Sub(t.lastCheckpoint) >= t.cfg.CheckpointEvery {
+		if err := t.h.Checkpoint(t.position()); err != nil {
+			return err
+		}
+		t.lastCheckpoint = t.now()
+	}
 	if d := now.Sub(t.lastProgress); d >= t.cfg.ProgressEvery && t.h.Progress != nil {
 		secs := d.Seconds()
 		t.h.Progress(Progress{
@@ -592,7 +726,7 @@ func (t *trainer) evaluate() (err error) {
 	began := t.now()
 	src, err := t.test()
 	if err != nil {
-		return fmt.Errorf("test data: %w", err)
+		return &EvalError{err}
 	}
 	defer func() {
 		if cerr := src.Close(); cerr != nil && err == nil {
@@ -601,7 +735,7 @@ func (t *trainer) evaluate() (err error) {
 	}()
 	met, err := t.ev.Evaluate(t.m, src, t.cfg.EvalBatch)
 	if err != nil {
-		return fmt.Errorf("test data: %w", err)
+		return &EvalError{err}
 	}
 	end := t.now()
 	t.sum.EvalSeconds += end.Sub(began).Seconds()
@@ -617,6 +751,7 @@ func (t *trainer) evaluate() (err error) {
 
 // finish fills the summary's totals.
 func (t *trainer) finish() {
+	t.sum.Stopped = t.position()
 	t.sum.Seconds = t.now().Sub(t.start).Seconds()
 	if train := t.sum.Seconds - t.sum.EvalSeconds; train > 0 {
 		t.sum.ExamplesPerSec = float64(t.sum.Examples) / train

@@ -373,6 +373,9 @@ func TestConfigValidate(t *testing.T) {
 		{func(c *Config) { c.EvalEvery = -1 }, "eval-every -1"},
 		{func(c *Config) { c.EvalBatch = 0 }, "eval batch 0"},
 		{func(c *Config) { c.MaxExamples = -5 }, "max examples -5"},
+		{func(c *Config) { c.Holdout = 1 }, "holdout 1"},
+		{func(c *Config) { c.Patience = -1 }, "patience -1"},
+		{func(c *Config) { c.HoldoutTol = 1 }, "holdout tolerance 1"},
 		{func(c *Config) { c.ProgressEvery = 0 }, "progress interval"},
 	} {
 		c := DefaultConfig()
