@@ -117,6 +117,18 @@ func benchVariants(topologies, modes, batches, localSteps []string) ([]cluster.V
 	return vs, nil
 }
 
+// checkAccuracyFlags checks cluster's and bench's time-to-accuracy flags:
+// --target-logloss and --eval-points.
+func checkAccuracyFlags(target float64, points int) error {
+	if target < 0 || math.IsNaN(target) || math.IsInf(target, 0) {
+		return usageErr("target-logloss", "%v: want a log-loss > 0, or 0 for one peer alone's final plus 0.5%%", target)
+	}
+	if points < 0 {
+		return usageErr("eval-points", "want 0 or more, got %d", points)
+	}
+	return nil
+}
+
 // checkBenchCombine refuses, before anything runs, a --combine that
 // one of the window sizes of --local-steps cannot take (mean needs
 // windows, trimmed one batch), naming both flags; with auto, train's
@@ -221,11 +233,8 @@ func (f *benchFlags) run(c *command, args []string) error {
 	if f.repeat < 1 {
 		return usageErr("repeat", "want at least 1, got %d", f.repeat)
 	}
-	if f.target < 0 || math.IsNaN(f.target) || math.IsInf(f.target, 0) {
-		return usageErr("target-logloss", "%v: want a log-loss > 0, or 0 for one peer alone's final plus 0.5%%", f.target)
-	}
-	if f.evalPoints < 0 {
-		return usageErr("eval-points", "want 0 or more, got %d", f.evalPoints)
+	if err := checkAccuracyFlags(f.target, f.evalPoints); err != nil {
+		return err
 	}
 	slices.Sort(counts)
 	variants, err := benchVariants(f.topologies.vals, f.modes.vals, f.batches.vals, f.localSteps.vals)

@@ -99,6 +99,9 @@ func (f *clusterFlags) run(c *command, args []string) error {
 	if f.peers < 1 {
 		return usageErr("peers", "want at least 1, got %d", f.peers)
 	}
+	if err := checkAccuracyFlags(f.target, f.points); err != nil {
+		return err
+	}
 	caps, err := f.cf.caps(c)
 	if err != nil {
 		return err

@@ -518,6 +518,12 @@ func TestAdmitRefusesStrangers(t *testing.T) {
 	}
 	for _, n := range []*testNode{stranger, friend} {
 		w, err := n.tr.OpenStream(ctx, server.tr.Self(), "/test/stream/1")
+		if err != nil && n == stranger {
+			// Refused before the protocol was agreed: the server reset
+			// the stranger's stream (it may also be reset after the
+			// write; either way nothing is served).
+			continue
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
