@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/gossiptrain/gossiptrain/human"
+	"github.com/gossiptrain/gossiptrain/node/train"
 )
 
 // Early stopping of a peer on held-out rows (Config.Holdout).
@@ -12,9 +13,9 @@ import (
 // (sgd.HoldOut, the rule of a run alone), and the first epoch read keeps
 // them in memory, re-indexed like the test set (evaluator). When the first
 // batch of a later epoch is read the peer parks it: once every gradient of
-// the epoch before has been handed to the core it fetches the held-out
-// rows' values from their owners (as the test evaluation does) and
-// evaluates them. The stop rule is sgd's: the loss must improve on the
+// the epoch before has been handed to the core (sync; ssp and async at
+// once, maybeHeld) it fetches the held-out rows' values from their owners
+// (as the test evaluation does) and evaluates them. The stop rule is sgd's: the loss must improve on the
 // best so far by more than HoldoutTol of it, and Patience epochs in a row
 // that do not end this peer's data there (train.Core.EndOfData: the core
 // says the worker is done, and the run ends once every worker is; this
@@ -23,7 +24,8 @@ import (
 // end is not evaluated (the data ends there anyway).
 //
 // Whatever each peer decides, the model is the owners' one, so the peers
-// of a sync run end with one model hash (TestPeersStopOnHeldOutRows). The
+// of a sync run end with one model hash, and those of ssp and async runs
+// fetch one final model (TestPeersStopOnHeldOutRows). The
 // model kept is the last one: going back to the best epoch would need every
 // owner to roll its shards back at once, a protocol of its own. A run
 // resumed from a checkpoint holds out the same rows but starts the rule
@@ -72,11 +74,14 @@ func (r *run) holdBatch(b prepared) bool {
 	return false
 }
 
-// maybeHeld asks for the held-out rows' values once a batch is parked and
-// every gradient of the epoch before it went to the core.
+// maybeHeld asks for the held-out rows' values once a batch is parked
+// and, in sync mode, every gradient of the epoch before it went to the
+// core. In ssp and async mode it asks at once: their core may hold the
+// last batch given until it has the next one (or the end of the data), and
+// their values are as stale as staleness lets them be anyway.
 func (r *run) maybeHeld() {
 	h := &r.held
-	if h.parked == nil || h.fetching || uint64(r.rounds) != r.given || r.leaving {
+	if h.parked == nil || h.fetching || r.leaving || r.t.cfg.Core.Mode == train.Sync && uint64(r.rounds) != r.given {
 		return
 	}
 	h.fetching = true

@@ -15,14 +15,18 @@ import (
 // before the cap of 30 epochs, after Patience epochs without an
 // improvement, having trained whole epochs of their rows that are not held
 // out and none past the stop; the run ends with one model hash on every
-// peer and a final evaluation. So too with windows of 4 local steps.
+// peer and a final evaluation. So too with windows of 4 local steps, and
+// in ssp and async mode (where the peers' final fetches agree).
 func TestPeersStopOnHeldOutRows(t *testing.T) {
-	for _, h := range []int{1, 4} {
-		t.Run(fmt.Sprintf("local-steps-%d", h), func(t *testing.T) { testPeersStopOnHeldOutRows(t, h) })
+	for _, c := range []struct {
+		mode       train.Mode
+		localSteps int
+	}{{train.Sync, 1}, {train.Sync, 4}, {train.SSP, 1}, {train.Async, 1}} {
+		t.Run(fmt.Sprintf("%s-local-steps-%d", c.mode, c.localSteps), func(t *testing.T) { testPeersStopOnHeldOutRows(t, c.mode, c.localSteps) })
 	}
 }
 
-func testPeersStopOnHeldOutRows(t *testing.T, localSteps int) {
+func testPeersStopOnHeldOutRows(t *testing.T, mode train.Mode, localSteps int) {
 	const epochs, holdout, patience = 30, 5, 2
 	open := func(i int) func(int) (data.Source, error) {
 		rows := planted(uint64(i+1), 600, 500, 5)
@@ -32,7 +36,7 @@ func testPeersStopOnHeldOutRows(t *testing.T, localSteps int) {
 		}
 		return func(int) (data.Source, error) { return &rowsSource{b: rows}, nil }
 	}
-	sums, errs := startPeersOn(t, 3, train.Sync, train.Need, 1, nil, func(i int, cfg *Config, h *Hooks) {
+	sums, errs := startPeersOn(t, 3, mode, train.Need, 1, nil, func(i int, cfg *Config, h *Hooks) {
 		cfg.Epochs, cfg.Holdout, cfg.Patience, cfg.HoldoutTol = epochs, holdout, patience, 1e-3
 		cfg.Core.LocalSteps = localSteps
 	}, open)

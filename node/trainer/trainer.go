@@ -983,7 +983,7 @@ func (r *run) signature() stallSig {
 // once this peer said it has everything (the others may still evaluate).
 func (r *run) busy() bool {
 	return !r.waiting || r.evalBusy || r.held.evaluating || r.evPending && r.final || r.finishing ||
-		!r.dataDone && r.core.WantBatches() > 0
+		!r.dataDone && r.held.parked == nil && r.core.WantBatches() > 0 // a parked batch waits for the held-out values (holdout.go)
 }
 
 // stalled watches for a run that does not move (stallSig): it logs the
