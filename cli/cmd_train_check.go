@@ -61,9 +61,6 @@ func (tf *trainFlags) spec(c *command) (infer.Spec, error) {
 		}
 	}
 	s.Holdout, s.HoldoutGiven = r.holdout.n, c.set("holdout")
-	if s.HoldoutGiven && s.Holdout > 0 && r.distributed {
-		return s, usageErr("holdout", "not implemented for distributed runs (--job): their peers do not agree on an early stop yet; leave it out (--epochs auto is 5 there) or give --holdout off")
-	}
 	if s.Holdout > 0 && (r.epochsAuto || s.HoldoutGiven) && !r.distributed && tf.dist.checkpointDir != "" {
 		return s, usageErr("checkpoint-dir", "not implemented for a run alone with --holdout (on by default with --epochs auto): the early stop's best model is not checkpointed, so a resumed run would not be the uninterrupted one; give --epochs N, or --holdout off")
 	}

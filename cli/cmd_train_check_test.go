@@ -43,7 +43,6 @@ func TestTrainFailsFastNamingTheFlag(t *testing.T) {
 		{[]string{"--epochs", "0"}, `"0" is not auto or a number of epochs`},
 		{[]string{"--holdout", "1"}, `"1" is not off or a number >= 2`},
 		{[]string{"--holdout", "some"}, `"some" is not off or a number >= 2`},
-		{[]string{"--job", "j", "--listen", "/ip4/127.0.0.1/tcp/0", "--holdout", "10"}, "--holdout: not implemented for distributed runs"},
 		{[]string{"--scale", "maybe"}, `--scale: "maybe": want auto, on or off`},
 		{[]string{"--nonfinite", "drop"}, `--nonfinite: "drop": want fail or skip`},
 		{[]string{"--max-value", "-1"}, "--max-value: -1: want 0 (no bound) or a finite bound > 0"},

@@ -109,7 +109,9 @@ func (r *runFlags) register(fs *flag.FlagSet) {
 		"holds out stops improving (2 epochs in a row not better than the best by 0.1%), and keep the\n"+
 		"best epoch's model; at most 200 epochs (an mlp at most 20). With --holdout off, until an epoch\n"+
 		"improves the training loss by less than 0.1% (at least 3 epochs). On a big data set give a\n"+
-		"number (1 is a single streaming pass). Distributed runs (--job) do not stop early: auto is 5")
+		"number (1 is a single streaming pass). Distributed runs (--job): each peer stops on the rows it\n"+
+		"holds out of its own part, the run ends when every peer has stopped, and the model kept is the\n"+
+		"last one; at most 20 epochs (5 with --holdout off)")
 	r.holdout = holdoutValue{n: infer.AutoHoldout}
 	fs.Var(&r.holdout, "holdout", "`N` or off: with --epochs auto, every N-th training row (rows N, 2N, ..., by position, as\n"+
 		"Vowpal Wabbit's default of 10) is held out, never trained on, and its loss after each epoch\n"+

@@ -170,7 +170,10 @@ func (cfg LocalConfig) data() (localData, error) {
 		// along the way (PeerArgs).
 		ep, err := strconv.Atoi(tf.Value("epochs"))
 		if tf.Value("epochs") == "auto" {
-			ep, err = infer.DistEpochs, nil // what each peer runs for --epochs auto
+			// What each peer runs for --epochs auto with --holdout off;
+			// with held-out rows the peers stop on them, most often
+			// about as early.
+			ep, err = infer.DistEpochs, nil
 		}
 		if err == nil && ep > 0 {
 			d.pass = append(d.pass, "--eval-every="+strconv.FormatInt(max(m.Rows*int64(ep)/int64(cfg.Peers)/int64(cfg.EvalPoints), 1), 10))
@@ -202,9 +205,12 @@ func (cfg LocalConfig) runBaseline(ctx context.Context, d localData, resolved []
 	if d.baselineEval > 0 {
 		args = append(args, "--eval-every", strconv.FormatInt(d.baselineEval, 10))
 	}
-	if tf.Value("epochs") == "auto" {
+	if tf.Value("epochs") == "auto" && tf.Value("holdout") == "off" {
 		args = append(withoutFlag(args, "epochs"), "--epochs", strconv.Itoa(infer.DistEpochs)) // as every peer runs it
 	}
+	// Otherwise --epochs auto, or N, as the peers: with held-out rows
+	// (--holdout, on by default) the lone train stops on them as each
+	// peer does on its own.
 	args = append(append(args, baselineCache(tf)...), "--log-level", cfg.LogLevel)
 	return runBaseline(ctx, filepath.Join(cfg.Dir, "baseline"), args, cfg.Caps, progressEvery(tf), cfg.Log)
 }

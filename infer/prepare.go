@@ -38,8 +38,11 @@ import (
 // for AutoPatience epochs in a row, keeping the best epoch's model, for
 // at most AutoMaxEpochs epochs (sgd.Config.Holdout). With --holdout off
 // it runs until the training loss stops improving (AutoStopTol), after
-// at least AutoMinEpochs. A distributed run takes DistEpochs (its peers
-// must agree on when to stop, which --epochs N gives them for free).
+// at least AutoMinEpochs. A peer of a distributed run holds out the rows
+// of its own part the same way and ends its data when their loss stops
+// improving, for at most DistMaxEpochs; the run ends when every peer has
+// stopped (node/trainer, Config.Holdout). With --holdout off it runs
+// DistEpochs.
 const (
 	AutoHoldout    = 10
 	AutoPatience   = 2
@@ -48,6 +51,7 @@ const (
 	AutoMinEpochs  = 3
 	AutoMaxEpochs  = 200
 	DistEpochs     = 5
+	DistMaxEpochs  = 20
 	// An MLP's training loss keeps falling by more than 0.1% an epoch long
 	// after its test metrics have nearly settled (it starts to memorise:
 	// on Fashion-MNIST test accuracy gains 0.05 points an epoch over
@@ -122,8 +126,9 @@ type Spec struct {
 	Holdout      int
 	HoldoutGiven bool
 	Scale        Scale
-	// Distributed says the run is a peer of a job: --epochs auto is
-	// DistEpochs and nothing is scaled.
+	// Distributed says the run is a peer of a job: --epochs auto is at
+	// most DistMaxEpochs (DistEpochs with --holdout off) and nothing is
+	// scaled.
 	Distributed bool
 	// Given is the flags the user gave, as --name=value, saved with the
 	// model (inspect shows them).
@@ -193,10 +198,13 @@ func Prepare(spec Spec, log zerolog.Logger) (plan *Plan, err error) {
 	if p.EpochsAuto {
 		p.Epochs = AutoMaxEpochs
 		if spec.Distributed {
-			p.Epochs = DistEpochs
+			p.Epochs = DistMaxEpochs
+			if spec.Holdout == 0 {
+				p.Epochs = DistEpochs
+			}
 		}
 	}
-	if (p.EpochsAuto || spec.HoldoutGiven) && !spec.Distributed {
+	if p.EpochsAuto || spec.HoldoutGiven {
 		p.Holdout = spec.Holdout
 	}
 	base := data.Options{

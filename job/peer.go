@@ -19,6 +19,7 @@ import (
 	"github.com/gossiptrain/gossiptrain/gossip"
 	"github.com/gossiptrain/gossiptrain/gossip/p2p"
 	"github.com/gossiptrain/gossiptrain/gossip/wire"
+	"github.com/gossiptrain/gossiptrain/infer"
 	"github.com/gossiptrain/gossiptrain/metrics"
 	"github.com/gossiptrain/gossiptrain/model"
 	"github.com/gossiptrain/gossiptrain/node"
@@ -298,6 +299,7 @@ func (p *peer) trainerConfig() (trainer.Config, error) {
 		}
 	}
 	tcfg.Batch, tcfg.Epochs, tcfg.EvalEvery, tcfg.Threads = cfg.Batch, cfg.Plan.Epochs, cfg.EvalEvery, cfg.Threads
+	tcfg.Holdout, tcfg.Patience, tcfg.HoldoutTol = cfg.Plan.Holdout, infer.AutoPatience, infer.AutoHoldoutTol
 	tcfg.FetchModel = cfg.Save != ""
 	tcfg.Log = log
 	tcfg.NonFinite = cfg.NonFinite

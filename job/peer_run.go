@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -237,6 +238,15 @@ func (p *peer) finish(r *running, sum trainer.Summary, stopped string) error {
 			e.Str("stopped", stopped).Bool("partial", true)
 		}
 	}).Msg(done)
+	if l := sum.HoldoutLoss; len(l) > 0 {
+		ev := log.Info().Int("epochs", sum.Epochs).Int64("holdout_rows", sum.HoldoutRows).
+			Float64("holdout_logloss_best", human.Round4(slices.Min(l))).Float64("holdout_logloss_last", human.Round4(l[len(l)-1]))
+		if sum.Converged {
+			ev.Msgf("--holdout: this peer stopped after epoch %d, its held-out loss no longer improving; the model is the run's last", sum.Epochs)
+		} else {
+			ev.Msgf("--holdout: this peer ran the most epochs (%d) with its held-out loss still improving (give --epochs for more); the model is the run's last", sum.Epochs)
+		}
+	}
 	warnSkipped(log, sum.SkippedNonFinite)
 	if rej := ls.Rejected; rej.Total() > 0 || sum.Core.Rejected > 0 {
 		log.Warn().Interface("rejected", rej.Map()).Uint64("refused_by_role", sum.Core.Rejected).Msg("messages were rejected")
@@ -262,10 +272,11 @@ func (p *peer) summary(sum trainer.Summary, bad int64, linkRejected uint64, bwIn
 	cfg, d, ncfg := p.cfg, p.d, p.ncfg
 	return report.Summary{
 		Type: report.TypeSummary, PeerID: p.self, Examples: sum.Examples, Seconds: sum.Seconds,
-		ExamplesPerSec: report.Num(sum.ExamplesPerSec), Epochs: cfg.Plan.Epochs, Steps: sum.Steps,
-		Metrics:   reportMetrics(sum.Final),
-		ModelHash: fmt.Sprintf("%016x", sum.ModelHash),
-		BadLines:  bad, BatchesSkippedNonFinite: sum.SkippedNonFinite, Resources: res,
+		ExamplesPerSec: report.Num(sum.ExamplesPerSec), Epochs: sum.Epochs, Steps: sum.Steps,
+		HoldoutLogLoss: sum.HoldoutLoss, // KeptEpoch 0: the model is the last epoch's
+		Metrics:        reportMetrics(sum.Final),
+		ModelHash:      fmt.Sprintf("%016x", sum.ModelHash),
+		BadLines:       bad, BatchesSkippedNonFinite: sum.SkippedNonFinite, Resources: res,
 		Peers: sum.Members, Topology: string(ncfg.Topology), Mode: d.Mode.String(), Gather: d.Gather.String(),
 		Threads: cfg.Threads, Batch: cfg.Batch,
 		Rounds: sum.Rounds, WaitSeconds: sum.WaitSeconds, MaxStaleness: sum.MaxStaleness,

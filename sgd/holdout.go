@@ -74,6 +74,14 @@ func (h *holdoutSource) Next(b *data.Batch, max int) (int, error) {
 	return b.Rows(), nil
 }
 
+// HoldOut returns src without its held-out rows: every k-th row by
+// position (Config.Holdout's rule, k >= 2), appended to keep when keep is
+// not nil. A peer of a distributed run holds out its rows with it
+// (node/trainer, Config.Holdout there).
+func HoldOut(src data.Source, k int, keep *data.Batch) data.Source {
+	return &holdoutSource{src: src, k: int64(k), keep: keep}
+}
+
 func (h *holdoutSource) Stats() data.Stats { return h.src.Stats() }
 func (h *holdoutSource) Close() error      { return h.src.Close() }
 

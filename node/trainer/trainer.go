@@ -47,6 +47,13 @@ type Config struct {
 	// peer's data.
 	Batch  int
 	Epochs int
+	// Holdout, when >= 2, holds out every Holdout-th row of each epoch of
+	// this peer's data and ends its data early once the loss on them stops
+	// improving, Epochs becoming a cap (holdout.go; 0: none). Patience and
+	// HoldoutTol are the stop rule's, as sgd.Config's.
+	Holdout    int
+	Patience   int
+	HoldoutTol float64
 	// EvalEvery evaluates every so many training examples of this peer; 0
 	// only at the end. EvalBatch is the evaluation's batch size.
 	EvalEvery int64
@@ -248,6 +255,8 @@ func New(cfg Config, hooks Hooks, link Link) (*Trainer, error) {
 		return nil, fmt.Errorf("%w: evaluation batch %d (want >= 1), every %d (want >= 0)", train.ErrConfig, cfg.EvalBatch, cfg.EvalEvery)
 	case cfg.StallTimeout < 0 || cfg.StallAfter < 0:
 		return nil, fmt.Errorf("%w: stall timeout %v and stall interval %v must be >= 0 (0: never)", train.ErrConfig, cfg.StallTimeout, cfg.StallAfter)
+	case cfg.Holdout < 0 || cfg.Holdout == 1 || cfg.Patience < 0 || !(cfg.HoldoutTol >= 0 && cfg.HoldoutTol < 1):
+		return nil, fmt.Errorf("%w: holdout %d (want 0 or >= 2), patience %d (want >= 0), tolerance %v (want in [0, 1))", train.ErrConfig, cfg.Holdout, cfg.Patience, cfg.HoldoutTol)
 	case cfg.NonFinite > sgd.SkipNonFinite:
 		return nil, fmt.Errorf("%w: non-finite policy %v", train.ErrConfig, cfg.NonFinite)
 	case link == nil:
@@ -313,6 +322,11 @@ type prepared struct {
 	row   int64 // rows of the epoch before it
 	end   bool  // no more batches
 	err   error // reading failed
+	// held: the first epoch read has ended and these are its held-out
+	// rows (Config.Holdout; nil: none held out, heldErr: unusable).
+	held    *evaluator
+	heldSet bool
+	heldErr error
 }
 
 // computeJob is one gradient to compute.
@@ -340,6 +354,7 @@ const (
 	fetchEval  = 1 << 62
 	fetchHash  = fetchEval + 1
 	fetchModel = fetchEval + 2
+	fetchHeld  = fetchEval + 3 // the held-out rows' values at an epoch's end
 )
 
 // run is one Run's state, owned by its goroutine.
@@ -415,6 +430,7 @@ type run struct {
 	cfgID        uint64
 	owned        int
 	members      int
+	held         heldState // Config.Holdout (holdout.go)
 }
 
 type evalResult struct {
@@ -440,8 +456,10 @@ func (t *Trainer) Run(ctx context.Context, open func(epoch int) (data.Source, er
 		pending: map[uint64]bool{}, nextEvalAt: t.cfg.EvalEvery, waiting: true,
 		pos: map[uint64]Position{}, ckpts: make(chan ckptJob, 1), ckptRes: make(chan ckptResult, 4),
 	}
+	r.held.done = make(chan evalResult, 1)
 	if rs := t.cfg.Resume; rs != nil {
 		r.nextPos = rs.Position
+		r.held.approved = rs.Position.Epoch
 	}
 	r.win.h = t.cfg.Core.LocalSteps
 	r.free.max = max(8, 4*r.win.h+8) // the batches of the windows in flight: the one computed, those given ahead, the one being read
@@ -524,6 +542,8 @@ func (t *Trainer) Run(ctx context.Context, open func(epoch int) (data.Source, er
 			r.takeBatch(b)
 		case e := <-r.evalDone:
 			r.evalFinished(e)
+		case e := <-r.held.done:
+			r.heldFinished(e)
 		case res := <-r.ckptRes:
 			r.checkpointWritten(res)
 		case <-evBuilt:
@@ -572,13 +592,16 @@ func (r *run) startLeave() {
 // batchesWanted is the batch channel while the core wants batches, else
 // nil (a nil channel never fires in a select).
 func (r *run) batchesWanted() chan prepared {
-	if !r.dataDone && r.core.WantBatches() > 0 {
+	if !r.dataDone && r.held.parked == nil && r.core.WantBatches() > 0 {
 		return r.batches
 	}
 	return nil
 }
 
 func (r *run) takeBatch(b prepared) {
+	if r.holdBatch(b) {
+		return
+	}
 	switch {
 	case b.err != nil:
 		r.readErr = b.err
@@ -774,6 +797,7 @@ func (r *run) handle() error {
 	}
 	r.rounds2()
 	r.maybeEval()
+	r.maybeHeld()
 	r.maybeFinish()
 	return nil
 }
@@ -846,6 +870,8 @@ func (r *run) fetched(f *train.FetchResult) {
 		delete(r.pending, f.ID)
 		r.hash = model.CombineHashes(t.m.Layout, f.Hashes)
 		r.covered = len(f.Hashes)
+	case fetchHeld:
+		r.startHeld(f.Values)
 	case fetchModel:
 		delete(r.pending, f.ID)
 		if r.leaving && !r.final {
@@ -951,12 +977,13 @@ func (r *run) signature() stallSig {
 }
 
 // busy reports whether this peer waits on its own work, which is not a
-// stall: a gradient being computed, an evaluation, the test set being
+// stall: a gradient being computed, an evaluation (of the test set or the
+// held-out rows), the test set being
 // read at the end, the training data being read, or the end of the run
 // once this peer said it has everything (the others may still evaluate).
 func (r *run) busy() bool {
-	return !r.waiting || r.evalBusy || r.evPending && r.final || r.finishing ||
-		!r.dataDone && r.core.WantBatches() > 0
+	return !r.waiting || r.evalBusy || r.held.evaluating || r.evPending && r.final || r.finishing ||
+		!r.dataDone && r.held.parked == nil && r.core.WantBatches() > 0 // a parked batch waits for the held-out values (holdout.go)
 }
 
 // stalled watches for a run that does not move (stallSig): it logs the
@@ -1043,6 +1070,7 @@ func (r *run) summary() Summary {
 	}
 	s.Examples, s.Steps, s.Epochs, s.Seconds, s.EvalSeconds = r.examples, r.rounds, r.epoch+1, sec, r.evalSec
 	s.SkippedNonFinite = r.skipped
+	s.HoldoutRows, s.HoldoutLoss, s.Converged = r.held.rows, r.held.losses, r.held.stopped
 	if train := sec - r.evalSec; train > 0 {
 		s.ExamplesPerSec = float64(r.examples) / train
 	}
@@ -1077,6 +1105,13 @@ func (r *run) read(ctx context.Context, open func(epoch int) (data.Source, error
 		if err != nil {
 			send(prepared{err: fmt.Errorf("epoch %d: %w", e+1, err)})
 			return
+		}
+		var held *data.Batch // the held-out rows, kept in the first epoch read
+		if t.cfg.Holdout >= 2 {
+			if e == skip.Epoch {
+				held = &data.Batch{}
+			}
+			src = sgd.HoldOut(src, t.cfg.Holdout, held)
 		}
 		rows := 0
 		if e == skip.Epoch && skip.Rows > 0 {
@@ -1125,6 +1160,15 @@ func (r *run) read(ctx context.Context, open func(epoch int) (data.Source, error
 		if rows == 0 {
 			send(prepared{err: fmt.Errorf("epoch %d: %w", e+1, sgd.ErrNoData)})
 			return
+		}
+		if held != nil {
+			p := prepared{heldSet: true}
+			if held.Rows() > 0 {
+				p.held, p.heldErr = newEvaluator(t.m, func() (data.Source, error) { return &memSource{b: held}, nil })
+			}
+			if !send(p) {
+				return
+			}
 		}
 	}
 	send(prepared{end: true})
