@@ -129,10 +129,7 @@ func (r *criteoReader) read(b *Batch, max int) (int, error) {
 		}
 		b.EndRow(label)
 		b.mark(Place{r.st.name, r.lr.line})
-		if r.sh.raw {
-			r.sh.rawLabels = append(r.sh.rawLabels, r.lab.last)
-			r.sh.rawPlaces = append(r.sh.rawPlaces, Place{r.st.name, r.lr.line})
-		}
+		r.sh.noteRaw(r.lab.last, Place{r.st.name, r.lr.line})
 		n++
 	}
 	return n, nil

@@ -222,10 +222,7 @@ func (r *idxReader) read(b *Batch, max int) (int, error) {
 		}
 		b.EndRow(label)
 		b.mark(Place{r.img.name, r.next})
-		if r.sh.raw {
-			r.sh.rawLabels = append(r.sh.rawLabels, r.labm.last)
-			r.sh.rawPlaces = append(r.sh.rawPlaces, Place{r.lab.name, r.next})
-		}
+		r.sh.noteRaw(r.labm.last, Place{r.lab.name, r.next})
 		n++
 	}
 	return n, nil

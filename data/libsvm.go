@@ -8,6 +8,15 @@ import (
 	"sort"
 )
 
+// noteRaw records, for Scan, a row's label as written and where the row
+// is (the text and IDX readers; TestScan* pin what Scan reports of them).
+func (sh *shared) noteRaw(label float64, p Place) {
+	if sh.raw {
+		sh.rawLabels = append(sh.rawLabels, label)
+		sh.rawPlaces = append(sh.rawPlaces, p)
+	}
+}
+
 // shared is the state every file reader of one Source updates.
 type shared struct {
 	opt   Options
@@ -104,10 +113,7 @@ func (r *libsvmReader) read(b *Batch, max int) (int, error) {
 		}
 		b.EndRowWeighted(label, weight)
 		b.mark(Place{r.st.name, r.lr.line})
-		if r.sh.raw {
-			r.sh.rawLabels = append(r.sh.rawLabels, r.lab.last)
-			r.sh.rawPlaces = append(r.sh.rawPlaces, Place{r.st.name, r.lr.line})
-		}
+		r.sh.noteRaw(r.lab.last, Place{r.st.name, r.lr.line})
 		n++
 	}
 	return n, nil

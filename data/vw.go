@@ -148,10 +148,7 @@ func (r *vwReader) read(b *Batch, max int) (int, error) {
 		}
 		b.EndRowWeighted(label, weight)
 		b.mark(Place{r.st.name, r.lr.line})
-		if r.sh.raw {
-			r.sh.rawLabels = append(r.sh.rawLabels, r.lab.last)
-			r.sh.rawPlaces = append(r.sh.rawPlaces, Place{r.st.name, r.lr.line})
-		}
+		r.sh.noteRaw(r.lab.last, Place{r.st.name, r.lr.line})
 		n++
 	}
 	return n, nil
