@@ -222,7 +222,9 @@ func (r *idxReader) read(b *Batch, max int) (int, error) {
 		}
 		b.EndRow(label)
 		b.mark(Place{r.img.name, r.next})
-		r.sh.noteRaw(r.labm.last, Place{r.lab.name, r.next})
+		if r.sh.raw { // labm and lab are nil without a label file
+			r.sh.noteRaw(r.labm.last, Place{r.lab.name, r.next})
+		}
 		n++
 	}
 	return n, nil
