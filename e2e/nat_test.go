@@ -247,13 +247,16 @@ func natTrain(t *testing.T, bin string, nw natNet, dir string, idents *identitie
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	names := []string{"pub", "a", "b"}
+	// 40 epochs keep training going well past the first relayed
+	// connection: hole punching begins only after AutoNAT's verdict and a
+	// relay reservation, and a run of a few seconds can end before it.
 	peers := make([]*natPeer, 3)
 	var wg sync.WaitGroup
 	for i, name := range names {
 		args := []string{"netns", "exec", nw.ns(name), bin, "train", "--job", "nat", "--min-peers", "3", "--log-format", "json",
 			"--identity", filepath.Join(idents.dir, fmt.Sprintf("id%d", i)),
 			"--train", filepath.Join(dir, "data", fmt.Sprintf("train-%05d-of-00003.svm", i+1)),
-			"--test", filepath.Join(dir, "data", "test.svm"), "--dim", "65536", "--epochs", "10", "--batch", "100",
+			"--test", filepath.Join(dir, "data", "test.svm"), "--dim", "65536", "--epochs", "40", "--batch", "100",
 			"--listen", "/ip4/0.0.0.0/tcp/4001", "--status-addr", "127.0.0.1:7070",
 			"--report", filepath.Join(out, name+".jsonl")}
 		args = append(args, flags...)
