@@ -36,6 +36,8 @@ package sim
 import (
 	"errors"
 	"fmt"
+	"hash"
+	"hash/fnv"
 	"math"
 	"math/bits"
 	"slices"
@@ -102,6 +104,11 @@ type Options struct {
 	// WatchShard, when > 0, logs every trace event that concerns shard
 	// WatchShard-1 (Record).
 	WatchShard int
+	// Fingerprint folds every message sent (tick, sender, receiver, its
+	// wire encoding) and every core trace event into Result.Fingerprint:
+	// two commits whose cores decide alike give equal fingerprints
+	// (TestTraceDigest).
+	Fingerprint bool
 }
 
 // Faults is what goes wrong during the chaos window (the first Chaos
@@ -148,6 +155,8 @@ type Result struct {
 	Parts Parts
 	// Shards per member of the final configuration (primaries).
 	Owned map[string]int
+	// Fingerprint is the hash Options.Fingerprint asks for.
+	Fingerprint uint64
 }
 
 // Parts splits encoded bytes by what they carry: per-message fields and
@@ -255,6 +264,7 @@ type sim struct {
 	restarts    []restartAt // shards restarted from nothing (need gather)
 	finalModel  *model.Model
 	codec       *wire.Codec
+	fp          hash.Hash64 // Options.Fingerprint
 	encBuf      []byte
 	layout      *model.Layout // Parts
 	maxStale    uint64
@@ -281,7 +291,10 @@ func Run(o Options) Result {
 	s.res.TrainMsgs = map[string]int64{}
 	s.res.OpBytes = map[string]int64{}
 	s.res.OpMsgs = map[string]int64{}
-	if o.Encode || o.Bytes {
+	if o.Fingerprint {
+		s.fp = fnv.New64a()
+	}
+	if o.Encode || o.Bytes || o.Fingerprint {
 		lim := wire.DefaultLimits()
 		lim.MaxMessage = 64 << 20
 		lim.MaxRows = 1 << 24
@@ -294,6 +307,9 @@ func Run(o Options) Result {
 		s.planted[i] = (s.r.float()*2 - 1) * 2
 	}
 	s.run()
+	if s.fp != nil {
+		s.res.Fingerprint = s.fp.Sum64()
+	}
 	return s.res
 }
 
@@ -675,6 +691,10 @@ func (s *sim) send(from *proc, e train.Envelope) {
 			return
 		}
 		s.encBuf, size = b, len(b)
+		if s.fp != nil {
+			fmt.Fprintf(s.fp, "%d %s>%s %d:", s.tick, from.peer, e.To, len(b))
+			s.fp.Write(b)
+		}
 		if s.o.Encode {
 			var m wire.Message
 			if err := s.codec.Decode(b, &m); err != nil {
@@ -1135,6 +1155,9 @@ func (s *sim) onEvent(p *proc, e train.Event) {
 // onTrace audits applies and handoffs: a per-holder ledger of (worker,
 // round) per shard.
 func (s *sim) onTrace(p *proc, e train.TraceEvent) {
+	if s.fp != nil {
+		fmt.Fprintf(s.fp, "%d %s trace %d %v %d %v %s %d %v %v\n", s.tick, p.peer, e.Kind, e.Shards, e.Round, e.Members, e.Peer, e.Req, e.Replica, e.Keys)
+	}
 	if s.o.WatchShard > 0 && slices.Contains(e.Shards, uint32(s.o.WatchShard-1)) {
 		// With the watched shard's weights as they are after the event (a
 		// fingerprint): where two holders' copies part shows as the first

@@ -3,6 +3,9 @@ package sim
 import (
 	"flag"
 	"fmt"
+	"hash/fnv"
+	"io"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -462,5 +465,48 @@ func TestQuorumLossIsReported(t *testing.T) {
 		} else if !res.NoQuorum {
 			t.Errorf("%s seed %d (%s): no peer stopped with ErrNoQuorum", tc.mix, tc.seed, tc.how)
 		}
+	}
+}
+
+var digestFlag = flag.String("digest", "", "write, per seed of every mix (-seeds, default 10; -mix filters), a hash of its whole trace, model, stats and traffic to this file")
+
+// TestTraceDigest writes the fingerprint of a fixed set of schedules: a
+// refactoring step that claims no behaviour change must leave the file
+// byte for byte equal (run it on both commits and diff the files). It
+// runs only with -digest:
+//
+//	go test ./node/train/sim -run TestTraceDigest -digest /tmp/before.txt
+func TestTraceDigest(t *testing.T) {
+	if *digestFlag == "" {
+		t.Skip("fingerprints schedules only with -digest FILE")
+	}
+	n := 10
+	if *seedsFlag > 0 {
+		n = *seedsFlag
+	}
+	var out strings.Builder
+	for _, mx := range mixes() {
+		if *mixFlag != "" && !strings.HasPrefix(mx.name, *mixFlag) {
+			continue
+		}
+		for i := range n {
+			seed := *firstFlag + uint64(i)
+			o := mx.opts(seed)
+			o.Record, o.Fingerprint = true, true
+			res := Run(o)
+			h := fnv.New64a()
+			for _, l := range res.Trace {
+				io.WriteString(h, l)
+				h.Write([]byte{'\n'})
+			}
+			fmt.Fprintf(h, "fingerprint %x ticks %d rounds %d model %x violations %q noquorum %v\n", res.Fingerprint, res.Ticks, res.Rounds, res.Model, res.Violations, res.NoQuorum)
+			for _, m := range []any{res.Stats, res.Received, res.Examples, res.TrainBytes, res.TrainMsgs, res.OpBytes, res.OpMsgs, res.Owned} {
+				fmt.Fprintf(h, "%v\n", m) // fmt prints maps sorted by key
+			}
+			fmt.Fprintf(&out, "%s %d %016x %d events\n", mx.name, seed, h.Sum64(), len(res.Trace))
+		}
+	}
+	if err := os.WriteFile(*digestFlag, []byte(out.String()), 0o644); err != nil {
+		t.Fatal(err)
 	}
 }
