@@ -174,7 +174,24 @@ func (r *vwReader) parse(line []byte, b *Batch) (float32, float32, fault) {
 	if bar < 0 {
 		return 0, 0, fault{code: fVWNoBar, start: 0, end: n}
 	}
-	// The label section: up to 3 tokens and a tag.
+	label, weight, f := r.parseLabel(line, bar)
+	if f.code != fOK {
+		return 0, 0, f
+	}
+	first := len(b.Indices)
+	if f := r.parseFeatures(line, bar, b); f.code != fOK {
+		return 0, 0, f
+	}
+	sumRow(&r.sorter, b, first)
+	return label, weight, fault{}
+}
+
+// parseLabel reads the label section, line[:bar]: a label, an optional
+// importance weight and an optional tag (skipped); the initial
+// prediction VW allows third is refused.
+func (r *vwReader) parseLabel(line []byte, bar int) (float32, float32, fault) {
+	n := len(line)
+	// Up to 3 tokens and a tag.
 	var toks [3]span
 	nt := 0
 	for i := 0; i < bar; {
@@ -224,8 +241,13 @@ func (r *vwReader) parse(line []byte, b *Batch) (float32, float32, fault) {
 			}
 		}
 	}
+	return label, weight, fault{}
+}
 
-	first := len(b.Indices)
+// parseFeatures adds the features of the namespaces after line[bar] (a
+// '|') to b's open row, and their interactions (-q, --cubic).
+func (r *vwReader) parseFeatures(line []byte, bar int, b *Batch) fault {
+	n := len(line)
 	if r.x != nil {
 		r.x.reset()
 	}
@@ -239,7 +261,7 @@ func (r *vwReader) parse(line []byte, b *Batch) (float32, float32, fault) {
 				i++
 			}
 			if i == s {
-				return 0, 0, fault{code: fVWNamespace, start: s, end: tokenEnd(line, s)}
+				return fault{code: fVWNamespace, start: s, end: tokenEnd(line, s)}
 			}
 			ns, nsHash = line[s], vwHash(line[s:i], 0)
 			if i < n && line[i] == ':' {
@@ -250,7 +272,7 @@ func (r *vwReader) parse(line []byte, b *Batch) (float32, float32, fault) {
 				}
 				v, code := parseFloat32(line[vs:i])
 				if code != fOK {
-					return 0, 0, fault{code: fVWScale, start: s, end: i}
+					return fault{code: fVWScale, start: s, end: i}
 				}
 				scale = v
 			}
@@ -277,7 +299,7 @@ func (r *vwReader) parse(line []byte, b *Batch) (float32, float32, fault) {
 					i++
 				}
 				if i == vs {
-					return 0, 0, fault{code: fValueMissing, start: s, end: i}
+					return fault{code: fValueMissing, start: s, end: i}
 				}
 				x, code := parseFloat32(line[vs:i])
 				switch code {
@@ -293,7 +315,7 @@ func (r *vwReader) parse(line []byte, b *Batch) (float32, float32, fault) {
 					h = vwHash(line[vs:i], vwHash(name, nsHash))
 					v = 1
 				default:
-					return 0, 0, fault{code: code, start: s, end: i}
+					return fault{code: code, start: s, end: i}
 				}
 			} else {
 				h = vwHash(name, nsHash)
@@ -302,10 +324,10 @@ func (r *vwReader) parse(line []byte, b *Batch) (float32, float32, fault) {
 				continue // VW drops zero-valued features
 			}
 			if math.IsInf(float64(v), 0) {
-				return 0, 0, fault{code: fValueRange, start: s, end: i}
+				return fault{code: fValueRange, start: s, end: i}
 			}
 			if r.maxValue > 0 && math.Abs(float64(v)) > r.maxValue {
-				return 0, 0, fault{code: fValueBound, start: s, end: i}
+				return fault{code: fValueBound, start: s, end: i}
 			}
 			b.Add(uint32(uint64(h)%r.dim), v)
 			if r.x != nil {
@@ -316,8 +338,7 @@ func (r *vwReader) parse(line []byte, b *Batch) (float32, float32, fault) {
 	if r.x != nil {
 		r.x.emit(b, r.dim)
 	}
-	sumRow(&r.sorter, b, first)
-	return label, weight, fault{}
+	return fault{}
 }
 
 // radixSort sorts a by its high 32 bits, of which the top ones above
