@@ -54,42 +54,10 @@ func (c *Codec) CoreBody(m *Core) ([]byte, byte, error) {
 	if m.Op == CorePush || c.values == Raw {
 		values = c.values // (raw is lossless: everything may travel raw)
 	}
-	raw := append(c.raw[:0], byte(m.Op))
-	for _, v := range []uint64{uint64(m.Flags), m.Member, m.Config, m.Round, m.Through, m.Req, m.Examples} {
-		raw = binary.AppendUvarint(raw, v)
+	raw, err := c.appendCoreHead(append(c.raw[:0], byte(m.Op)), m)
+	if err != nil {
+		return nil, 0, err
 	}
-	if len(m.Shards) > c.lim.MaxList || len(m.Clocks) > c.lim.MaxList {
-		return nil, 0, fmt.Errorf("%w: encode core: %d shards, %d clocks, limit %d", ErrTooLarge, len(m.Shards), len(m.Clocks), c.lim.MaxList)
-	}
-	raw = binary.AppendUvarint(raw, uint64(len(m.Shards)))
-	for i, s := range m.Shards {
-		g := uint64(s)
-		if i > 0 {
-			if s <= m.Shards[i-1] {
-				return nil, 0, fmt.Errorf("%w: encode core: shards not ascending", ErrMalformed)
-			}
-			g = uint64(s - m.Shards[i-1] - 1)
-		}
-		raw = binary.AppendUvarint(raw, g)
-	}
-	raw = binary.AppendUvarint(raw, uint64(len(m.Clocks)))
-	for i, mc := range m.Clocks {
-		g := mc.Member
-		if i > 0 {
-			if mc.Member <= m.Clocks[i-1].Member {
-				return nil, 0, fmt.Errorf("%w: encode core: clocks not ascending by member", ErrMalformed)
-			}
-			g = mc.Member - m.Clocks[i-1].Member - 1
-		}
-		raw = binary.AppendUvarint(raw, g)
-		raw = binary.AppendUvarint(raw, mc.Clock)
-	}
-	if len(m.Text) > c.lim.MaxString {
-		return nil, 0, fmt.Errorf("%w: encode core: text of %d bytes", ErrTooLarge, len(m.Text))
-	}
-	raw = appendString(raw, m.Text)
-	raw = binary.AppendUvarint(raw, uint64(len(m.Blob)))
-	raw = append(raw, m.Blob...)
 	width := m.RowWidth
 	if m.Rows.Len() == 0 && width == 0 {
 		width = 1
@@ -101,7 +69,6 @@ func (c *Codec) CoreBody(m *Core) ([]byte, byte, error) {
 		return nil, 0, fmt.Errorf("%w: encode core: %d values for %d rows of width %d", ErrMalformed, len(m.Rows.Val), m.Rows.Len(), width)
 	}
 	raw = binary.AppendUvarint(raw, uint64(width))
-	var err error
 	// Rows.
 	saved := c.values
 	c.values = values
@@ -120,9 +87,66 @@ func (c *Codec) CoreBody(m *Core) ([]byte, byte, error) {
 	if fb != nil {
 		c.pend = pending{idx: m.Rows.Idx, width: width}
 	}
+	if raw, err = c.appendCoreLists(raw, m, values); err != nil {
+		c.raw = raw[:0]
+		return nil, 0, err
+	}
+	c.raw = raw
+	pend := c.pend
+	body, flags, err := c.finishCoreBody()
+	c.pend = pend
+	return body, flags | byte(values), err
+}
+
+// appendCoreHead appends the fields of m's body before its rows: the
+// numbers, the shards and clocks (each ascending, as gaps), the text and
+// the blob.
+func (c *Codec) appendCoreHead(raw []byte, m *Core) ([]byte, error) {
+	for _, v := range []uint64{uint64(m.Flags), m.Member, m.Config, m.Round, m.Through, m.Req, m.Examples} {
+		raw = binary.AppendUvarint(raw, v)
+	}
+	if len(m.Shards) > c.lim.MaxList || len(m.Clocks) > c.lim.MaxList {
+		return raw, fmt.Errorf("%w: encode core: %d shards, %d clocks, limit %d", ErrTooLarge, len(m.Shards), len(m.Clocks), c.lim.MaxList)
+	}
+	raw = binary.AppendUvarint(raw, uint64(len(m.Shards)))
+	for i, s := range m.Shards {
+		g := uint64(s)
+		if i > 0 {
+			if s <= m.Shards[i-1] {
+				return raw, fmt.Errorf("%w: encode core: shards not ascending", ErrMalformed)
+			}
+			g = uint64(s - m.Shards[i-1] - 1)
+		}
+		raw = binary.AppendUvarint(raw, g)
+	}
+	raw = binary.AppendUvarint(raw, uint64(len(m.Clocks)))
+	for i, mc := range m.Clocks {
+		g := mc.Member
+		if i > 0 {
+			if mc.Member <= m.Clocks[i-1].Member {
+				return raw, fmt.Errorf("%w: encode core: clocks not ascending by member", ErrMalformed)
+			}
+			g = mc.Member - m.Clocks[i-1].Member - 1
+		}
+		raw = binary.AppendUvarint(raw, g)
+		raw = binary.AppendUvarint(raw, mc.Clock)
+	}
+	if len(m.Text) > c.lim.MaxString {
+		return raw, fmt.Errorf("%w: encode core: text of %d bytes", ErrTooLarge, len(m.Text))
+	}
+	raw = appendString(raw, m.Text)
+	raw = binary.AppendUvarint(raw, uint64(len(m.Blob)))
+	raw = append(raw, m.Blob...)
+	return raw, nil
+}
+
+// appendCoreLists appends the sections of m's body after its rows: the
+// wanted rows and the values.
+func (c *Codec) appendCoreLists(raw []byte, m *Core, values Values) ([]byte, error) {
+	var err error
 	// Want.
 	if len(m.Want) > c.lim.MaxRows {
-		return nil, 0, fmt.Errorf("%w: encode core: %d wanted rows, limit %d", ErrTooLarge, len(m.Want), c.lim.MaxRows)
+		return raw, fmt.Errorf("%w: encode core: %d wanted rows, limit %d", ErrTooLarge, len(m.Want), c.lim.MaxRows)
 	}
 	raw, err = c.section(raw, func(dst []byte) ([]byte, error) {
 		dst = binary.AppendUvarint(dst, uint64(len(m.Want)))
@@ -140,12 +164,11 @@ func (c *Codec) CoreBody(m *Core) ([]byte, byte, error) {
 		return w.finish(), nil
 	})
 	if err != nil {
-		c.raw = raw[:0]
-		return nil, 0, fmt.Errorf("encode core want: %w", err)
+		return raw, fmt.Errorf("encode core want: %w", err)
 	}
 	// Values.
 	if len(m.Values) > c.lim.MaxValues {
-		return nil, 0, fmt.Errorf("%w: encode core: %d values, limit %d", ErrTooLarge, len(m.Values), c.lim.MaxValues)
+		return raw, fmt.Errorf("%w: encode core: %d values, limit %d", ErrTooLarge, len(m.Values), c.lim.MaxValues)
 	}
 	raw, err = c.section(raw, func(dst []byte) ([]byte, error) {
 		dst = binary.AppendUvarint(dst, uint64(len(m.Values)))
@@ -163,14 +186,9 @@ func (c *Codec) CoreBody(m *Core) ([]byte, byte, error) {
 		return w.finish(), nil
 	})
 	if err != nil {
-		c.raw = raw[:0]
-		return nil, 0, fmt.Errorf("encode core values: %w", err)
+		return raw, fmt.Errorf("encode core values: %w", err)
 	}
-	c.raw = raw
-	pend := c.pend
-	body, flags, err := c.finishCoreBody()
-	c.pend = pend
-	return body, flags | byte(values), err
+	return raw, nil
 }
 
 // finishCoreBody compresses c.raw when that makes it smaller; unlike
