@@ -39,7 +39,6 @@ import (
 	"hash"
 	"hash/fnv"
 	"math"
-	"math/bits"
 	"slices"
 	"sort"
 	"strings"
@@ -174,30 +173,6 @@ type Parts struct {
 // Failed reports whether the run found a violation.
 func (r *Result) Failed() bool { return len(r.Violations) > 0 }
 
-// rng is splitmix64: one stream for the schedule.
-type rng struct{ s uint64 }
-
-func (r *rng) next() uint64 {
-	r.s += 0x9e3779b97f4a7c15
-	z := r.s
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
-	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
-	return z ^ (z >> 31)
-}
-func (r *rng) intn(n int) int {
-	if n <= 0 {
-		return 0
-	}
-	return int(r.next() % uint64(n))
-}
-func (r *rng) float() float64 { return float64(r.next()>>11) / (1 << 53) }
-
-// row is one example.
-type row struct {
-	keys  []uint32
-	label float32
-}
-
 // proc is one process of a peer (a restart is a new proc of the same peer).
 type proc struct {
 	peer       string
@@ -206,10 +181,7 @@ type proc struct {
 	core       *train.Core
 	restarted  []int // shards restarted from nothing, judged in handle
 	m          *model.Model
-	rows       []row
-	pos        int // rows handed out
-	epochs     int
-	ended      bool
+	feed       // its peer's rows
 	running    bool
 	crashed    bool
 	done       bool
@@ -268,9 +240,7 @@ type sim struct {
 	encBuf      []byte
 	layout      *model.Layout // Parts
 	maxStale    uint64
-	planted     []float64
-	at          []int32  // logregGrad's scratch
-	bits        []uint64 // batchKeys's scratch: one bit per row of the model
+	w           *workload
 }
 
 type scheduled struct {
@@ -301,11 +271,7 @@ func Run(o Options) Result {
 		lim.MaxValues = 1 << 26
 		s.codec = wire.NewCodec(wire.F32, wire.None, lim)
 	}
-	s.planted = make([]float64, o.Dim+1)
-	s.at = make([]int32, o.Dim+1)
-	for i := range s.planted {
-		s.planted[i] = (s.r.float()*2 - 1) * 2
-	}
+	s.w = newWorkload(o, &s.r)
 	s.run()
 	if s.fp != nil {
 		s.res.Fingerprint = s.fp.Sum64()
@@ -328,47 +294,6 @@ func (s *sim) violate(format string, args ...any) {
 }
 
 func peerName(i int) string { return fmt.Sprintf("peer%02d", i) }
-
-// dataFor generates a peer's rows (the same for every process of a peer).
-func (s *sim) dataFor(peer string) []row {
-	var h uint64 = s.o.Seed
-	for _, c := range peer {
-		h = h*31 + uint64(c)
-	}
-	r := rng{s: h}
-	rows := make([]row, s.o.Rows)
-	for i := range rows {
-		keys := make([]uint32, 0, s.o.Fields)
-		for len(keys) < s.o.Fields {
-			// Skewed: low features are frequent, as in click data.
-			u := r.float()
-			k := uint32(float64(s.o.Dim) * u * u)
-			if !slices.Contains(keys, k) {
-				keys = append(keys, k)
-			}
-		}
-		slices.Sort(keys)
-		z := s.planted[s.o.Dim]
-		for _, k := range keys {
-			z += s.planted[k]
-		}
-		label := float32(0)
-		if r.float() < 1/(1+math.Exp(-z)) {
-			label = 1
-		}
-		rows[i] = row{keys: keys, label: label}
-	}
-	return rows
-}
-
-func (s *sim) newModel() *model.Model {
-	m, err := model.New(model.Logreg, uint64(s.o.Dim), 2, s.o.Shards, model.DefaultOptConfig(model.AdaGrad))
-	if err != nil {
-		panic(err)
-	}
-	m.W = make([]float32, m.Layout.Len())
-	return m
-}
 
 func (s *sim) place() train.PlaceFunc {
 	rc := ring.DefaultConfig()
@@ -403,7 +328,7 @@ func (s *sim) coreConfig(p *proc) train.Config {
 	cfg.Limits.Features = p.m.Layout.Features
 	// The contribution guards as a peer has them (G1, G2): honest
 	// gradients never reach them; the serial reference applies G2 too.
-	cfg.MaxExamples = s.o.Batch * s.steps() // (MaxRowGrad: the kind's default)
+	cfg.MaxExamples = s.w.perRound() // (MaxRowGrad: the kind's default)
 	cfg.LocalSteps = s.o.LocalSteps
 	cfg.Combine = s.o.Combine
 	pp := p
@@ -424,8 +349,8 @@ func (s *sim) run() {
 	s.nextPeer = o.Peers
 	slices.SortFunc(initial, func(a, b train.Member) int { return strings.Compare(a.Peer, b.Peer) })
 	for _, p := range s.procs {
-		p.m = s.newModel()
-		p.rows = s.dataFor(p.peer)
+		p.m = s.w.newModel()
+		p.feed.rows = s.w.data(p.peer)
 		cfg := s.coreConfig(p)
 		cfg.Initial = initial
 		c, err := train.New(cfg)
@@ -456,7 +381,7 @@ func (s *sim) run() {
 				if p.running && p.compute != nil && s.now >= p.computeAt {
 					req := p.compute
 					p.compute = nil
-					g, loss := s.gradient(p, req)
+					g, loss := s.w.gradient(p.rows, req.Round-p.core.FirstRound(), req)
 					p.core.Computed(req.Round, g, loss)
 					s.handle(p)
 				}
@@ -471,7 +396,7 @@ func (s *sim) run() {
 			if p.compute != nil && s.now >= p.computeAt {
 				req := p.compute
 				p.compute = nil
-				g, loss := s.gradient(p, req)
+				g, loss := s.w.gradient(p.rows, req.Round-p.core.FirstRound(), req)
 				p.core.Computed(req.Round, g, loss)
 				s.handle(p)
 			}
@@ -621,7 +546,7 @@ func (s *sim) start(name, contact string) {
 			inc = max(inc, q.inc+1)
 		}
 	}
-	p := &proc{peer: name, inc: inc, m: s.newModel(), rows: s.dataFor(name), batches: map[uint64]bool{},
+	p := &proc{peer: name, inc: inc, m: s.w.newModel(), feed: feed{rows: s.w.data(name)}, batches: map[uint64]bool{},
 		ledger: map[int]map[[2]uint64]bool{}, startTick: s.tick}
 	p.member = train.MemberID(name, inc)
 	cfg := s.coreConfig(p)
@@ -784,7 +709,7 @@ func (s *sim) parts(from string, msg *wire.Core, size int) {
 	// Number rows inside the message's shards: rank of the shard in the
 	// list, then the slot.
 	if s.layout == nil {
-		l := s.newModel().Layout
+		l := s.w.newModel().Layout
 		s.layout = &l
 	}
 	l := s.layout
@@ -961,159 +886,14 @@ func (s *sim) giveBatch(p *proc) bool {
 	if p.ended {
 		return false
 	}
-	if p.pos >= s.o.Rows*s.o.Epochs {
+	keys, n := s.w.next(&p.feed)
+	if n == 0 {
 		p.ended = true
 		p.core.EndOfData()
 		return false
 	}
-	lo := p.pos
-	for p.pos-lo < s.o.Batch*s.steps() && p.pos < s.o.Rows*s.o.Epochs {
-		p.pos++
-	}
-	n := p.pos - lo
-	var rows []row
-	for j := lo; j < p.pos; j++ {
-		rows = append(rows, p.rows[j%s.o.Rows])
-	}
-	p.core.Batch(s.batchKeys(rows), n)
+	p.core.Batch(keys, n)
 	return true
-}
-
-// batchKeys returns the distinct keys of rows and the bias row, ascending.
-func (s *sim) batchKeys(rows []row) []uint32 {
-	if s.bits == nil {
-		s.bits = make([]uint64, s.o.Dim/64+1)
-	}
-	n := 1
-	for _, r := range rows {
-		for _, k := range r.keys {
-			s.bits[k/64] |= 1 << (k % 64)
-		}
-		n += len(r.keys)
-	}
-	bias := uint32(s.o.Dim)
-	s.bits[bias/64] |= 1 << (bias % 64)
-	keys := make([]uint32, 0, n)
-	for i, w := range s.bits {
-		for w != 0 {
-			keys = append(keys, uint32(i*64+bits.TrailingZeros64(w)))
-			w &= w - 1
-		}
-		s.bits[i] = 0
-	}
-	return keys
-}
-
-// steps is the batches of a round: LocalSteps, or 1.
-func (s *sim) steps() int { return max(1, s.o.LocalSteps) }
-
-// batchRows returns the rows of p's batch (or window) of round r
-// (relative to its first round): batches are consecutive Batch rows.
-func (s *sim) batchRows(p *proc, i uint64) []row {
-	lo := int(i) * s.o.Batch * s.steps()
-	hi := min(lo+s.o.Batch*s.steps(), s.o.Rows*s.o.Epochs)
-	var out []row
-	for j := lo; j < hi; j++ {
-		out = append(out, p.rows[j%s.o.Rows])
-	}
-	return out
-}
-
-// gradient computes the logistic regression gradient of p's batch on the
-// working set, as sgd does: per row, float64 sums in example order.
-func (s *sim) gradient(p *proc, req *train.ComputeReq) ([]float32, float64) {
-	rows := s.batchRows(p, req.Round-p.core.FirstRound())
-	if s.o.LocalSteps > 1 {
-		return s.window(rows, req.Keys, req.Weights, int64(req.Round)*int64(s.o.LocalSteps), req.Workers)
-	}
-	return logregGrad(rows, req.Keys, req.Weights, uint32(s.o.Dim), s.at)
-}
-
-// window trains a window's rows, Batch at a time, on a local copy of the
-// wide rows of keys (weights and AdaGrad's accumulator), as a worker with
-// windows of local steps does, and returns each row's change and the
-// summed loss. The local copy is a whole model of the simulator's small
-// dimension; its steps are model.Apply's, the owners' own, with AdaGrad's
-// accumulator seen by workers workers as sgd.Window sees it.
-func (s *sim) window(rows []row, keys []uint32, wide []float32, step0 int64, workers int) ([]float32, float64) {
-	m := s.newModel()
-	m.OwnAll()
-	sw := m.StateWidth(true)
-	scale := float32(1)
-	if workers > 1 {
-		scale = 1 / float32(workers)
-		m.Opt.LR /= math.Sqrt(float64(workers))
-	}
-	in := model.Sparse{Idx: keys, Val: slices.Clone(wide)}
-	for i := range keys {
-		in.Val[i*sw+1] *= scale // (logreg, AdaGrad: weight, accumulator)
-	}
-	m.AddDeltas(&in) // onto zeros: the rows as fetched
-	var loss float64
-	for h := 0; h*s.o.Batch < len(rows); h++ {
-		b := rows[h*s.o.Batch : min((h+1)*s.o.Batch, len(rows))]
-		bk := s.batchKeys(b)
-		w := make([]float32, len(bk))
-		for i, k := range bk {
-			w[i] = m.Row(k)[0]
-		}
-		g, l := logregGrad(b, bk, w, uint32(s.o.Dim), s.at)
-		loss += l
-		m.Apply(&model.Sparse{Idx: bk, Val: g}, len(b), step0+int64(h))
-	}
-	delta := make([]float32, 0, len(wide))
-	for i, k := range keys {
-		delta = m.AppendWide(delta, k)
-		for c := range sw {
-			delta[i*sw+c] -= in.Val[i*sw+c]
-		}
-	}
-	return delta, loss
-}
-
-// logregGrad is the summed gradient of rows at weights (one per key).
-// at is scratch of Dim+1 entries, all 0, left so: the position+1 of each key.
-func logregGrad(rows []row, keys []uint32, w []float32, bias uint32, at []int32) ([]float32, float64) {
-	for i, k := range keys {
-		at[k] = int32(i + 1)
-	}
-	defer func() {
-		for _, k := range keys {
-			at[k] = 0
-		}
-	}()
-	pos := func(k uint32) int {
-		i := at[k]
-		if i == 0 {
-			panic(fmt.Sprintf("sim: row %d not in the batch's keys", k))
-		}
-		return int(i - 1)
-	}
-	bi := pos(bias)
-	sum := make([]float64, len(keys))
-	var loss float64
-	for _, r := range rows {
-		z := float64(w[bi])
-		for _, k := range r.keys {
-			z += float64(w[pos(k)])
-		}
-		p := 1 / (1 + math.Exp(-z))
-		d := p - float64(r.label)
-		if r.label == 1 {
-			loss += -math.Log(max(p, 1e-12))
-		} else {
-			loss += -math.Log(max(1-p, 1e-12))
-		}
-		for _, k := range r.keys {
-			sum[pos(k)] += d
-		}
-		sum[bi] += d
-	}
-	g := make([]float32, len(keys))
-	for i, v := range sum {
-		g[i] = float32(v)
-	}
-	return g, loss
 }
 
 // onEvent checks and records a core's event.
@@ -1333,7 +1113,7 @@ func (s *sim) finish() {
 			s.violate("%s finished without its final values", p.peer)
 			return
 		}
-		m := s.newModel()
+		m := s.w.newModel()
 		for j, k := range p.fetched.Rows.Idx {
 			copy(m.Row(k), p.fetched.Rows.Val[j:j+1])
 		}
@@ -1486,7 +1266,7 @@ func (s *sim) finish() {
 			}
 			first := q.core.FirstRound()
 			end := q.core.Round()
-			per := o.Batch * s.steps()
+			per := s.w.perRound()
 			data := first + uint64((min(q.pos, o.Rows*o.Epochs)+per-1)/per)
 			for r := first; r < min(end, data); r++ {
 				if !led[[2]uint64{q.member, r}] && !(s.lossAllowed && s.anyLoss) {
@@ -1503,132 +1283,17 @@ func (s *sim) finish() {
 
 // reference runs the same rounds serially and compares.
 func (s *sim) reference() {
-	o := s.o
-	m := s.newModel()
-	for sh := range o.Shards {
-		m.Own(sh)
-	}
 	var peers []*proc
-	for _, p := range s.procs[:o.Peers] {
+	for _, p := range s.procs[:s.o.Peers] {
 		peers = append(peers, p)
 	}
 	slices.SortFunc(peers, func(a, b *proc) int { return strings.Compare(a.peer, b.peer) })
-	per := o.Batch * s.steps()
-	rounds := (o.Rows*o.Epochs + per - 1) / per
-	bound := train.DefaultMaxRowGrad(m.Kind)
-	var sum, tmp, guard model.Sparse
-	var parts []*model.Sparse
-	for r := range rounds {
-		sum.Reset()
-		parts = parts[:0]
-		n := 0
-		for _, p := range peers {
-			rows := s.batchRows(p, uint64(r))
-			if len(rows) == 0 {
-				continue
-			}
-			keys := s.batchKeys(rows)
-			if o.LocalSteps > 1 {
-				// A window: each worker's changes from the same start,
-				// summed in member order, then added (model.AddDeltas).
-				var wide []float32
-				for _, k := range keys {
-					wide = m.AppendWide(wide, k)
-				}
-				workers := len(peers) // (summed changes: each counts the others' steps)
-				if o.Combine == train.Mean {
-					workers = 1 // (averaged changes: a lone peer's steps)
-				}
-				d, _ := s.window(rows, keys, wide, int64(r)*int64(o.LocalSteps), workers)
-				part := model.Sparse{Idx: keys, Val: d}
-				sw := m.StateWidth(true)
-				kept, _ := train.GuardRows(&part, sw, 1, bound*bound*float64(o.LocalSteps), &guard)
-				if o.Combine == train.Mean {
-					parts = append(parts, &model.Sparse{Idx: slices.Clone(kept.Idx), Val: slices.Clone(kept.Val)})
-				}
-				addSparse(&tmp, &sum, kept, sw)
-				sum, tmp = tmp, sum
-				n += len(rows)
-				continue
-			}
-			w := make([]float32, len(keys))
-			for i, k := range keys {
-				w[i] = m.Row(k)[0]
-			}
-			g, _ := logregGrad(rows, keys, w, uint32(o.Dim), s.at)
-			part := model.Sparse{Idx: keys, Val: g}
-			kept, _ := train.GuardRows(&part, 1, uint64(len(rows)), bound, &guard)
-			addSparse(&tmp, &sum, kept, 1)
-			sum, tmp = tmp, sum
-			n += len(rows)
-		}
-		if n > 0 && o.LocalSteps > 1 {
-			if o.Combine == train.Mean {
-				meanRows(&sum, parts, m.Layout.Width, m.StateWidth(true))
-			}
-			m.AddDeltas(&sum)
-		} else if n > 0 {
-			m.Apply(&sum, n, int64(r))
-		}
+	rows := make([][]row, len(peers))
+	for i, p := range peers {
+		rows[i] = p.rows
 	}
+	m := s.w.serial(rows)
 	if h := m.Hash(); h != s.res.Model {
 		s.violate("the run's model %x differs from the serial reference %x", s.res.Model, h)
-	}
-}
-
-func addSparse(dst, a, b *model.Sparse, w int) {
-	dst.Reset()
-	i, j := 0, 0
-	for i < len(a.Idx) || j < len(b.Idx) {
-		switch {
-		case j >= len(b.Idx) || (i < len(a.Idx) && a.Idx[i] < b.Idx[j]):
-			dst.Append(a.Idx[i], a.Val[i*w:(i+1)*w])
-			i++
-		case i >= len(a.Idx) || b.Idx[j] < a.Idx[i]:
-			dst.Append(b.Idx[j], b.Val[j*w:(j+1)*w])
-			j++
-		default:
-			dst.Idx = append(dst.Idx, a.Idx[i])
-			for c := range w {
-				dst.Val = append(dst.Val, a.Val[i*w+c]+b.Val[j*w+c])
-			}
-			i++
-			j++
-		}
-	}
-}
-
-// meanRows sets dst to parts combined as train.Mean combines a window: per
-// row, the mean of the weight changes of the parts that have it and the
-// sum of their state changes, summed in float32 in the parts' (member)
-// order and divided in float32 (written here on its own, as the check of
-// the owners' MeanSum).
-func meanRows(dst *model.Sparse, parts []*model.Sparse, width, sw int) {
-	count := map[uint32]int{}
-	sums := map[uint32][]float32{}
-	for _, p := range parts {
-		for i, k := range p.Idx {
-			count[k]++
-			if sums[k] == nil {
-				sums[k] = make([]float32, sw)
-			}
-			for c := range sw {
-				sums[k][c] += p.Val[i*sw+c]
-			}
-		}
-	}
-	keys := make([]uint32, 0, len(count))
-	for k := range count {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	dst.Reset()
-	row := make([]float32, sw)
-	for _, k := range keys {
-		copy(row, sums[k])
-		for c := range width {
-			row[c] /= float32(count[k])
-		}
-		dst.Append(k, row)
 	}
 }
