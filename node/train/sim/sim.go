@@ -204,14 +204,6 @@ type proc struct {
 // restartAt is a shard restarted from nothing, at s.order.
 type restartAt struct{ shard, at int }
 
-type msgInFlight struct {
-	from, to string
-	to2      *proc // the process it was sent to (a restart does not get it)
-	msg      *wire.Core
-	at       int
-	seq      int
-}
-
 type sim struct {
 	o           Options
 	r           rng
@@ -219,14 +211,11 @@ type sim struct {
 	now         int // network steps: tick*steps at the end of a tick (Options.Steps)
 	procs       []*proc
 	byPeer      map[string]*proc // the running process of each peer
-	net         []msgInFlight
-	seq         int
-	cut         map[[2]string]bool // partitioned pairs
-	lastSeen    map[[2]string]int
+	net         *network
+	sched       schedule
 	aliveSet    map[string]string // last alive set fed, per proc key
 	res         Result
 	confs       map[uint64]string
-	events      []scheduled
 	nextPeer    int
 	sentLedger  map[string]map[[2]uint64]bool // peer/req -> ledger snapshot
 	lossAllowed bool
@@ -243,16 +232,10 @@ type sim struct {
 	w           *workload
 }
 
-type scheduled struct {
-	at   int
-	kind string
-	dur  int
-}
-
 // Run runs one simulation.
 func Run(o Options) Result {
-	s := &sim{o: o, r: rng{s: o.Seed*0x2545f4914f6cdd1d + 1}, byPeer: map[string]*proc{}, cut: map[[2]string]bool{},
-		lastSeen: map[[2]string]int{}, aliveSet: map[string]string{}, confs: map[uint64]string{},
+	s := &sim{o: o, r: rng{s: o.Seed*0x2545f4914f6cdd1d + 1}, byPeer: map[string]*proc{},
+		aliveSet: map[string]string{}, confs: map[uint64]string{},
 		sentLedger: map[string]map[[2]uint64]bool{}}
 	s.res.Stats = map[string]train.Stats{}
 	s.res.Received = map[string]int64{}
@@ -271,6 +254,8 @@ func Run(o Options) Result {
 		lim.MaxValues = 1 << 26
 		s.codec = wire.NewCodec(wire.F32, wire.None, lim)
 	}
+	s.net = newNetwork(&s.r, o.Faults, s.watchMsg)
+	s.sched = schedule{r: &s.r}
 	s.w = newWorkload(o, &s.r)
 	s.run()
 	if s.fp != nil {
@@ -363,7 +348,7 @@ func (s *sim) run() {
 		p.ledger = map[int]map[[2]uint64]bool{}
 		s.byPeer[p.peer] = p
 	}
-	s.schedule()
+	s.sched.draw(o.Faults)
 	s.lossAllowed = o.Replicas < 2 || o.Faults.Crashes+o.Faults.Restarts > 1
 	for _, p := range s.procs {
 		s.handle(p)
@@ -419,23 +404,6 @@ func (s *sim) run() {
 	s.finish()
 }
 
-// schedule draws the fault events of the chaos window.
-func (s *sim) schedule() {
-	f := s.o.Faults
-	add := func(n int, kind string) {
-		for range n {
-			at := 20 + s.r.intn(max(1, f.Chaos-20))
-			s.events = append(s.events, scheduled{at: at, kind: kind, dur: 20 + s.r.intn(max(1, f.DeadAfter*3))})
-		}
-	}
-	add(f.Partitions, "partition")
-	add(f.Crashes, "crash")
-	add(f.Restarts, "restart")
-	add(f.Joins, "join")
-	add(f.Leaves, "leave")
-	sort.SliceStable(s.events, func(i, j int) bool { return s.events[i].at < s.events[j].at })
-}
-
 func (s *sim) running() []*proc {
 	var out []*proc
 	for _, p := range s.procs {
@@ -444,91 +412,6 @@ func (s *sim) running() []*proc {
 		}
 	}
 	return out
-}
-
-// faults fires the events due now.
-func (s *sim) faults() {
-	for len(s.events) > 0 && s.events[0].at <= s.tick {
-		e := s.events[0]
-		s.events = s.events[1:]
-		run := s.running()
-		var live []*proc
-		for _, p := range run {
-			if !p.done && !p.core.Finishing() {
-				live = append(live, p)
-			}
-		}
-		switch e.kind {
-		case "crash", "restart":
-			if len(live) < 2 {
-				continue
-			}
-			p := live[s.r.intn(len(live))]
-			s.crash(p)
-			if e.kind == "restart" {
-				s.events = append(s.events, scheduled{at: s.tick + e.dur/2 + 1, kind: "start:" + p.peer})
-				sort.SliceStable(s.events, func(i, j int) bool { return s.events[i].at < s.events[j].at })
-			}
-		case "join":
-			if len(live) == 0 {
-				continue
-			}
-			name := peerName(s.nextPeer)
-			s.nextPeer++
-			s.start(name, live[s.r.intn(len(live))].peer)
-		case "leave":
-			if len(live) < 2 {
-				continue
-			}
-			p := live[s.r.intn(len(live))]
-			s.logf("%s leaves", p.peer)
-			p.core.Leave()
-			s.handle(p)
-		case "partition":
-			if len(run) < 2 {
-				continue
-			}
-			// Cut a random minority off for dur ticks.
-			k := 1 + s.r.intn(max(1, len(run)/2))
-			perm := make([]int, len(run))
-			for i := range perm {
-				perm[i] = i
-			}
-			for i := len(perm) - 1; i > 0; i-- {
-				j := s.r.intn(i + 1)
-				perm[i], perm[j] = perm[j], perm[i]
-			}
-			side := map[string]bool{}
-			for _, i := range perm[:k] {
-				side[run[i].peer] = true
-			}
-			var names []string
-			for _, a := range run {
-				for _, b := range run {
-					if side[a.peer] != side[b.peer] {
-						s.cut[[2]string{a.peer, b.peer}] = true
-					}
-				}
-				if side[a.peer] {
-					names = append(names, a.peer)
-				}
-			}
-			s.logf("partition: %v cut off for %d ticks", names, e.dur)
-			s.events = append(s.events, scheduled{at: s.tick + e.dur, kind: "heal"})
-			sort.SliceStable(s.events, func(i, j int) bool { return s.events[i].at < s.events[j].at })
-		case "heal":
-			s.logf("partition healed")
-			clear(s.cut)
-		default:
-			if strings.HasPrefix(e.kind, "start:") {
-				name := strings.TrimPrefix(e.kind, "start:")
-				if s.byPeer[name] != nil || len(live) == 0 {
-					continue
-				}
-				s.start(name, live[s.r.intn(len(live))].peer)
-			}
-		}
-	}
 }
 
 func (s *sim) crash(p *proc) {
@@ -578,21 +461,9 @@ func (s *sim) membership() {
 	if dead <= 0 {
 		dead = 50
 	}
+	s.net.hear(s.tick, run)
 	for _, a := range run {
-		for _, b := range run {
-			if !s.cut[[2]string{a.peer, b.peer}] {
-				s.lastSeen[[2]string{a.peer, fmt.Sprint(b.member)}] = s.tick
-			}
-		}
-	}
-	for _, a := range run {
-		var ids []uint64
-		for _, b := range s.procs {
-			if t, ok := s.lastSeen[[2]string{a.peer, fmt.Sprint(b.member)}]; ok && s.tick-t < dead {
-				ids = append(ids, b.member)
-			}
-		}
-		slices.Sort(ids)
+		ids := s.net.alive(s.tick, dead, a.peer, s.procs)
 		key := fmt.Sprint(ids)
 		if s.aliveSet[a.peer+fmt.Sprint(a.member)] != key {
 			s.aliveSet[a.peer+fmt.Sprint(a.member)] = key
@@ -604,8 +475,7 @@ func (s *sim) membership() {
 
 // send puts a message on the simulated network.
 func (s *sim) send(from *proc, e train.Envelope) {
-	f := s.o.Faults
-	chaos := s.tick < f.Chaos
+	chaos := s.tick < s.o.Faults.Chaos
 	to := s.byPeer[e.To]
 	msg := e.Msg
 	size := 0
@@ -647,28 +517,7 @@ func (s *sim) send(from *proc, e train.Envelope) {
 			}
 		}
 	}
-	if e.To == from.peer {
-		s.seq++
-		s.net = append(s.net, msgInFlight{from: from.peer, to: e.To, to2: to, msg: msg, at: s.now, seq: s.seq})
-		return
-	}
-	if chaos && f.Drop > 0 && s.r.float() < f.Drop {
-		s.watchMsg("drop", from.peer, e.To, msg)
-		return
-	}
-	s.watchMsg("send", from.peer, e.To, msg)
-	copies := 1
-	if chaos && f.Dup > 0 && s.r.float() < f.Dup {
-		copies = 2
-	}
-	for range copies {
-		delay := 1
-		if chaos && f.Delay > 0 {
-			delay += s.r.intn(f.Delay + 1)
-		}
-		s.seq++
-		s.net = append(s.net, msgInFlight{from: from.peer, to: e.To, to2: to, msg: msg, at: s.now + delay, seq: s.seq})
-	}
+	s.net.post(from.peer, e.To, to, msg, s.now, chaos)
 }
 
 // parts adds msg's parts to Result.Parts (see Parts). It measures by
@@ -762,28 +611,12 @@ func (s *sim) watchMsg(what, from, to string, m *wire.Core) {
 
 // deliver hands the messages due to their receivers.
 func (s *sim) deliver() {
-	var due []msgInFlight
-	keep := s.net[:0]
-	for _, m := range s.net {
-		if m.at <= s.now {
-			due = append(due, m)
-		} else {
-			keep = append(keep, m)
-		}
-	}
-	s.net = keep
-	sort.Slice(due, func(i, j int) bool {
-		if due[i].at != due[j].at {
-			return due[i].at < due[j].at
-		}
-		return due[i].seq < due[j].seq
-	})
-	for _, m := range due {
+	for _, m := range s.net.due(s.now) {
 		p := m.to2
 		if p == nil || !p.running || s.byPeer[m.to] != p {
 			continue
 		}
-		if s.cut[[2]string{m.from, m.to}] {
+		if s.net.isCut(m.from, m.to) {
 			s.watchMsg("cut", m.from, m.to, m.msg)
 			continue
 		}
@@ -833,8 +666,7 @@ func (s *sim) handle(p *proc) {
 				p.removed = true
 				s.crash(p)
 				p.crashed = false
-				s.events = append(s.events, scheduled{at: s.tick + 1, kind: "start:" + p.peer})
-				sort.SliceStable(s.events, func(i, j int) bool { return s.events[i].at < s.events[j].at })
+				s.sched.add(scheduled{at: s.tick + 1, kind: "start:" + p.peer})
 				return
 			}
 			if errors.Is(rd.Err, train.ErrNoQuorum) {
@@ -1051,10 +883,8 @@ func (s *sim) checkBuffers() {
 }
 
 func (s *sim) allDone() bool {
-	for _, e := range s.events {
-		if strings.HasPrefix(e.kind, "start:") || e.kind == "heal" {
-			return false
-		}
+	if s.sched.pending() {
+		return false
 	}
 	for _, p := range s.procs {
 		if p.running && !p.done {
