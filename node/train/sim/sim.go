@@ -40,7 +40,6 @@ import (
 	"hash/fnv"
 	"math"
 	"slices"
-	"sort"
 	"strings"
 
 	"github.com/gossiptrain/gossiptrain/gossip/wire"
@@ -224,10 +223,9 @@ type sim struct {
 	finalAt     int         // s.order when a peer first had the values final (0: none yet)
 	restarts    []restartAt // shards restarted from nothing (need gather)
 	finalModel  *model.Model
-	codec       *wire.Codec
+	enc         *encoder // with Encode, Bytes or Fingerprint
+	acct        *accounting
 	fp          hash.Hash64 // Options.Fingerprint
-	encBuf      []byte
-	layout      *model.Layout // Parts
 	maxStale    uint64
 	w           *workload
 }
@@ -238,26 +236,19 @@ func Run(o Options) Result {
 		aliveSet: map[string]string{}, confs: map[uint64]string{},
 		sentLedger: map[string]map[[2]uint64]bool{}}
 	s.res.Stats = map[string]train.Stats{}
-	s.res.Received = map[string]int64{}
 	s.res.Examples = map[string]int64{}
-	s.res.TrainBytes = map[string]int64{}
-	s.res.TrainMsgs = map[string]int64{}
-	s.res.OpBytes = map[string]int64{}
-	s.res.OpMsgs = map[string]int64{}
 	if o.Fingerprint {
 		s.fp = fnv.New64a()
 	}
 	if o.Encode || o.Bytes || o.Fingerprint {
-		lim := wire.DefaultLimits()
-		lim.MaxMessage = 64 << 20
-		lim.MaxRows = 1 << 24
-		lim.MaxValues = 1 << 26
-		s.codec = wire.NewCodec(wire.F32, wire.None, lim)
+		s.enc = newEncoder()
 	}
 	s.net = newNetwork(&s.r, o.Faults, s.watchMsg)
 	s.sched = schedule{r: &s.r}
 	s.w = newWorkload(o, &s.r)
+	s.acct = newAccounting(o.Bytes, o.Parts, s.enc, func() model.Layout { return s.w.newModel().Layout }, s.violate)
 	s.run()
+	s.acct.report(&s.res)
 	if s.fp != nil {
 		s.res.Fingerprint = s.fp.Sum64()
 	}
@@ -479,20 +470,20 @@ func (s *sim) send(from *proc, e train.Envelope) {
 	to := s.byPeer[e.To]
 	msg := e.Msg
 	size := 0
-	if s.codec != nil {
-		b, err := s.codec.AppendCore(s.encBuf[:0], wire.Header{Job: "sim", Sender: from.peer}, msg)
+	if s.enc != nil {
+		b, err := s.enc.encode(from.peer, msg)
 		if err != nil {
 			s.violate("%s encodes %s: %v", from.peer, msg.Op, err)
 			return
 		}
-		s.encBuf, size = b, len(b)
+		size = len(b)
 		if s.fp != nil {
 			fmt.Fprintf(s.fp, "%d %s>%s %d:", s.tick, from.peer, e.To, len(b))
 			s.fp.Write(b)
 		}
 		if s.o.Encode {
 			var m wire.Message
-			if err := s.codec.Decode(b, &m); err != nil {
+			if err := s.enc.decode(b, &m); err != nil {
 				s.violate("%s's %s does not decode: %v", from.peer, msg.Op, err)
 				return
 			}
@@ -503,102 +494,8 @@ func (s *sim) send(from *proc, e train.Envelope) {
 	} else {
 		msg = msg.Clone()
 	}
-	if e.To != from.peer {
-		if s.o.Bytes {
-			s.res.Received[e.To] += int64(size)
-		}
-		if to != nil && !to.final {
-			s.res.TrainBytes[e.To] += int64(size)
-			s.res.TrainMsgs[e.To]++
-			s.res.OpBytes[msg.Op.String()] += int64(size)
-			s.res.OpMsgs[msg.Op.String()]++
-			if s.o.Parts && s.o.Bytes {
-				s.parts(from.peer, msg, size)
-			}
-		}
-	}
+	s.acct.count(from.peer, e.To, msg, size, to != nil && !to.final)
 	s.net.post(from.peer, e.To, to, msg, s.now, chaos)
-}
-
-// parts adds msg's parts to Result.Parts (see Parts). It measures by
-// encoding variants of msg: without its shard list; also without rows,
-// wants and values (the header); with rows and wants numbered 0, 1, 2, …
-// (the values, and indices that cost almost nothing); and with rows
-// numbered inside the message's shards (the projection).
-func (s *sim) parts(from string, msg *wire.Core, size int) {
-	enc := func(m *wire.Core) int {
-		b, err := s.codec.AppendCore(s.encBuf[:0], wire.Header{Job: "sim", Sender: from}, m)
-		if err != nil {
-			s.violate("parts: %s encodes %s: %v", from, m.Op, err)
-			return size
-		}
-		s.encBuf = b
-		return len(b)
-	}
-	m := *msg
-	m.Shards = nil
-	noShards := enc(&m)
-	dense := func(n int) []uint32 {
-		out := make([]uint32, n)
-		for i := range out {
-			out[i] = uint32(i)
-		}
-		return out
-	}
-	m.Rows = model.Sparse{Idx: dense(len(msg.Rows.Idx)), Val: msg.Rows.Val}
-	m.Want = dense(len(msg.Want))
-	flat := enc(&m)
-	m.Rows, m.Want, m.Values = model.Sparse{}, nil, nil
-	bare := enc(&m)
-	p := &s.res.Parts
-	p.Header += int64(bare)
-	p.Shards += int64(size - noShards)
-	p.Values += int64(flat - bare)
-	p.Index += int64(noShards - flat)
-	// Number rows inside the message's shards: rank of the shard in the
-	// list, then the slot.
-	if s.layout == nil {
-		l := s.w.newModel().Layout
-		s.layout = &l
-	}
-	l := s.layout
-	rank := map[int]int{}
-	for i, sh := range msg.Shards {
-		rank[int(sh)] = i
-	}
-	local := func(keys []uint32) ([]uint32, bool) {
-		out := make([]uint32, len(keys))
-		for i, k := range keys {
-			r, ok := rank[l.Shard(k)]
-			if !ok {
-				return nil, false
-			}
-			out[i] = uint32(r*l.PerShard + l.Slot(k))
-		}
-		return out, true
-	}
-	idx, ok1 := local(msg.Rows.Idx)
-	want, ok2 := local(msg.Want)
-	if !ok1 || !ok2 {
-		p.LocalIndex += int64(noShards - flat)
-		return
-	}
-	w := max(1, msg.RowWidth)
-	order := make([]int, len(idx))
-	for i := range order {
-		order[i] = i
-	}
-	sort.Slice(order, func(a, b int) bool { return idx[order[a]] < idx[order[b]] })
-	m = *msg
-	m.Shards = nil
-	m.Rows = model.Sparse{Idx: make([]uint32, len(idx)), Val: make([]float32, 0, len(msg.Rows.Val))}
-	for i, j := range order {
-		m.Rows.Idx[i] = idx[j]
-		m.Rows.Val = append(m.Rows.Val, msg.Rows.Val[j*w:(j+1)*w]...)
-	}
-	slices.Sort(want)
-	m.Want = want
-	p.LocalIndex += int64(enc(&m) - flat)
 }
 
 // watchMsg logs a message about the watched shard (WatchShard).
