@@ -52,7 +52,7 @@ var checks = [numChecks]checkDoc{
 	chkApplyOnce:    {"I2", "apply-once", "no holder of a shard applies a worker's contribution to a round twice."},
 	chkHandoff:      {"I2", "handoff", "a peer installs a shard only from a process that sent it, and takes over the sender's ledger as of the send."},
 	chkRestart:      {"I2", "restart", "a shard restarts from nothing (every holder gone) only where that can happen: without replicas, with more than one crash or restart scheduled, or after a configuration that removes as many members as a shard has copies."},
-	chkComplete:     {"I2", "complete", "at the end the copy checked for each shard has applied every round of every worker that did not crash, leave the run refused or get removed, up to the end of its data, unless a shard was lost where that is allowed."},
+	chkComplete:     {"I2", "complete", "at the end the copy checked for each shard has applied every round of every worker still in the run (not crashed, removed or refused) up to the end of its data, unless a shard was lost where losses are allowed (restart)."},
 	chkStaleness:    {"I3", "staleness", "in ssp no round was computed with values more than Staleness rounds stale (every core's Stats.MaxStaleness)."},
 	chkPrimaryRuns:  {"I4", "primary-runs", "at the end each shard's primary in the final configuration runs or finished (once the values are final a live holder of the shard may stand in for it)."},
 	chkPrimaryHolds: {"I4", "primary-holds", "the copy checked for each shard at the end holds the shard."},
@@ -64,7 +64,7 @@ var checks = [numChecks]checkDoc{
 	chkSerial:       {"I7", "serial", "a sync run with no crash, restart, join, leave or partition (drops, duplicates and delays only) ends bit-identical to a serial run of the same rounds."},
 	chkLoss:         {"I8", "loss", "a round applied without a worker's contribution is a violation when a live process's copy of the shard holds that contribution."},
 	chkQuorum:       {"I9", "quorum", "a peer stops with ErrNoQuorum only when most of its raft voters are not running."},
-	chkLiveness:     {"I10", "liveness", "every process running at the end (MaxTicks, or nothing left to do) has finished."},
+	chkLiveness:     {"I10", "liveness", "every process finishes before MaxTicks (the faults stop after Chaos ticks): none still runs at the end."},
 }
 
 func (k check) String() string { return checks[k].name }
@@ -147,9 +147,10 @@ func newChecker(o Options, rec *recorder, w *workload, serial func() *model.Mode
 	}
 }
 
-// fail reports a violation of check k.
+// fail reports a violation of check k, named as the package doc lists it
+// (TestViolationNamesItsCheck).
 func (c *checker) fail(k check, format string, args ...any) {
-	c.rec.violate(format, args...)
+	c.rec.violate(fmt.Sprintf("%s (%s)", checks[k].name, checks[k].inv), format, args...)
 }
 
 func (c *checker) logf(format string, args ...any) { c.rec.logf(format, args...) }

@@ -19,8 +19,10 @@ func (r *recorder) logf(format string, args ...any) {
 	}
 }
 
-func (r *recorder) violate(format string, args ...any) {
-	msg := fmt.Sprintf("tick %d: ", *r.tick) + fmt.Sprintf(format, args...)
+// violate records a violation of check what (its name and invariant, as
+// "replicas (I6)").
+func (r *recorder) violate(what, format string, args ...any) {
+	msg := fmt.Sprintf("tick %d: %s: ", *r.tick, what) + fmt.Sprintf(format, args...)
 	r.failed = true
 	if len(r.violations) < 20 {
 		r.violations = append(r.violations, msg)
