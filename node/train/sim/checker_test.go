@@ -1,11 +1,43 @@
 package sim
 
 import (
+	"fmt"
+	"go/parser"
+	"go/token"
 	"strings"
 	"testing"
 
 	"github.com/gossiptrain/gossiptrain/node/train"
 )
+
+// TestChecksListed: the package doc lists every check the checker makes,
+// as "name (invariant): what it asserts", word for word as the checks
+// table says it, and no two checks share a name.
+func TestChecksListed(t *testing.T) {
+	f, err := parser.ParseFile(token.NewFileSet(), "doc.go", nil, parser.ParseComments|parser.PackageClauseOnly)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Doc == nil {
+		t.Fatal("doc.go has no package doc")
+	}
+	doc := strings.Join(strings.Fields(f.Doc.Text()), " ")
+	seen := map[string]bool{}
+	for k, c := range checks {
+		if c.name == "" || c.inv == "" || c.doc == "" {
+			t.Errorf("check %d has no name, invariant or doc: %+v", k, c)
+			continue
+		}
+		if seen[c.name] {
+			t.Errorf("two checks are named %q", c.name)
+		}
+		seen[c.name] = true
+		line := fmt.Sprintf("%s (%s): %s", c.name, c.inv, c.doc)
+		if !strings.Contains(doc, line) {
+			t.Errorf("the package doc (doc.go) does not list check %q as\n  - %s", c.name, line)
+		}
+	}
+}
 
 // TestViolationNamesItsCheck: a run that cannot finish in time reports a
 // liveness violation per process that still runs, each naming its check

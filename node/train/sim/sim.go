@@ -1,36 +1,3 @@
-// Package sim runs the training protocol core (node/train) of many peers in
-// one process, on a simulated network and clock, and checks its invariants
-// while faults happen: messages dropped, duplicated, delayed and reordered,
-// partitions, crashes, restarts with the same peer ID, joins and graceful
-// leaves. Every choice comes from one seed, so a failing schedule replays
-// exactly (go test ./node/train/sim -run TestSeeds -seed N -v prints its
-// event trace).
-//
-// What a run checks (Result.Violations), after every step and at the end:
-//
-//   - agreement: every configuration ID means the same configuration at
-//     every peer;
-//   - exactly once: no holder of a shard applies a worker's contribution to
-//     a round twice, and handing a shard over hands its ledger over; at the
-//     end the primary of every shard has applied every contribution of
-//     every worker that did not crash, unless the shard was lost (every
-//     holder crashed: counted, allowed only without replicas);
-//   - the ssp bound: no round computed with values missing a worker's
-//     contributions older than the staleness allows;
-//   - coverage: every shard held by its primary at the end;
-//   - bounded buffers: no queue of a core grows past a bound;
-//   - one model: every finished peer fetched the same model, but for shards
-//     restarted from nothing after the values were final; replicas end
-//     bit-identical to their primary (ssp and async through the final
-//     copies); every peer's read copy equals the primaries' values (full
-//     gather);
-//   - the serial reference: a sync run whose schedule loses nothing for good
-//     (drops and delays only) ends bit-identical to a serial run of the
-//     same rounds;
-//   - liveness: once the faults stop, every peer finishes.
-//
-// The workers' gradients are logistic regression on generated sparse data,
-// computed here the way sgd computes them (float64 sums in example order).
 package sim
 
 import (
