@@ -257,30 +257,12 @@ func (s *sim) coreConfig(p *proc) train.Config {
 	return cfg
 }
 
+// run starts the initial peers and drives the run tick by tick until
+// every process is done or MaxTicks pass, then checks the end.
 func (s *sim) run() {
 	o := s.o
-	// The initial peers.
-	var initial []train.Member
-	for i := range o.Peers {
-		p := &proc{peer: peerName(i), inc: 1}
-		p.member = train.MemberID(p.peer, p.inc)
-		initial = append(initial, train.Member{Peer: p.peer, ID: p.member})
-		s.procs = append(s.procs, p)
-	}
-	s.nextPeer = o.Peers
-	slices.SortFunc(initial, func(a, b train.Member) int { return strings.Compare(a.Peer, b.Peer) })
-	for _, p := range s.procs {
-		p.m = s.w.newModel()
-		p.feed.rows = s.w.data(p.peer)
-		cfg := s.coreConfig(p)
-		cfg.Initial = initial
-		c, err := train.New(cfg)
-		if err != nil {
-			s.chk.fail(chkStart, "new core: %v", err)
-			return
-		}
-		p.core, p.running = c, true
-		s.byPeer[p.peer] = p
+	if !s.startInitial() {
+		return
 	}
 	s.sched.draw(o.Faults)
 	for _, p := range s.procs {
@@ -296,12 +278,8 @@ func (s *sim) run() {
 			s.now = (s.tick-1)*steps + sub
 			s.deliver()
 			for _, p := range slices.Clone(s.procs) {
-				if p.running && p.compute != nil && s.now >= p.computeAt {
-					req := p.compute
-					p.compute = nil
-					g, loss := s.w.gradient(p.rows, req.Round-p.core.FirstRound(), req)
-					p.core.Computed(req.Round, g, loss)
-					s.handle(p)
+				if p.running {
+					s.computeDue(p)
 				}
 			}
 		}
@@ -311,23 +289,13 @@ func (s *sim) run() {
 			if !p.running {
 				continue
 			}
-			if p.compute != nil && s.now >= p.computeAt {
-				req := p.compute
-				p.compute = nil
-				g, loss := s.w.gradient(p.rows, req.Round-p.core.FirstRound(), req)
-				p.core.Computed(req.Round, g, loss)
-				s.handle(p)
-			}
+			s.computeDue(p)
 			p.core.Tick()
 			s.handle(p)
 		}
 		s.chk.buffers(s.tick, s.procs)
 		if s.tick == s.o.DumpAt {
-			for _, p := range s.procs {
-				if p.running {
-					s.logf("DUMP %s/%x: %s", p.peer, p.member&0xffff, p.core.Debug())
-				}
-			}
+			s.dump()
 		}
 		if s.allDone() {
 			break
@@ -335,6 +303,55 @@ func (s *sim) run() {
 	}
 	s.res.Ticks = s.tick
 	s.finish()
+}
+
+// startInitial starts the processes of the initial peers, members from
+// the start; false if a core does not start.
+func (s *sim) startInitial() bool {
+	var initial []train.Member
+	for i := range s.o.Peers {
+		p := &proc{peer: peerName(i), inc: 1}
+		p.member = train.MemberID(p.peer, p.inc)
+		initial = append(initial, train.Member{Peer: p.peer, ID: p.member})
+		s.procs = append(s.procs, p)
+	}
+	s.nextPeer = s.o.Peers
+	slices.SortFunc(initial, func(a, b train.Member) int { return strings.Compare(a.Peer, b.Peer) })
+	for _, p := range s.procs {
+		p.m = s.w.newModel()
+		p.feed.rows = s.w.data(p.peer)
+		cfg := s.coreConfig(p)
+		cfg.Initial = initial
+		c, err := train.New(cfg)
+		if err != nil {
+			s.chk.fail(chkStart, "new core: %v", err)
+			return false
+		}
+		p.core, p.running = c, true
+		s.byPeer[p.peer] = p
+	}
+	return true
+}
+
+// computeDue answers p's compute request if its time has come.
+func (s *sim) computeDue(p *proc) {
+	if p.compute == nil || s.now < p.computeAt {
+		return
+	}
+	req := p.compute
+	p.compute = nil
+	g, loss := s.w.gradient(p.rows, req.Round-p.core.FirstRound(), req)
+	p.core.Computed(req.Round, g, loss)
+	s.handle(p)
+}
+
+// dump traces every running core's state (Options.DumpAt).
+func (s *sim) dump() {
+	for _, p := range s.procs {
+		if p.running {
+			s.logf("DUMP %s/%x: %s", p.peer, p.member&0xffff, p.core.Debug())
+		}
+	}
 }
 
 func (s *sim) running() []*proc {
