@@ -51,7 +51,7 @@ var checks = [numChecks]checkDoc{
 	chkAgreement:    {"I1", "agreement", "every configuration ID means the same configuration (start, members, crashed, left) at every peer that applies it."},
 	chkApplyOnce:    {"I2", "apply-once", "no holder of a shard applies a worker's contribution to a round twice."},
 	chkHandoff:      {"I2", "handoff", "a peer installs a shard only from a process that sent it, and takes over the sender's ledger as of the send."},
-	chkRestart:      {"I2", "restart", "a shard restarts from nothing (every holder gone) only where that can happen: without replicas, with more than one crash or restart scheduled, or after a configuration that removes as many members as a shard has copies."},
+	chkRestart:      {"I2", "restart", "a shard restarts from nothing (every holder gone) only where that can happen: without replicas, with more than one crash or restart scheduled, or after a configuration that declares as many members crashed as a shard has copies."},
 	chkComplete:     {"I2", "complete", "at the end the copy checked for each shard has applied every round of every worker still in the run (not crashed, removed or refused) up to the end of its data, unless a shard was lost where losses are allowed (restart)."},
 	chkStaleness:    {"I3", "staleness", "in ssp no round was computed with values more than Staleness rounds stale (every core's Stats.MaxStaleness)."},
 	chkPrimaryRuns:  {"I4", "primary-runs", "at the end each shard's primary in the final configuration runs or finished (once the values are final a live holder of the shard may stand in for it)."},

@@ -73,8 +73,8 @@
 //     and takes over the sender's ledger as of the send.
 //   - restart (I2): a shard restarts from nothing (every holder gone) only
 //     where that can happen: without replicas, with more than one crash or
-//     restart scheduled, or after a configuration that removes as many members
-//     as a shard has copies.
+//     restart scheduled, or after a configuration that declares as many
+//     members crashed as a shard has copies.
 //   - complete (I2): at the end the copy checked for each shard has applied
 //     every round of every worker still in the run (not crashed, removed or
 //     refused) up to the end of its data, unless a shard was lost where losses
