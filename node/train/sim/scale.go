@@ -16,7 +16,7 @@ import (
 // keep 125% over 256 shards for the reasons given there; -scale-shards
 // measures others), no faults, training
 // logistic regression on generated sparse rows shaped like click data (39
-// nonzeros per row, frequent low features; see dataFor), batch 1000 per
+// nonzeros per row, frequent low features; see workload.data), batch 1000 per
 // peer, rows rounds of it each, counting the bytes every message takes on
 // the wire.
 func ScaleOptions(peers, rounds int) Options {
