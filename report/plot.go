@@ -49,7 +49,7 @@ type PlotFile struct {
 //   - throughput: examples/s per configuration (bars);
 //   - peer_net_out: every peer's network send rate (MB/s), grouped by
 //     configuration with the busiest peer first, so a master that saturates
-//     its link stands out;
+//     its link stands out (left out when no peer sent anything);
 //   - throughput_vs_batch: examples/s against batch size, a line per
 //     topology and mode (only when the configurations have several batch
 //     sizes);
@@ -354,11 +354,17 @@ func peerNetOutBars(bs []BenchConfig, o Options) (*plot.Plot, error) {
 		return nil, nil
 	}
 	rates := make([][]float64, len(bs)) // per configuration, sorted descending
+	sent := false
 	for i, b := range bs {
 		for _, pe := range b.Peers {
-			rates[i] = append(rates[i], finite(float64(pe.NetOutMBps)))
+			r := finite(float64(pe.NetOutMBps))
+			rates[i] = append(rates[i], r)
+			sent = sent || r > 0
 		}
 		sort.Sort(sort.Reverse(sort.Float64Slice(rates[i])))
+	}
+	if !sent { // runs alone: an empty chart says nothing
+		return nil, nil
 	}
 	w := barWidth(len(bs), k)
 	var all plotter.Values

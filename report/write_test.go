@@ -205,6 +205,13 @@ func TestNoEvaluationsNoErrorPlots(t *testing.T) {
 		t.Errorf("error_vs_examples.png drawn without evaluations (stat: %v)", err)
 	}
 	checkPNG(t, filepath.Join(tmp, PlotThroughput+".png"))
+	// The run sent nothing: no empty network chart, and no link to one.
+	if _, err := os.Stat(filepath.Join(tmp, PlotPeerNetOut+".png")); !os.IsNotExist(err) {
+		t.Errorf("peer_net_out.png drawn for runs that sent nothing (stat: %v)", err)
+	}
+	if strings.Contains(string(md), PlotPeerNetOut) {
+		t.Errorf("report.md links the network plot of runs that sent nothing:\n%s", md)
+	}
 }
 
 func TestOptionsValidate(t *testing.T) {
