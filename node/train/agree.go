@@ -43,7 +43,18 @@ type agreement struct {
 	rng    uint64
 	sub    int
 
-	// Joining.
+	join   joining // while joining, and a voter's question "who leads?" (A3)
+	leader leading // while leader
+
+	// This peer leaving.
+	leaving bool
+	leaveAt uint64
+}
+
+// joining is the agreement's state while this peer joins the run (it asks
+// its contact, then the leader, to be admitted), and a joined voter's
+// question "who leads?" after it missed a promotion (authority.go, A3).
+type joining struct {
 	contact string
 	named   uint64 // the raft node the contact named as leader (authority.go, A3)
 	// A3 for a voter that missed a promotion: the raft node that sent
@@ -58,8 +69,11 @@ type agreement struct {
 	answered uint64 // tick anything was last heard while joining
 	askingAt uint64 // tick the joiner turned to its contact
 	nextAsk  int    // the next of Config.Contacts to turn to
+}
 
-	// Leader.
+// leading is the agreement's state while this peer leads: the members it
+// admitted or was asked to let go, and the configuration it proposed.
+type leading struct {
 	joins  map[uint64]string // admitted raft IDs not yet workers -> peer
 	leaves map[uint64]bool   // members that asked to leave
 	// ready (ssp/async): per member ID, the newest configuration under
@@ -77,10 +91,6 @@ type agreement struct {
 	// transfers counts the attempts to hand leadership over (a leader
 	// that is not a worker).
 	transfers int
-
-	// This peer leaving.
-	leaving bool
-	leaveAt uint64
 }
 
 // raftLogger discards raft's logs: what matters reaches the driver as
@@ -106,9 +116,9 @@ func (a *agreement) init(c *Core) error {
 	a.c = c
 	a.store = raft.NewMemoryStorage()
 	a.group = map[uint64]string{}
-	a.joins = map[uint64]string{}
-	a.leaves = map[uint64]bool{}
-	a.ready = map[uint64]uint64{}
+	a.leader.joins = map[uint64]string{}
+	a.leader.leaves = map[uint64]bool{}
+	a.leader.ready = map[uint64]uint64{}
 	a.rng = c.cfg.Seed ^ c.cfg.ID ^ 0x9e3779b97f4a7c15
 	if c.cfg.Initial != nil {
 		// Every initial member starts from the same log: the raft
@@ -140,7 +150,7 @@ func (a *agreement) init(c *Core) error {
 			return err
 		}
 	} else {
-		a.contact = c.cfg.Contact
+		a.join.contact = c.cfg.Contact
 	}
 	rn, err := raft.NewRawNode(&raft.Config{
 		ID: c.cfg.ID, Storage: a.store,
@@ -210,13 +220,13 @@ func (a *agreement) tick() {
 	if a.leaving && !a.isLeader() && c.tick-a.leaveAt >= uint64(c.cfg.RetryTicks) {
 		a.askLeave()
 	}
-	if a.suspect != 0 && slices.Contains(a.voters, a.suspect) {
-		a.suspect = 0 // the log caught up: it is a voter here now
+	if a.join.suspect != 0 && slices.Contains(a.voters, a.join.suspect) {
+		a.join.suspect = 0 // the log caught up: it is a voter here now
 	}
-	if a.suspect != 0 && c.joined && c.tick-a.askedWho >= uint64(c.cfg.RetryTicks)/4 {
+	if a.join.suspect != 0 && c.joined && c.tick-a.join.askedWho >= uint64(c.cfg.RetryTicks)/4 {
 		// Leader messages came from a node this peer's log calls a
 		// learner: ask the voters it knows who leads (A3).
-		a.askedWho = c.tick
+		a.join.askedWho = c.tick
 		for _, v := range a.voters {
 			if p, ok := a.group[v]; ok && v != c.cfg.ID {
 				c.send(p, &wire.Core{Op: wire.CoreJoin})
@@ -242,7 +252,7 @@ func (a *agreement) receive(from string, msg *wire.Core) {
 		if m.GetFrom() == a.lead {
 			a.heard = c.tick
 		}
-		a.answered = c.tick
+		a.join.answered = c.tick
 		if err := a.step(from, &m); err != nil {
 			c.stats.Rejected++
 		}
@@ -250,13 +260,13 @@ func (a *agreement) receive(from string, msg *wire.Core) {
 		a.onJoin(from, msg)
 	case wire.CoreJoinReply:
 		if msg.Flags&wire.FlagRefused == 0 || msg.Text != "" || msg.Req != 0 {
-			a.answered = c.tick
+			a.join.answered = c.tick
 		}
 		if a.c.joined {
 			a.vouch(from, msg) // a voter's answer to "who leads?" (authority.go, A3)
 			return
 		}
-		if a.contact == "" || (from != a.contact && from != a.leaderPeer()) || a.c.joined {
+		if a.join.contact == "" || (from != a.join.contact && from != a.leaderPeer()) || a.c.joined {
 			return // not asked, or admitted already
 		}
 		if msg.Flags&wire.FlagRefused != 0 {
@@ -279,9 +289,9 @@ func (a *agreement) receive(from string, msg *wire.Core) {
 				a.group[msg.Req] = msg.Text
 			}
 			if a.group[msg.Req] == msg.Text {
-				a.named = msg.Req
+				a.join.named = msg.Req
 			}
-			a.contact = msg.Text
+			a.join.contact = msg.Text
 		}
 	case wire.CoreLeave:
 		t := c.cs.cur()
@@ -289,7 +299,7 @@ func (a *agreement) receive(from string, msg *wire.Core) {
 			c.stats.Rejected++
 			return
 		}
-		a.leaves[msg.Member] = true
+		a.leader.leaves[msg.Member] = true
 	}
 }
 
@@ -354,15 +364,15 @@ func (a *agreement) admit(from string, id uint64) bool {
 	if c.aliveOK && !c.alive[id] {
 		return false // J1
 	}
-	for pid, p := range a.joins {
+	for pid, p := range a.leader.joins {
 		if p == from && pid != id {
-			delete(a.joins, pid) // J2
+			delete(a.leader.joins, pid) // J2
 		}
 	}
-	if _, ok := a.joins[id]; !ok && len(a.joins) >= maxJoins {
+	if _, ok := a.leader.joins[id]; !ok && len(a.leader.joins) >= maxJoins {
 		return false // J3
 	}
-	a.joins[id] = from
+	a.leader.joins[id] = from
 	return true
 }
 
@@ -374,7 +384,7 @@ func (a *agreement) leave() {
 	a.leaving = true
 	a.c.w.leaving = true
 	if a.isLeader() {
-		a.leaves[a.c.cfg.ID] = true
+		a.leader.leaves[a.c.cfg.ID] = true
 		return
 	}
 	a.askLeave()
@@ -401,27 +411,27 @@ func (a *agreement) work() (progress bool) {
 			progress = false
 		}
 	}()
-	if !c.joined && a.contact != "" && (!a.asked || c.tick-a.askedAt >= uint64(c.cfg.RetryTicks)/4) {
-		if !a.asked {
-			a.answered = c.tick
+	if !c.joined && a.join.contact != "" && (!a.join.asked || c.tick-a.join.askedAt >= uint64(c.cfg.RetryTicks)/4) {
+		if !a.join.asked {
+			a.join.answered = c.tick
 		}
-		if c.tick-a.answered > uint64(16*c.cfg.RetryTicks) {
-			c.fail(fmt.Errorf("%w: no member of the run answered for %d ticks (the run may have ended)", ErrRefused, c.tick-a.answered))
+		if c.tick-a.join.answered > uint64(16*c.cfg.RetryTicks) {
+			c.fail(fmt.Errorf("%w: no member of the run answered for %d ticks (the run may have ended)", ErrRefused, c.tick-a.join.answered))
 			return false
 		}
-		if c.tick-max(a.answered, a.askingAt) > uint64(2*c.cfg.RetryTicks) {
+		if c.tick-max(a.join.answered, a.join.askingAt) > uint64(2*c.cfg.RetryTicks) {
 			// The leader it was sent to has gone quiet (it left, or
 			// crashed): ask the member it started from who leads now,
 			// and when that one is silent too, the others in turn.
 			next := c.cfg.Contact
-			if a.contact == c.cfg.Contact && len(c.cfg.Contacts) > 0 {
-				next = c.cfg.Contacts[a.nextAsk%len(c.cfg.Contacts)]
-				a.nextAsk++
+			if a.join.contact == c.cfg.Contact && len(c.cfg.Contacts) > 0 {
+				next = c.cfg.Contacts[a.join.nextAsk%len(c.cfg.Contacts)]
+				a.join.nextAsk++
 			}
-			a.contact, a.askingAt = next, c.tick
+			a.join.contact, a.join.askingAt = next, c.tick
 		}
-		a.asked, a.askedAt = true, c.tick
-		c.send(a.contact, &wire.Core{Op: wire.CoreJoin})
+		a.join.asked, a.join.askedAt = true, c.tick
+		c.send(a.join.contact, &wire.Core{Op: wire.CoreJoin})
 	}
 	if a.isLeader() {
 		a.propose()
@@ -435,7 +445,7 @@ func (a *agreement) work() (progress bool) {
 			if a.isLeader() {
 				c.event(Event{Kind: EvLeader, Peer: c.cfg.Self})
 				if a.leaving {
-					a.leaves[c.cfg.ID] = true
+					a.leader.leaves[c.cfg.ID] = true
 				}
 			} else if a.leaving && a.lead != 0 {
 				a.askLeave() // a leader at last: ask it now
@@ -498,13 +508,13 @@ func (a *agreement) applySnapshotData(data []byte, cs *pb.ConfState) {
 // training configuration.
 func (a *agreement) apply(e *pb.Entry) {
 	c := a.c
-	if a.prop != nil && e.GetTerm() > a.propTerm {
+	if a.leader.prop != nil && e.GetTerm() > a.leader.propTerm {
 		// A later leader's entry: a proposal of this peer as an earlier
 		// leader is in the log before it, applied, or was dropped; either
 		// way its fence (holdPush) is over.
 		defer func() {
-			if a.prop != nil && (c.cs.cur() == nil || c.cs.cur().ID < a.prop.ID) {
-				a.prop = nil
+			if a.leader.prop != nil && (c.cs.cur() == nil || c.cs.cur().ID < a.leader.prop.ID) {
+				a.leader.prop = nil
 			}
 		}()
 	}
@@ -517,7 +527,7 @@ func (a *agreement) apply(e *pb.Entry) {
 		}
 		cs := a.rn.ApplyConfChange(&cc)
 		a.voters = slices.Clone(cs.GetVoters())
-		a.vouched = 0 // the log says who votes again (authority.go, A3)
+		a.join.vouched = 0 // the log says who votes again (authority.go, A3)
 		id := cc.GetNodeId()
 		switch cc.GetType() {
 		case pb.ConfChangeAddNode, pb.ConfChangeAddLearnerNode:
@@ -529,13 +539,13 @@ func (a *agreement) apply(e *pb.Entry) {
 				delete(a.group, id)
 			}
 		}
-		a.ccAt = 0
+		a.leader.ccAt = 0
 	case pb.EntryNormal:
 		if len(e.GetData()) == 0 {
 			// A new leader's empty entry, or a conf change raft refused
 			// (one was pending) and logged as an empty entry: propose
 			// the next one now.
-			a.ccAt = 0
+			a.leader.ccAt = 0
 			return
 		}
 		t, err := decodeConf(e.GetData())
@@ -556,7 +566,7 @@ func (a *agreement) apply(e *pb.Entry) {
 // nobody can reach that start before this push, so it is safe until the
 // configuration commits).
 func (a *agreement) holdPush() bool {
-	return a.prop != nil && a.c.cfg.Mode == Sync
+	return a.leader.prop != nil && a.c.cfg.Mode == Sync
 }
 
 // propose is the leader's duty: one raft membership change at a time
@@ -581,15 +591,15 @@ func (a *agreement) propose() {
 	// still fetch the final values, and a dead owner's replica must take
 	// its shards over for that.
 	final := a.finishing()
-	if a.prop != nil && (cur.ID >= a.prop.ID || c.tick-a.propAt > uint64(8*c.cfg.RetryTicks)) {
-		a.prop = nil // applied, superseded, or lost with a leader change
+	if a.leader.prop != nil && (cur.ID >= a.leader.prop.ID || c.tick-a.leader.propAt > uint64(8*c.cfg.RetryTicks)) {
+		a.leader.prop = nil // applied, superseded, or lost with a leader change
 	}
 	a.reconcileGroup(cur)
 	me, ok := cur.member(c.cfg.Self)
 	if !ok || me.ID != c.cfg.ID {
 		// Not a worker of the run: it cannot fence rounds. Hand over.
-		if len(cur.Members) > 0 && c.tick-a.propAt > uint64(c.cfg.RetryTicks) {
-			a.propAt = c.tick
+		if len(cur.Members) > 0 && c.tick-a.leader.propAt > uint64(c.cfg.RetryTicks) {
+			a.leader.propAt = c.tick
 			var to []uint64
 			for _, m := range cur.Members {
 				if slices.Contains(a.voters, m.ID) && c.isAlive(m.ID) {
@@ -604,25 +614,25 @@ func (a *agreement) propose() {
 				// ever handing over (and from proposing meanwhile). Each
 				// attempt tries the next voter.
 				a.rn.TransferLeader(c.cfg.ID)
-				a.rn.TransferLeader(to[a.transfers%len(to)])
-				a.transfers++
+				a.rn.TransferLeader(to[a.leader.transfers%len(to)])
+				a.leader.transfers++
 			}
 		}
 		return
 	}
-	if a.prop != nil {
+	if a.leader.prop != nil {
 		return
 	}
 	var dead, left, joined []Member
 	for _, m := range cur.Members {
 		switch {
-		case a.leaves[m.ID] && !final: // (after the final round a leave changes nothing)
+		case a.leader.leaves[m.ID] && !final: // (after the final round a leave changes nothing)
 			left = append(left, m)
 		case !c.isAlive(m.ID):
 			dead = append(dead, m)
 		}
 	}
-	for id, p := range a.joins {
+	for id, p := range a.leader.joins {
 		if final {
 			break
 		}
@@ -634,7 +644,7 @@ func (a *agreement) propose() {
 		}
 		joined = append(joined, Member{Peer: p, ID: id})
 	}
-	ckpt := c.cfg.CheckpointTicks > 0 && c.tick-a.ckptAt >= uint64(c.cfg.CheckpointTicks) && c.w.started && !c.w.dataDone && !final
+	ckpt := c.cfg.CheckpointTicks > 0 && c.tick-a.leader.ckptAt >= uint64(c.cfg.CheckpointTicks) && c.w.started && !c.w.dataDone && !final
 	// Ssp/async: the values are final once every holder says every member
 	// is done and applied under this configuration, and nothing changes
 	// it meanwhile. Agreed here, not decided by each holder alone: a
@@ -686,12 +696,12 @@ func (a *agreement) propose() {
 	sortMembers(next.Crashed)
 	sortMembers(next.Left)
 	if ckpt {
-		a.ckptAt = c.tick
+		a.leader.ckptAt = c.tick
 	}
 	if err := a.rn.Propose(next.encode(nil)); err != nil {
 		return
 	}
-	a.prop, a.propAt, a.propTerm = next, c.tick, a.rn.BasicStatus().GetTerm()
+	a.leader.prop, a.leader.propAt, a.leader.propTerm = next, c.tick, a.rn.BasicStatus().GetTerm()
 }
 
 // finishing reports whether the run's values are final, or about to be, as
@@ -708,7 +718,7 @@ func (a *agreement) finishing() bool {
 // cur (CoreReady).
 func (a *agreement) allReady(cur *tconf) bool {
 	for _, m := range cur.Members {
-		if a.ready[m.ID] != cur.ID {
+		if a.leader.ready[m.ID] != cur.ID {
 			return false
 		}
 	}
@@ -726,7 +736,7 @@ func (a *agreement) alone(cur *tconf) bool {
 	if len(cur.Members) != 1 || cur.Members[0].Peer != a.c.cfg.Self || cur.Members[0].ID != a.c.cfg.ID || !a.isLeader() {
 		return false
 	}
-	return a.prop == nil || len(a.prop.Members) == 1 && a.prop.Members[0].ID == a.c.cfg.ID
+	return a.leader.prop == nil || len(a.leader.prop.Members) == 1 && a.leader.prop.Members[0].ID == a.c.cfg.ID
 }
 
 // quorumGone returns the voters that are gone (short peer IDs, or raft IDs
@@ -766,8 +776,8 @@ func (a *agreement) quorumGone() []string {
 
 // onReady takes a member's CoreReady for configuration id.
 func (a *agreement) onReady(member, id uint64) {
-	if id > a.ready[member] {
-		a.ready[member] = id
+	if id > a.leader.ready[member] {
+		a.leader.ready[member] = id
 	}
 }
 
@@ -777,19 +787,19 @@ func (a *agreement) onReady(member, id uint64) {
 func (a *agreement) reconcileGroup(cur *tconf) {
 	c := a.c
 	if c.aliveOK {
-		for id := range a.joins {
+		for id := range a.leader.joins {
 			if !c.alive[id] {
-				delete(a.joins, id) // J4
+				delete(a.leader.joins, id) // J4
 			}
 		}
 	}
-	if a.ccAt != 0 && c.tick-a.ccAt < uint64(4*c.cfg.RetryTicks) {
+	if a.leader.ccAt != 0 && c.tick-a.leader.ccAt < uint64(4*c.cfg.RetryTicks) {
 		return // one at a time
 	}
 	propose := func(t pb.ConfChangeType, id uint64, peer string) {
 		cc := &pb.ConfChange{Type: t.Enum(), NodeId: new(id), Context: []byte(peer)}
 		if a.rn.ProposeConfChange(cc) == nil {
-			a.ccAt = c.tick
+			a.leader.ccAt = c.tick
 		}
 	}
 	// A dead voter first: every voter the group keeps that cannot vote
@@ -849,9 +859,9 @@ func (a *agreement) reconcileGroup(cur *tconf) {
 			return
 		}
 	}
-	for _, id := range sortedKeys(a.joins) {
+	for _, id := range sortedKeys(a.leader.joins) {
 		if _, ok := a.group[id]; !ok {
-			propose(pb.ConfChangeAddLearnerNode, id, a.joins[id])
+			propose(pb.ConfChangeAddLearnerNode, id, a.leader.joins[id])
 			return
 		}
 	}
@@ -867,7 +877,7 @@ func (a *agreement) reconcileGroup(cur *tconf) {
 	// still serves its last rounds (and must learn the configurations
 	// that come meanwhile), a peer removed while cut off learns it was.
 	for _, id := range sortedKeys(a.group) {
-		if _, pending := a.joins[id]; pending {
+		if _, pending := a.leader.joins[id]; pending {
 			continue
 		}
 		if !cur.isMember(a.group[id], id) && id != c.cfg.ID && c.aliveOK && !c.alive[id] {
@@ -907,14 +917,14 @@ func (a *agreement) reconcileGroup(cur *tconf) {
 		}
 	}
 	// Joiners that are workers now need no more admitting.
-	for id, p := range a.joins {
+	for id, p := range a.leader.joins {
 		if cur.isMember(p, id) {
-			delete(a.joins, id)
+			delete(a.leader.joins, id)
 		}
 	}
-	for id := range a.leaves {
+	for id := range a.leader.leaves {
 		if _, ok := cur.member(a.group[id]); !ok {
-			delete(a.leaves, id)
+			delete(a.leader.leaves, id)
 		}
 	}
 }
@@ -956,10 +966,10 @@ func (a *agreement) String() string {
 		}
 		b.WriteString("]")
 	}
-	if a.prop != nil {
-		fmt.Fprintf(&b, " proposing %d (at %d)", a.prop.ID, a.propAt)
+	if a.leader.prop != nil {
+		fmt.Fprintf(&b, " proposing %d (at %d)", a.leader.prop.ID, a.leader.propAt)
 	}
-	fmt.Fprintf(&b, " joins %v leaves %v ccAt %d", a.joins, a.leaves, a.ccAt)
+	fmt.Fprintf(&b, " joins %v leaves %v ccAt %d", a.leader.joins, a.leader.leaves, a.leader.ccAt)
 	return b.String()
 }
 

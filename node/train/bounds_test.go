@@ -28,20 +28,20 @@ func TestJoinsBounded(t *testing.T) {
 	// J1: a stranger.
 	before := c.stats.Rejected
 	join("stranger", MemberID("stranger", 1))
-	if len(c.ag.joins) != 0 || c.stats.Rejected != before+1 {
-		t.Fatalf("a join from a peer not alive: pending %v, refused %d; want none pending, one refused", c.ag.joins, c.stats.Rejected-before)
+	if len(c.ag.leader.joins) != 0 || c.stats.Rejected != before+1 {
+		t.Fatalf("a join from a peer not alive: pending %v, refused %d; want none pending, one refused", c.ag.leader.joins, c.stats.Rejected-before)
 	}
 	// Known alive: pending.
 	x1, x2 := MemberID("x", 1), MemberID("x", 2)
 	c.Alive(append(alive, x1, x2))
 	join("x", x1)
-	if c.ag.joins[x1] != "x" {
-		t.Fatalf("a join from a live peer: pending %v, want x", c.ag.joins)
+	if c.ag.leader.joins[x1] != "x" {
+		t.Fatalf("a join from a live peer: pending %v, want x", c.ag.leader.joins)
 	}
 	// J2: the same peer under another ID replaces it.
 	join("x", x2)
-	if len(c.ag.joins) != 1 || c.ag.joins[x2] != "x" {
-		t.Fatalf("the same peer asking under a new ID: pending %v, want only x's new ID", c.ag.joins)
+	if len(c.ag.leader.joins) != 1 || c.ag.leader.joins[x2] != "x" {
+		t.Fatalf("the same peer asking under a new ID: pending %v, want only x's new ID", c.ag.leader.joins)
 	}
 	// J3: at most maxJoins.
 	var many []uint64
@@ -52,15 +52,15 @@ func TestJoinsBounded(t *testing.T) {
 	for i, id := range many {
 		join(fmt.Sprintf("y%d", i), id)
 	}
-	if len(c.ag.joins) > maxJoins {
-		t.Fatalf("%d joins pending, want at most %d", len(c.ag.joins), maxJoins)
+	if len(c.ag.leader.joins) > maxJoins {
+		t.Fatalf("%d joins pending, want at most %d", len(c.ag.leader.joins), maxJoins)
 	}
 	// J4: peers no longer alive are dropped.
 	c.Alive(alive)
 	c.Tick()
 	c.Ready()
-	if len(c.ag.joins) != 0 {
-		t.Fatalf("%d joins pending after their peers died, want 0", len(c.ag.joins))
+	if len(c.ag.leader.joins) != 0 {
+		t.Fatalf("%d joins pending after their peers died, want 0", len(c.ag.leader.joins))
 	}
 }
 
@@ -100,15 +100,15 @@ func TestJoinFloodIsCheap(t *testing.T) {
 	runtime.ReadMemStats(&m1)
 	grew := int64(m1.HeapAlloc) - int64(m0.HeapAlloc)
 	runtime.KeepAlive(msgs) // (they were on the heap before: only what the core kept counts)
-	t.Logf("10,000 forged joins: %v of core time, heap %+d bytes, %d pending", took, grew, len(c.ag.joins))
+	t.Logf("10,000 forged joins: %v of core time, heap %+d bytes, %d pending", took, grew, len(c.ag.leader.joins))
 	if took > 100*time.Millisecond && !raceEnabled {
 		t.Errorf("10,000 forged joins took %v, want under 0.1 s", took)
 	}
 	if grew > 1<<20 {
 		t.Errorf("the leader's heap grew %d bytes, want under 1 MiB", grew)
 	}
-	if len(c.ag.joins) != 0 {
-		t.Errorf("%d joins pending, want 0", len(c.ag.joins))
+	if len(c.ag.leader.joins) != 0 {
+		t.Errorf("%d joins pending, want 0", len(c.ag.leader.joins))
 	}
 }
 

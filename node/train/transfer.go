@@ -97,8 +97,8 @@ func (c *Core) applyConfig(t *tconf) {
 	if c.w.started {
 		c.w.rerouteAll()
 	}
-	if c.ag.prop != nil && t.ID >= c.ag.prop.ID {
-		c.ag.prop = nil
+	if c.ag.leader.prop != nil && t.ID >= c.ag.leader.prop.ID {
+		c.ag.leader.prop = nil
 	}
 	ev := Event{Kind: EvConfig, Config: t.ID, Start: t.Start, Members: t.peers(), Final: t.Final}
 	if prev != nil {
