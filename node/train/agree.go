@@ -382,7 +382,7 @@ func (a *agreement) leave() {
 		return
 	}
 	a.leaving = true
-	a.c.w.leaving = true
+	a.c.w.leave.leaving = true
 	if a.isLeader() {
 		a.leader.leaves[a.c.cfg.ID] = true
 		return

@@ -218,7 +218,7 @@ func (c *Core) cutConfig(t *tconf) {
 	if c.cfg.Mode == Sync || !t.Checkpoint || !c.joined {
 		return
 	}
-	if t.isMember(c.cfg.Self, c.cfg.ID) && !c.w.final && !c.w.leaving {
+	if t.isMember(c.cfg.Self, c.cfg.ID) && !c.w.final && !c.w.leave.leaving {
 		c.w.cut = &cutState{t: t, since: c.tick, done: map[string]bool{}}
 	}
 	if c.o.cut == nil || c.o.cut.t.ID < t.ID {
@@ -239,7 +239,7 @@ func (w *worker) cutWork() bool {
 	if k == nil {
 		return false
 	}
-	if cur := c.cs.cur(); cur.ID > k.t.ID || c.tick-k.since > uint64(16*c.cfg.RetryTicks) || w.final || w.leaving {
+	if cur := c.cs.cur(); cur.ID > k.t.ID || c.tick-k.since > uint64(16*c.cfg.RetryTicks) || w.final || w.leave.leaving {
 		w.cut = nil // superseded, given up, or over
 		return true
 	}

@@ -473,7 +473,7 @@ func (c *Core) FirstRound() uint64 { return c.w.first }
 
 // Finishing reports whether training is over here (final values, or
 // leaving).
-func (c *Core) Finishing() bool { return c.w.final || c.w.leaving || c.finishing }
+func (c *Core) Finishing() bool { return c.w.final || c.w.leave.leaving || c.finishing }
 
 // Round is the worker's clock: the next round it computes.
 func (c *Core) Round() uint64 { return c.w.clock }
@@ -601,7 +601,7 @@ func (c *Core) flush() {
 		}
 	}
 	c.rd.WantBatches = c.w.wantBatches()
-	if c.w.left && !c.doneSent && c.o.drained() && (!c.ag.isVoter() || c.tick-c.company > uint64(c.cfg.RetryTicks) || c.membersFinished()) {
+	if c.w.leave.left && !c.doneSent && c.o.drained() && (!c.ag.isVoter() || c.tick-c.company > uint64(c.cfg.RetryTicks) || c.membersFinished()) {
 		// (A voter that goes would count against the quorum: it leaves
 		// once the leader made it a learner, once no majority of its
 		// configuration is left to make it one, or once the members

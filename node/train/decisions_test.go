@@ -174,7 +174,7 @@ func TestHandoffTable(t *testing.T) {
 						c.o.held.add(s)
 					}
 				}
-				c.w.leaving = slices.ContainsFunc(next.Left, func(l Member) bool { return l.ID == m.ID })
+				c.w.leave.leaving = slices.ContainsFunc(next.Left, func(l Member) bool { return l.ID == m.ID })
 				c.o.owesOf(next)
 				var got []string
 				for _, w := range c.o.owes {

@@ -70,13 +70,13 @@ func (c *Core) applyConfig(t *tconf) {
 			}
 		}
 		// Left at its request: work up to the start, then hand over.
-		c.w.leaving = true
+		c.w.leave.leaving = true
 		if c.cfg.Mode == Sync {
-			c.w.stopAt = t.Start
+			c.w.leave.stopAt = t.Start
 		} else {
-			c.w.stopAt = max(c.w.clock, 1)
+			c.w.leave.stopAt = max(c.w.clock, 1)
 			if c.w.stash != nil || c.w.computing {
-				c.w.stopAt = c.w.clock + 1
+				c.w.leave.stopAt = c.w.clock + 1
 			}
 		}
 	}
@@ -514,7 +514,7 @@ func (o *owner) owesOf(t *tconf) {
 	// crashed before its handoff arrived (sync/full-churn seeds 577 and
 	// 1828). The owe keeps the copy, and the leaver running, until a new
 	// holder acknowledges it, or crashes.
-	leaver := c.w.leaving && !t.isMember(c.cfg.Self, c.cfg.ID)
+	leaver := c.w.leave.leaving && !t.isMember(c.cfg.Self, c.cfg.ID)
 	for s := range c.shards {
 		if !c.routeMe(s, t.Start-1) && !(leaver && o.held.has(s) && c.holdsAt(s, t.Start-1)) {
 			continue
@@ -1338,7 +1338,7 @@ func (o *owner) maybeFree(s int) {
 		// that had crashed meanwhile (sync/fast-chaos seed 32).
 		return
 	}
-	if c.cfg.Mode == Sync && !c.w.leaving && c.w.clock < o.through[s]+2 {
+	if c.cfg.Mode == Sync && !c.w.leave.leaving && c.w.clock < o.through[s]+2 {
 		// Keep it until this worker has seen every owner apply the round
 		// after (so the new holders have it): should the peer handing it
 		// over crash before its copy arrives, a survivor still has it.
