@@ -93,7 +93,7 @@ const (
 	EvLeader                         // this peer became the raft leader
 	EvFinal                          // every worker is done: the values are final
 	EvLost                           // contributions lost with a crashed peer
-	EvDropped                        // gradient rows of a push dropped as over Config.MaxRowGrad (Rows of them, from Peer)
+	EvDropped                        // gradient rows of a push dropped as over Config.Guard.MaxRowGrad (Rows of them, from Peer)
 )
 
 // Ready is what the core decided since the last Ready: what to send, what
@@ -135,7 +135,7 @@ type Stats struct {
 	Lost          uint64 // contributions lost with a crashed worker (async: buffered behind a gap)
 	Refreshes     uint64 // async: a replica's copy that missed a contribution, asked of the primary again
 	MaxStaleness  uint64 // rounds of others' contributions missing from values a round was computed with (ssp/async bound)
-	RowsDropped   uint64 // gradient rows dropped as over Config.MaxRowGrad (guard.go, G2)
+	RowsDropped   uint64 // gradient rows dropped as over Config.Guard.MaxRowGrad (guard.go, G2)
 	ConfigChanges uint64
 }
 
@@ -189,8 +189,8 @@ func New(cfg Config) (*Core, error) {
 		return nil, err
 	}
 	m := cfg.Model
-	if cfg.MaxRowGrad == 0 {
-		cfg.MaxRowGrad = DefaultMaxRowGrad(m.Kind)
+	if cfg.Guard.MaxRowGrad == 0 {
+		cfg.Guard.MaxRowGrad = DefaultMaxRowGrad(m.Kind)
 	}
 	c := &Core{
 		cfg: cfg, m: m, width: m.Layout.Width, xw: m.StateWidth(cfg.LocalSteps > 1), shards: m.Layout.Shards, mask: uint32(m.Layout.Shards - 1),
