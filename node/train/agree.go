@@ -764,7 +764,7 @@ func (a *agreement) quorumGone() []string {
 	if 2*len(gone) < len(a.voters) {
 		return nil
 	}
-	needed := c.cfg.Mode != Sync && c.o.readyFor == cur.ID && !cur.Final
+	needed := c.cfg.Mode != Sync && c.o.async.readyFor == cur.ID && !cur.Final
 	for _, m := range cur.Members {
 		needed = needed || !c.isAlive(m.ID)
 	}

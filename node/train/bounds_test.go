@@ -136,7 +136,7 @@ func TestDeferredBounded(t *testing.T) {
 	for i := range maxDeferred {
 		c.Receive("a", push("a", uint64(i+1), 1))
 	}
-	if got := c.o.deferFrom["a"]; got != maxDeferred/2 {
+	if got := c.o.queue.deferFrom["a"]; got != maxDeferred/2 {
 		t.Errorf("peer a has %d deferred, want %d (half the queue)", got, maxDeferred/2)
 	}
 	for _, p := range []string{"b", "c"} {
@@ -144,29 +144,29 @@ func TestDeferredBounded(t *testing.T) {
 			c.Receive(p, push(p, uint64(i+1), 1))
 		}
 	}
-	if len(c.o.deferred) != maxDeferred {
-		t.Errorf("%d deferred, want %d", len(c.o.deferred), maxDeferred)
+	if len(c.o.queue.deferred) != maxDeferred {
+		t.Errorf("%d deferred, want %d", len(c.o.queue.deferred), maxDeferred)
 	}
 	// D5: the same request again is kept once.
 	c.o.takeDeferred()
 	c.Receive("a", push("a", 7, 1))
 	c.Receive("a", push("a", 7, 1))
-	if len(c.o.deferred) != 1 {
-		t.Errorf("one request sent twice: %d deferred, want 1", len(c.o.deferred))
+	if len(c.o.queue.deferred) != 1 {
+		t.Errorf("one request sent twice: %d deferred, want 1", len(c.o.queue.deferred))
 	}
 	// D3: bytes, under a limit made small for the test.
 	if got := deferredLimit(&c.m.Layout); got != 256<<20 {
 		t.Errorf("deferredLimit %d for a tiny model, want the 256 MiB floor", got)
 	}
 	c.o.takeDeferred()
-	c.o.deferLimit = 64 << 10
+	c.o.queue.deferLimit = 64 << 10
 	per := msgBytes(push("a", 1, 60))
 	for i := range 1000 {
 		p := fmt.Sprintf("q%d", i%64)
 		c.Receive(p, push(p, uint64(i+1), 60))
 	}
-	if c.o.deferBytes > c.o.deferLimit || len(c.o.deferred) != c.o.deferLimit/per {
-		t.Errorf("%d deferred of %d bytes each: %d bytes, limit %d; want the queue full to the limit", len(c.o.deferred), per, c.o.deferBytes, c.o.deferLimit)
+	if c.o.queue.deferBytes > c.o.queue.deferLimit || len(c.o.queue.deferred) != c.o.queue.deferLimit/per {
+		t.Errorf("%d deferred of %d bytes each: %d bytes, limit %d; want the queue full to the limit", len(c.o.queue.deferred), per, c.o.queue.deferBytes, c.o.queue.deferLimit)
 	}
 
 	// D4 on a member: a configuration far ahead is refused.
@@ -176,13 +176,13 @@ func TestDeferredBounded(t *testing.T) {
 	before := m.stats.Rejected
 	far := &wire.Core{Op: wire.CorePush, Member: MemberID("p1", 1), Config: 1 + maxConfigAhead + 1, Round: 3, Req: 1, Shards: []uint32{0}}
 	m.Receive("p1", far)
-	if m.stats.Rejected != before+1 || len(m.o.deferred) != 0 {
-		t.Errorf("a push of configuration %d (newest here 1): refused %d, deferred %d; want refused", far.Config, m.stats.Rejected-before, len(m.o.deferred))
+	if m.stats.Rejected != before+1 || len(m.o.queue.deferred) != 0 {
+		t.Errorf("a push of configuration %d (newest here 1): refused %d, deferred %d; want refused", far.Config, m.stats.Rejected-before, len(m.o.queue.deferred))
 	}
 	near := &wire.Core{Op: wire.CorePush, Member: MemberID("p1", 1), Config: 3, Round: 3, Req: 2, Shards: []uint32{0}}
 	m.Receive("p1", near)
-	if len(m.o.deferred) != 1 {
-		t.Errorf("a push of configuration 3 (newest here 1): %d deferred, want 1", len(m.o.deferred))
+	if len(m.o.queue.deferred) != 1 {
+		t.Errorf("a push of configuration 3 (newest here 1): %d deferred, want 1", len(m.o.queue.deferred))
 	}
 }
 

@@ -529,7 +529,7 @@ func (c *Core) Holds(s int) bool { return c.o.held.has(s) && c.o.awaiting[s] == 
 func (c *Core) Sizes() map[string]int {
 	return map[string]int{
 		"requests": len(c.w.reqs), "worksets": len(c.w.ws), "batches": len(c.w.batches), "fetches": len(c.w.fetches),
-		"pending": len(c.o.pending), "deferred": len(c.o.deferred), "rounds": len(c.o.rounds),
+		"pending": len(c.o.pending), "deferred": len(c.o.queue.deferred), "rounds": len(c.o.rounds),
 		"forwards": len(c.o.fwd), "transfers": len(c.o.xfer), "owes": len(c.o.owes),
 	}
 }
@@ -712,23 +712,23 @@ func (c *Core) Debug() string {
 		if !o.held.has(s) && o.awaiting[s] == nil {
 			continue
 		}
-		fmt.Fprintf(&b, "  shard %d held %v through %d", s, o.held.has(s), o.through[s])
+		fmt.Fprintf(&b, "  shard %d held %v through %d", s, o.held.has(s), o.sync.through[s])
 		if c.cfg.Mode != Sync {
-			for _, id := range sortedKeys(o.applied[s]) {
-				fmt.Fprintf(&b, " %x:%d", id&0xffff, o.applied[s][id])
+			for _, id := range sortedKeys(o.async.applied[s]) {
+				fmt.Fprintf(&b, " %x:%d", id&0xffff, o.async.applied[s][id])
 			}
-			fmt.Fprintf(&b, " done %v", o.doneAt)
+			fmt.Fprintf(&b, " done %v", o.async.doneAt)
 		}
 		if a := o.awaiting[s]; a != nil {
 			fmt.Fprintf(&b, " awaiting round %d takeover %v (at %d, prev %v) from %v", a.round, a.takeover, a.takenAt, a.prev, a.from)
 		}
-		if w := o.settle[s]; w != nil {
+		if w := o.sync.settle[s]; w != nil {
 			fmt.Fprintf(&b, " settling until %d for %v", w.until, w.pending)
 		}
 		if t := c.cs.cur(); t != nil && c.cfg.Mode == Sync {
-			p, rt := c.cs.routeConf(s, o.through[s])
+			p, rt := c.cs.routeConf(s, o.sync.through[s])
 			m, _ := rt.member(p)
-			fmt.Fprintf(&b, " route(%d)=%s/%x in configuration %d (me %v)", o.through[s], short(p), m.ID&0xffff, rt.ID, c.routeMe(s, o.through[s]))
+			fmt.Fprintf(&b, " route(%d)=%s/%x in configuration %d (me %v)", o.sync.through[s], short(p), m.ID&0xffff, rt.ID, c.routeMe(s, o.sync.through[s]))
 		}
 		b.WriteString("\n")
 	}
@@ -751,7 +751,7 @@ func (c *Core) Debug() string {
 	for _, k := range o.pending {
 		fmt.Fprintf(&b, "  pending %s from %s/%x req %d round %d through %d shards %v applied %v acks %d\n", k.op, short(k.from), k.member&0xffff, k.req, k.round, k.through, k.shards, k.applied, k.acks)
 	}
-	for _, d := range o.deferred {
+	for _, d := range o.queue.deferred {
 		fmt.Fprintf(&b, "  deferred %s from %s round %d config %d shards %v\n", d.msg.Op, short(d.from), d.msg.Round, d.msg.Config, d.msg.Shards)
 	}
 	for _, f := range o.fwd {

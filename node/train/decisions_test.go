@@ -226,7 +226,7 @@ func TestReadinessTable(t *testing.T) {
 			}
 			run("tick 2")
 			p0 := sn.procs["p0"].core
-			if got := p0.o.through[0] > 0; got != tc.applied {
+			if got := p0.o.sync.through[0] > 0; got != tc.applied {
 				t.Errorf("shard 0's round 0 applied: %v, want %v (stats %s)", got, tc.applied, statsLine(p0.Stats()))
 			}
 		})
