@@ -148,7 +148,7 @@ func TestDeferredBounded(t *testing.T) {
 		t.Errorf("%d deferred, want %d", len(c.o.queue.deferred), maxDeferred)
 	}
 	// D5: the same request again is kept once.
-	c.o.takeDeferred()
+	c.o.queue.take()
 	c.Receive("a", push("a", 7, 1))
 	c.Receive("a", push("a", 7, 1))
 	if len(c.o.queue.deferred) != 1 {
@@ -158,7 +158,7 @@ func TestDeferredBounded(t *testing.T) {
 	if got := deferredLimit(&c.m.Layout); got != 256<<20 {
 		t.Errorf("deferredLimit %d for a tiny model, want the 256 MiB floor", got)
 	}
-	c.o.takeDeferred()
+	c.o.queue.take()
 	c.o.queue.deferLimit = 64 << 10
 	per := msgBytes(push("a", 1, 60))
 	for i := range 1000 {

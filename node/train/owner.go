@@ -290,39 +290,50 @@ func (o *owner) deferNarrowed(from string, msg *wire.Core, narrowed bool) {
 		return
 	}
 	key := deferKey{from, msg.Op, msg.Req, msg.Round}
-	if _, dup := o.queue.deferKeys[key]; dup {
+	if o.queue.has(key) {
 		return // D5
 	}
-	size := msgBytes(msg)
-	if len(o.queue.deferred) >= maxDeferred || 2*o.queue.deferFrom[from] >= maxDeferred || o.queue.deferBytes+size > o.queue.deferLimit {
+	if o.queue.full(from, msgBytes(msg)) {
 		c.stats.Rejected++ // D2, D3
 		return
 	}
 	if !o.queue.retrying {
 		msg = msg.Clone() // (a deferred message handled again is this owner's already)
 	}
-	o.keepDeferred(deferredMsg{from, msg, c.tick, narrowed})
+	o.queue.keep(deferredMsg{from, msg, c.tick, narrowed})
 	if !o.queue.retrying && (msg.Op == wire.CorePush || msg.Op == wire.CorePull) {
 		c.traceMsg(TraceDefer, msg.Shards, msg.Round, msg.Member, from, msg.Req)
 	}
 }
 
-// keepDeferred appends d to the deferred queue and counts it.
-func (o *owner) keepDeferred(d deferredMsg) {
-	o.queue.deferred = append(o.queue.deferred, d)
-	o.queue.deferKeys[deferKey{d.from, d.msg.Op, d.msg.Req, d.msg.Round}] = struct{}{}
-	o.queue.deferFrom[d.from]++
-	o.queue.deferBytes += msgBytes(d.msg)
+// keep appends d to the deferred queue and counts it.
+func (q *deferQueue) keep(d deferredMsg) {
+	q.deferred = append(q.deferred, d)
+	q.deferKeys[deferKey{d.from, d.msg.Op, d.msg.Req, d.msg.Round}] = struct{}{}
+	q.deferFrom[d.from]++
+	q.deferBytes += msgBytes(d.msg)
 }
 
-// takeDeferred empties the deferred queue and returns what it held.
-func (o *owner) takeDeferred() []deferredMsg {
-	ds := o.queue.deferred
-	o.queue.deferred = nil
-	clear(o.queue.deferKeys)
-	clear(o.queue.deferFrom)
-	o.queue.deferBytes = 0
+// take empties the deferred queue and returns what it held.
+func (q *deferQueue) take() []deferredMsg {
+	ds := q.deferred
+	q.deferred = nil
+	clear(q.deferKeys)
+	clear(q.deferFrom)
+	q.deferBytes = 0
 	return ds
+}
+
+// has reports whether a message with key is queued already (D5).
+func (q *deferQueue) has(key deferKey) bool {
+	_, dup := q.deferKeys[key]
+	return dup
+}
+
+// full reports whether a message of size bytes from a peer would take the
+// queue over its bounds: in all, per sender, in bytes (D2, D3).
+func (q *deferQueue) full(from string, size int) bool {
+	return len(q.deferred) >= maxDeferred || 2*q.deferFrom[from] >= maxDeferred || q.deferBytes+size > q.deferLimit
 }
 
 // asyncOrder sorts shards for a worker's contribution of round r (ssp and
@@ -1019,11 +1030,11 @@ func (o *owner) work() bool {
 		defer func() { o.queue.retrying = false }()
 	}
 	for len(o.queue.deferred) > 0 {
-		ds := o.takeDeferred()
+		ds := o.queue.take()
 		curID := c.cs.cur().ID
 		for _, d := range ds {
 			if d.msg.Config > curID {
-				o.keepDeferred(d) // its configuration is not here yet: nothing about it changed
+				o.queue.keep(d) // its configuration is not here yet: nothing about it changed
 				continue
 			}
 			switch d.msg.Op {
