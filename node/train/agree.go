@@ -382,7 +382,7 @@ func (a *agreement) leave() {
 		return
 	}
 	a.leaving = true
-	a.c.w.leave.leaving = true
+	a.c.markLeaving()
 	if a.isLeader() {
 		a.leader.leaves[a.c.cfg.ID] = true
 		return
@@ -644,7 +644,7 @@ func (a *agreement) propose() {
 		}
 		joined = append(joined, Member{Peer: p, ID: id})
 	}
-	ckpt := c.cfg.CheckpointTicks > 0 && c.tick-a.leader.ckptAt >= uint64(c.cfg.CheckpointTicks) && c.w.started && !c.w.dataDone && !final
+	ckpt := c.cfg.CheckpointTicks > 0 && c.tick-a.leader.ckptAt >= uint64(c.cfg.CheckpointTicks) && c.workerStarted() && !c.dataDone() && !final
 	// Ssp/async: the values are final once every holder says every member
 	// is done and applied under this configuration, and nothing changes
 	// it meanwhile. Agreed here, not decided by each holder alone: a
@@ -658,11 +658,11 @@ func (a *agreement) propose() {
 		return
 	}
 	next := &tconf{ID: cur.ID + 1, Crashed: dead, Left: left, Checkpoint: ckpt, Final: cur.Final || fin}
-	next.Start = max(cur.Start, c.w.clock+1)
+	next.Start = max(cur.Start, c.Round()+1)
 	if c.cfg.Mode != Sync || final {
 		// (After the final round no round runs again: shards move as
 		// they are, at once.)
-		next.Start = max(cur.Start, c.w.clock)
+		next.Start = max(cur.Start, c.Round())
 	}
 	if c.cfg.Mode != Sync && ckpt && len(dead)+len(left)+len(joined) > 0 {
 		// A cut needs the same members throughout: membership first.
@@ -711,7 +711,7 @@ func (a *agreement) propose() {
 func (a *agreement) finishing() bool {
 	c := a.c
 	cur := c.cs.cur()
-	return c.w.final || cur != nil && cur.Final || c.cfg.Mode != Sync && c.o.final
+	return c.workerFinal() || cur != nil && cur.Final || c.cfg.Mode != Sync && c.ownerFinal()
 }
 
 // allReady reports whether every member of cur has said it is ready under
@@ -764,7 +764,7 @@ func (a *agreement) quorumGone() []string {
 	if 2*len(gone) < len(a.voters) {
 		return nil
 	}
-	needed := c.cfg.Mode != Sync && c.o.async.readyFor == cur.ID && !cur.Final
+	needed := c.cfg.Mode != Sync && c.readyFor() == cur.ID && !cur.Final
 	for _, m := range cur.Members {
 		needed = needed || !c.isAlive(m.ID)
 	}

@@ -478,6 +478,44 @@ func (c *Core) Finishing() bool { return c.w.final || c.w.leave.leaving || c.fin
 // Round is the worker's clock: the next round it computes.
 func (c *Core) Round() uint64 { return c.w.clock }
 
+// What one role knows of another. The agreement, the worker and the owner
+// read no field of each other (TestRolesKeepToThemselves): what one needs
+// of another's state is one of these.
+
+// workerStarted reports whether the worker started (it has a first round).
+func (c *Core) workerStarted() bool { return c.w.started }
+
+// dataDone reports whether the worker pushed every batch of its data.
+func (c *Core) dataDone() bool { return c.w.dataDone }
+
+// workerDone reports whether the worker reached the end of its data and
+// pushed every round before it.
+func (c *Core) workerDone() bool { return c.w.ended && c.w.clock >= c.w.lastData }
+
+// workerFinal reports whether an owner answered this worker FlagFinal:
+// training is over.
+func (c *Core) workerFinal() bool { return c.w.final }
+
+// ownerFinal reports whether this peer's owner holds final values.
+func (c *Core) ownerFinal() bool { return c.o.final }
+
+// readyFor is the configuration this owner last told the leader it is
+// ready under (ssp/async, CoreReady).
+func (c *Core) readyFor() uint64 { return c.o.async.readyFor }
+
+// leaving reports whether this peer asked to leave the run.
+func (c *Core) leaving() bool { return c.w.leave.leaving }
+
+// markLeaving makes the worker leave: it pushes its last rounds, up to the
+// round the leader agrees on.
+func (c *Core) markLeaving() { c.w.leave.leaving = true }
+
+// peerOf is the peer of a raft member ID, as the agreement's log has it.
+func (c *Core) peerOf(id uint64) (string, bool) {
+	p, ok := c.ag.group[id]
+	return p, ok
+}
+
 // ConfigID is the newest configuration applied (0: none yet).
 func (c *Core) ConfigID() uint64 {
 	if t := c.cs.cur(); t != nil {

@@ -283,7 +283,7 @@ func (o *owner) deferContrib(k *contribution) {
 func (o *owner) deferNarrowed(from string, msg *wire.Core, narrowed bool) {
 	c := o.c
 	cur := c.cs.cur()
-	p, inGroup := c.ag.group[msg.Member]
+	p, inGroup := c.peerOf(msg.Member)
 	_, member := o.memberOf(from, msg.Member)
 	if cur != nil && (!member && (!inGroup || p != from) || msg.Config > cur.ID+maxConfigAhead) {
 		c.stats.Rejected++ // D1, D4
@@ -807,7 +807,7 @@ func (o *owner) horizon(cur *tconf) uint64 {
 	if o.c.cfg.Mode == Async {
 		return Final
 	}
-	return max(o.c.w.clock, cur.Start, o.maxThrough) + maxRoundsAhead
+	return max(o.c.Round(), cur.Start, o.maxThrough) + maxRoundsAhead
 }
 
 // maxPendingPer bounds the requests one member has waiting for an answer
@@ -2211,7 +2211,7 @@ func (o *owner) checkFinalAsync() bool {
 		// done push either. Ready once its own worker is done; the
 		// primaries say when every push is applied (async/master never
 		// ended before).
-		if !c.w.ended || c.w.clock < c.w.lastData {
+		if !c.workerDone() {
 			return false
 		}
 		return o.sayReady(cur)

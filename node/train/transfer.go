@@ -514,7 +514,7 @@ func (o *owner) owesOf(t *tconf) {
 	// crashed before its handoff arrived (sync/full-churn seeds 577 and
 	// 1828). The owe keeps the copy, and the leaver running, until a new
 	// holder acknowledges it, or crashes.
-	leaver := c.w.leave.leaving && !t.isMember(c.cfg.Self, c.cfg.ID)
+	leaver := c.leaving() && !t.isMember(c.cfg.Self, c.cfg.ID)
 	for s := range c.shards {
 		if !c.routeMe(s, t.Start-1) && !(leaver && o.held.has(s) && c.holdsAt(s, t.Start-1)) {
 			continue
@@ -708,7 +708,7 @@ func (o *owner) onAsk(from string, msg *wire.Core) {
 // copy it owed).
 func (o *owner) catchUp(s int, r uint64, asker string) {
 	c := o.c
-	if !o.held.has(s) || o.sync.through[s]+1 != r || !c.w.started || c.w.clock <= r || o.sync.settle[s] != nil {
+	if !o.held.has(s) || o.sync.through[s]+1 != r || !c.workerStarted() || c.Round() <= r || o.sync.settle[s] != nil {
 		return
 	}
 	if a := o.awaiting[s]; a != nil && (a.takeover || a.round <= r) {
@@ -1338,7 +1338,7 @@ func (o *owner) maybeFree(s int) {
 		// that had crashed meanwhile (sync/fast-chaos seed 32).
 		return
 	}
-	if c.cfg.Mode == Sync && !c.w.leave.leaving && c.w.clock < o.sync.through[s]+2 {
+	if c.cfg.Mode == Sync && !c.leaving() && c.Round() < o.sync.through[s]+2 {
 		// Keep it until this worker has seen every owner apply the round
 		// after (so the new holders have it): should the peer handing it
 		// over crash before its copy arrives, a survivor still has it.
