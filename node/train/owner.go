@@ -1851,7 +1851,10 @@ func (o *owner) noteChanged(r uint64, g shardSet, keys []uint32) {
 	}
 }
 
-// forward takes a primary's forwarded rows (this peer is a replica).
+// forward takes a primary's forwarded rows (this peer is a replica): it
+// checks them (forwardValid), keeps the shards to apply them to
+// (forwardKept), applies them as the mode does (forwardSync,
+// forwardAsyncMode) and acknowledges them.
 func (o *owner) forward(from string, msg *wire.Core) {
 	c := o.c
 	cur := c.cs.cur()
@@ -1859,9 +1862,31 @@ func (o *owner) forward(from string, msg *wire.Core) {
 		o.deferMsg(from, msg)
 		return
 	}
+	if !o.forwardValid(from, msg) {
+		return
+	}
+	if msg = o.forwardKept(from, msg, cur); msg == nil {
+		return
+	}
+	ack := false
+	if c.cfg.Mode == Sync {
+		ack = o.forwardSync(from, msg)
+	} else {
+		ack = o.forwardAsyncMode(from, msg)
+	}
+	if ack {
+		c.send(from, &wire.Core{Op: wire.CoreAck, Req: msg.Req})
+	}
+}
+
+// forwardValid reports whether a forward comes from a member, from the
+// primary of each of its shards, with rows of those shards only; when it
+// does not, it is rejected (and acknowledged when nothing waits on it).
+func (o *owner) forwardValid(from string, msg *wire.Core) bool {
+	c := o.c
 	if _, ok := o.memberOf(from, msg.Member); !ok || msg.RowWidth != c.xw && msg.Rows.Len() > 0 {
 		c.stats.Rejected++
-		return
+		return false
 	}
 	for _, s := range msg.Shards {
 		if int(s) >= c.shards || !o.isPrimaryFor(from, int(s), msg.Round) {
@@ -1880,10 +1905,10 @@ func (o *owner) forward(from string, msg *wire.Core) {
 				// contribution forever (sync/chaos seed 11 in
 				// TestFixedSeeds). Unanswered, the workers send the round
 				// to its new route.
-				return
+				return false
 			}
 			c.send(from, &wire.Core{Op: wire.CoreAck, Req: msg.Req})
-			return
+			return false
 		}
 	}
 	set := newShardSet(c.shards)
@@ -1891,9 +1916,17 @@ func (o *owner) forward(from string, msg *wire.Core) {
 	for _, k := range msg.Rows.Idx {
 		if !set.has(c.shardOf(k)) {
 			c.stats.Rejected++
-			return
+			return false
 		}
 	}
+	return true
+}
+
+// forwardKept is the forward with the shards this replica applies it to
+// now; nil when it was acknowledged (none) or deferred (one is not usable
+// yet).
+func (o *owner) forwardKept(from string, msg *wire.Core, cur *tconf) *wire.Core {
+	c := o.c
 	var keep []uint32
 	for _, s := range msg.Shards {
 		a := o.awaiting[int(s)]
@@ -1918,13 +1951,13 @@ func (o *owner) forward(from string, msg *wire.Core) {
 			continue
 		case !o.usable(int(s), msg.Round):
 			o.deferMsg(from, msg)
-			return
+			return nil
 		}
 		keep = append(keep, s)
 	}
 	if len(keep) == 0 {
 		c.send(from, &wire.Core{Op: wire.CoreAck, Req: msg.Req})
-		return
+		return nil
 	}
 	if len(keep) < len(msg.Shards) {
 		// Apply it to those only: a shard handed over since must not
@@ -1934,112 +1967,123 @@ func (o *owner) forward(from string, msg *wire.Core) {
 		m.Rows = filterRows(&msg.Rows, keep, c.xw, c.mask)
 		msg = &m
 	}
-	if c.cfg.Mode == Sync {
-		// Per shard: apply those at this round, skip those past it (a
-		// copy sent again, or a state received since), ask for those
-		// behind it (a round this replica missed).
-		ready := newShardSet(c.shards)
-		var behind []uint32
-		for _, sh := range msg.Shards {
-			switch {
-			case o.sync.through[sh] == msg.Round:
-				ready.add(int(sh))
-			case o.sync.through[sh] < msg.Round:
-				behind = append(behind, sh)
-			}
-		}
-		if !ready.empty() {
-			rows := &msg.Rows
-			if ready.count() < len(msg.Shards) {
-				o.bufs.scratch = filterSet(&msg.Rows, ready, c.xw, c.mask, o.bufs.scratch)
-				rows = &o.bufs.scratch
-			}
-			applied := ready.list(nil)
-			o.beforeApply(msg.Round, applied)
-			if msg.Examples > 0 && rows.Len() > 0 {
-				c.applyRows(rows, msg.Examples, int64(msg.Round))
-			}
-			for _, sh := range applied {
-				o.setThrough(int(sh), msg.Round+1)
-			}
-			if c.cfg.Gather == Full {
-				o.noteChanged(msg.Round, ready, rows.Idx)
-			}
-			c.stats.Replicated++
-			ids := make([]uint64, len(msg.Clocks))
-			for i, mc := range msg.Clocks {
-				ids[i] = mc.Member
-			}
-			c.trace(TraceEvent{Kind: TraceApply, Shards: applied, Round: msg.Round, Members: ids, Replica: true, Peer: from})
-		}
-		if msg.Flags&wire.FlagFinal != 0 && len(behind) == 0 {
-			o.final = true
-			o.sync.finalAt = max(o.sync.finalAt, msg.Round+1)
-		}
-		if len(behind) > 0 {
-			for _, sh := range behind {
-				if a := o.awaiting[int(sh)]; a == nil || a.round < msg.Round+1 {
-					o.awaiting[int(sh)] = &await{round: msg.Round + 1, since: c.tick}
-				}
-				c.send(from, &wire.Core{Op: wire.CoreState, Flags: wire.FlagAsk, Shards: []uint32{sh}, Round: msg.Round + 1})
-			}
-			o.deferMsg(from, msg)
-			return
-		}
-	} else {
-		if len(msg.Clocks) != 1 {
-			c.stats.Rejected++
-			return
-		}
-		wk := msg.Clocks[0]
-		apply, gap, _ := o.asyncOrder(wk.Member, wk.Clock, msg.Shards)
-		if gap {
-			o.askRefresh(from, wk.Member, wk.Clock, msg.Shards)
-			o.deferMsg(from, msg)
-			return
-		}
-		if len(apply) > 0 {
-			rows := &msg.Rows
-			if len(apply) < len(msg.Shards) {
-				set := newShardSet(c.shards)
-				set.fromList(apply)
-				o.bufs.scratch = filterSet(&msg.Rows, set, c.xw, c.mask, o.bufs.scratch)
-				rows = &o.bufs.scratch
-			}
-			if msg.Examples > 0 && rows.Len() > 0 {
-				c.applyRows(rows, msg.Examples, o.step)
-				o.step++
-			}
-			for _, s := range apply {
-				o.async.applied[s][wk.Member] = wk.Clock + 1
-				delete(o.async.gapSince, gapKey{wk.Member, s})
-			}
-			if msg.Examples > 0 {
-				c.trace(TraceEvent{Kind: TraceApply, Shards: apply, Round: wk.Clock, Members: []uint64{wk.Member}, Replica: true, Peer: from})
-			}
-			if msg.Flags&wire.FlagDone != 0 {
-				if d, ok := o.async.doneAt[wk.Member]; !ok || wk.Clock < d {
-					o.async.doneAt[wk.Member] = wk.Clock
-				}
-			}
-			c.stats.Replicated++
-			// A forward of the primary before (it crashed or handed the
-			// shard over since) that reaches this peer as the primary now:
-			// its replicas need it too, and only this peer sends them.
-			var prim []uint32
-			for _, s := range apply {
-				if c.isPrimary(int(s)) {
-					prim = append(prim, s)
-				}
-			}
-			if len(prim) > 0 {
-				k := &contribution{member: wk.Member, round: wk.Clock, examples: msg.Examples, flags: msg.Flags & wire.FlagDone,
-					shards: prim, rows: filterRows(rows, prim, c.xw, c.mask)}
-				o.forwardAsync(k)
-			}
+	return msg
+}
+
+// forwardSync applies a sync forward per shard: those at its round, not
+// those past it (a copy sent again, or a state received since); for those
+// behind it (a round this replica missed) it asks for the shard and defers
+// the forward. It reports whether to acknowledge it.
+func (o *owner) forwardSync(from string, msg *wire.Core) bool {
+	c := o.c
+	ready := newShardSet(c.shards)
+	var behind []uint32
+	for _, sh := range msg.Shards {
+		switch {
+		case o.sync.through[sh] == msg.Round:
+			ready.add(int(sh))
+		case o.sync.through[sh] < msg.Round:
+			behind = append(behind, sh)
 		}
 	}
-	c.send(from, &wire.Core{Op: wire.CoreAck, Req: msg.Req})
+	if !ready.empty() {
+		rows := &msg.Rows
+		if ready.count() < len(msg.Shards) {
+			o.bufs.scratch = filterSet(&msg.Rows, ready, c.xw, c.mask, o.bufs.scratch)
+			rows = &o.bufs.scratch
+		}
+		applied := ready.list(nil)
+		o.beforeApply(msg.Round, applied)
+		if msg.Examples > 0 && rows.Len() > 0 {
+			c.applyRows(rows, msg.Examples, int64(msg.Round))
+		}
+		for _, sh := range applied {
+			o.setThrough(int(sh), msg.Round+1)
+		}
+		if c.cfg.Gather == Full {
+			o.noteChanged(msg.Round, ready, rows.Idx)
+		}
+		c.stats.Replicated++
+		ids := make([]uint64, len(msg.Clocks))
+		for i, mc := range msg.Clocks {
+			ids[i] = mc.Member
+		}
+		c.trace(TraceEvent{Kind: TraceApply, Shards: applied, Round: msg.Round, Members: ids, Replica: true, Peer: from})
+	}
+	if msg.Flags&wire.FlagFinal != 0 && len(behind) == 0 {
+		o.final = true
+		o.sync.finalAt = max(o.sync.finalAt, msg.Round+1)
+	}
+	if len(behind) > 0 {
+		for _, sh := range behind {
+			if a := o.awaiting[int(sh)]; a == nil || a.round < msg.Round+1 {
+				o.awaiting[int(sh)] = &await{round: msg.Round + 1, since: c.tick}
+			}
+			c.send(from, &wire.Core{Op: wire.CoreState, Flags: wire.FlagAsk, Shards: []uint32{sh}, Round: msg.Round + 1})
+		}
+		o.deferMsg(from, msg)
+		return false
+	}
+	return true
+}
+
+// forwardAsyncMode applies an ssp or async forward in its worker's order
+// (asyncOrder), and forwards it on for the shards this peer is primary of
+// now. It reports whether to acknowledge it.
+func (o *owner) forwardAsyncMode(from string, msg *wire.Core) bool {
+	c := o.c
+	if len(msg.Clocks) != 1 {
+		c.stats.Rejected++
+		return false
+	}
+	wk := msg.Clocks[0]
+	apply, gap, _ := o.asyncOrder(wk.Member, wk.Clock, msg.Shards)
+	if gap {
+		o.askRefresh(from, wk.Member, wk.Clock, msg.Shards)
+		o.deferMsg(from, msg)
+		return false
+	}
+	if len(apply) > 0 {
+		rows := &msg.Rows
+		if len(apply) < len(msg.Shards) {
+			set := newShardSet(c.shards)
+			set.fromList(apply)
+			o.bufs.scratch = filterSet(&msg.Rows, set, c.xw, c.mask, o.bufs.scratch)
+			rows = &o.bufs.scratch
+		}
+		if msg.Examples > 0 && rows.Len() > 0 {
+			c.applyRows(rows, msg.Examples, o.step)
+			o.step++
+		}
+		for _, s := range apply {
+			o.async.applied[s][wk.Member] = wk.Clock + 1
+			delete(o.async.gapSince, gapKey{wk.Member, s})
+		}
+		if msg.Examples > 0 {
+			c.trace(TraceEvent{Kind: TraceApply, Shards: apply, Round: wk.Clock, Members: []uint64{wk.Member}, Replica: true, Peer: from})
+		}
+		if msg.Flags&wire.FlagDone != 0 {
+			if d, ok := o.async.doneAt[wk.Member]; !ok || wk.Clock < d {
+				o.async.doneAt[wk.Member] = wk.Clock
+			}
+		}
+		c.stats.Replicated++
+		// A forward of the primary before (it crashed or handed the
+		// shard over since) that reaches this peer as the primary now:
+		// its replicas need it too, and only this peer sends them.
+		var prim []uint32
+		for _, s := range apply {
+			if c.isPrimary(int(s)) {
+				prim = append(prim, s)
+			}
+		}
+		if len(prim) > 0 {
+			k := &contribution{member: wk.Member, round: wk.Clock, examples: msg.Examples, flags: msg.Flags & wire.FlagDone,
+				shards: prim, rows: filterRows(rows, prim, c.xw, c.mask)}
+			o.forwardAsync(k)
+		}
+	}
+	return true
 }
 
 // pastAll reports whether this peer holds every shard of shards with
