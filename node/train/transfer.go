@@ -1063,7 +1063,9 @@ func (o *owner) sendState(w owe) {
 // Member IDs never have it set (MemberID clears it).
 const doneBit = 1 << 63
 
-// state takes a shard handed over.
+// state takes a shard handed over: after the checks of the message, it
+// finds the wait the copy answers (stateWait), checks that the copy is
+// wanted (stateWanted), imports it and installs it (installState).
 func (o *owner) state(from string, msg *wire.Core) {
 	c := o.c
 	if msg.Flags&wire.FlagRefused != 0 {
@@ -1088,7 +1090,24 @@ func (o *owner) state(from string, msg *wire.Core) {
 		c.stats.Rejected++ // only a holder of the shard can hand it over
 		return
 	}
-	a := o.awaiting[s]
+	a, done := o.stateWait(from, msg, s, cur)
+	if done || !o.stateWanted(from, msg, s, a, cur) {
+		return
+	}
+	if !o.importState(s, msg) {
+		return
+	}
+	o.installState(from, msg, s, a, cur)
+}
+
+// stateWait is the wait (await) a copy of shard s answers: the one this
+// peer has, or one this copy makes up for (a takeover's copy further on, a
+// handoff this holder stopped waiting for, the primary's final values).
+// done: the copy was handled already (installed while waiting for a later
+// handoff, rule H19).
+func (o *owner) stateWait(from string, msg *wire.Core, s int, cur *tconf) (a *await, done bool) {
+	c := o.c
+	a = o.awaiting[s]
 	if c.cfg.Mode == Sync {
 		o.settled(s, from) // (whether installed or not, its copy came)
 	}
@@ -1121,7 +1140,7 @@ func (o *owner) state(from string, msg *wire.Core) {
 		// TestFixedSeeds sync/chaos 1226 took it for a copy sent again, and
 		// the run stalled).
 		if !o.importState(s, msg) {
-			return
+			return nil, true
 		}
 		o.setThrough(int(s), msg.Round)
 		o.sync.gotIn[s] = cur.ID
@@ -1130,13 +1149,21 @@ func (o *owner) state(from string, msg *wire.Core) {
 		c.stats.Received++
 		c.trace(TraceEvent{Kind: TraceInstall, Shards: msg.Shards, Peer: from, Req: msg.Req, Round: msg.Round})
 		c.send(from, &wire.Core{Op: wire.CoreAck, Req: msg.Req})
-		return
+		return nil, true
 	}
 	if a == nil && c.cfg.Mode != Sync && msg.Flags&wire.FlagFinal != 0 && o.held.has(s) && cur.primary(s) == from && from != c.cfg.Self {
 		// The primary's final values, to its replica (copyFinal): they
 		// replace this copy, which may differ in the last bits.
 		a = &await{conf: msg.Round}
 	}
+	return a, false
+}
+
+// stateWanted reports whether a copy answers wait a (nil: none) and is
+// further on than the one held here; when not, it is acknowledged or
+// counted stale as the case needs.
+func (o *owner) stateWanted(from string, msg *wire.Core, s int, a *await, cur *tconf) bool {
+	c := o.c
 	if a == nil || (c.cfg.Mode == Sync && !a.takeover && msg.Round < a.round && msg.Flags&wire.FlagFinal == 0) {
 		if o.held.has(s) {
 			c.send(from, &wire.Core{Op: wire.CoreAck, Req: msg.Req}) // a copy sent again
@@ -1149,30 +1176,36 @@ func (o *owner) state(from string, msg *wire.Core) {
 				c.send(from, &wire.Core{Op: wire.CoreAck, Req: msg.Req})
 			}
 		}
-		return
+		return false
 	}
 	if a.keep && msg.Round <= o.sync.through[s] {
 		// Not further on than the copy held here: the same as "no copy".
 		c.send(from, &wire.Core{Op: wire.CoreAck, Req: msg.Req})
 		o.keepWithout(s, a, from, msg.Member)
-		return
+		return false
 	}
 	if a.refused && !a.takeover && a.round > 0 && from != c.cs.route(s, a.round-1) {
 		// The crashed route's late copy: the round before the handoff
 		// is another peer's now, whose copy this is not.
 		c.stats.Stale++
-		return
+		return false
 	}
 	if c.cfg.Mode != Sync && msg.Round < a.conf && msg.Flags&wire.FlagFinal == 0 {
 		// A copy handed over for an earlier configuration, sent again: a
 		// holder between then and now may have applied more.
 		c.stats.Stale++
 		c.send(from, &wire.Core{Op: wire.CoreAck, Req: msg.Req})
-		return
+		return false
 	}
-	if !o.importState(s, msg) {
-		return
-	}
+	return true
+}
+
+// installState makes an imported copy of shard s held here: its rounds
+// (sync) or its workers' clocks (ssp/async), the waits that follow (the
+// next handoff, a takeover's settling), final values; then acknowledges
+// it.
+func (o *owner) installState(from string, msg *wire.Core, s int, a *await, cur *tconf) {
+	c := o.c
 	if c.cfg.Mode == Sync {
 		o.setThrough(int(s), msg.Round)
 		o.sync.gotIn[s] = cur.ID
