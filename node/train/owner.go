@@ -1221,20 +1221,8 @@ func (o *owner) applyRound(r uint64) bool {
 	c := o.c
 	ra := o.rounds[r]
 	t := c.cs.at(r)
-	if len(o.sync.lostOK) == 0 && o.sync.fresh.empty() {
-		// Without shards restarted from nothing or found lost, a round
-		// applies only once every live member's contribution is here: most
-		// pushes find one missing, and the work below (every shard, a
-		// shard set per member) would come to nothing.
-		clear(o.bufs.seen)
-		for _, k := range ra.contrib {
-			o.bufs.seen[k.member] = struct{}{}
-		}
-		for _, m := range t.Members {
-			if _, ok := o.bufs.seen[m.ID]; !ok && !c.cs.crashed[m.ID] {
-				return false
-			}
-		}
+	if len(o.sync.lostOK) == 0 && o.sync.fresh.empty() && o.someMissing(ra, t) {
+		return false
 	}
 	var required []Member
 	for _, m := range t.Members {
@@ -1242,17 +1230,66 @@ func (o *owner) applyRound(r uint64) bool {
 			required = append(required, m)
 		}
 	}
-	// Shards this peer applies in round r now.
+	ready := o.readyIn(r)
+	if ready.empty() {
+		return false
+	}
+	cover := o.coverage(ra)
+	cur := c.cs.cur()
+	waited := o.waitedFresh(ready)
+	lostSet := o.lostIn(r, ready)
+	lost := o.narrowReady(r, ready, required, cover, waited, lostSet, cur)
+	if ready.empty() {
+		return false
+	}
+	groups := o.byContributors(t, ready, cover)
+	for _, g := range groups {
+		o.applyGroup(r, t, ra, g)
+	}
+	o.countLost(r, ready, cover, lostSet, lost)
+	if !o.roundLeft(r) {
+		delete(o.rounds, r)
+	}
+	return true
+}
+
+// someMissing reports whether a live member of t has no contribution in
+// ra: then round r applies to no shard, unless shards were restarted from
+// nothing or found lost.
+func (o *owner) someMissing(ra *roundAcc, t *tconf) bool {
+	c := o.c
+	// Without shards restarted from nothing or found lost, a round
+	// applies only once every live member's contribution is here: most
+	// pushes find one missing, and the work below (every shard, a
+	// shard set per member) would come to nothing.
+	clear(o.bufs.seen)
+	for _, k := range ra.contrib {
+		o.bufs.seen[k.member] = struct{}{}
+	}
+	for _, m := range t.Members {
+		if _, ok := o.bufs.seen[m.ID]; !ok && !c.cs.crashed[m.ID] {
+			return true
+		}
+	}
+	return false
+}
+
+// readyIn is the shards this peer applies in round r now.
+func (o *owner) readyIn(r uint64) shardSet {
+	c := o.c
 	ready := newShardSet(c.shards)
 	for s := range c.shards {
 		if o.sync.through[s] == r && o.usable(s, r) && c.routeMe(s, r) { // (usable: not settling)
 			ready.add(s)
 		}
 	}
-	if ready.empty() {
-		return false
-	}
-	// Coverage of each member (its contributions may be split).
+	return ready
+}
+
+// coverage is the shards each member contributed to in ra (its
+// contributions may be split).
+func (o *owner) coverage(ra *roundAcc) map[uint64]shardSet {
+	c := o.c
 	cover := map[uint64]shardSet{}
 	for _, k := range ra.contrib {
 		cs := cover[k.member]
@@ -1262,14 +1299,18 @@ func (o *owner) applyRound(r uint64) bool {
 		}
 		cs.or(k.set)
 	}
-	cur := c.cs.cur()
-	// Shards restarted from nothing that have waited two retry intervals
-	// for their first round: a worker whose contribution has not come
-	// may have been answered that round by the holder that crashed, and
-	// will never send it again (sync/chaos seed 165: two restarted shards
-	// each waited for a worker the other one held up). Applied without
-	// it; the contribution went with that holder, counted lost.
-	var waited shardSet
+	return cover
+}
+
+// waitedFresh is the shards of ready restarted from nothing that have
+// waited two retry intervals for their first round: a worker whose
+// contribution has not come may have been answered that round by the
+// holder that crashed, and will never send it again (sync/chaos seed 165:
+// two restarted shards each waited for a worker the other one held up).
+// Applied without it; the contribution went with that holder, counted
+// lost.
+func (o *owner) waitedFresh(ready shardSet) (waited shardSet) {
+	c := o.c
 	if !o.sync.fresh.empty() { // (rarely: no allocation on the way of every round)
 		for s := range c.shards {
 			if ready.has(s) && o.sync.fresh.has(s) && c.tick-o.sync.freshAt[s] > uint64(2*c.cfg.RetryTicks) {
@@ -1280,11 +1321,15 @@ func (o *owner) applyRound(r uint64) bool {
 			}
 		}
 	}
-	// Shards whose missing contributions are known to be gone (lostCheck):
-	// the workers were answered this round by holders that crashed.
-	// (The map holds only shards waiting: one a copy moved past since is
-	// dropped here, so the rounds after do not look at it again.)
-	var lostSet shardSet
+	return waited
+}
+
+// lostIn is the shards of ready whose missing contributions are known to
+// be gone (lostCheck): the workers were answered round r by holders that
+// crashed. (The map holds only shards waiting: one a copy moved past since
+// is dropped here, so the rounds after do not look at it again.)
+func (o *owner) lostIn(r uint64, ready shardSet) (lostSet shardSet) {
+	c := o.c
 	for s, next := range o.sync.lostOK {
 		switch {
 		case !o.held.has(s) || o.sync.through[s] >= next:
@@ -1296,7 +1341,16 @@ func (o *owner) applyRound(r uint64) bool {
 			lostSet.add(s)
 		}
 	}
-	var lost []uint64
+	return lostSet
+}
+
+// narrowReady keeps in ready the shards of round r every required member
+// contributed to, or need not wait for: shards whose missing
+// contributions are gone (lostSet: their members are returned, as lost),
+// shards restarted from nothing that waited long enough (waited), shards
+// restarted from nothing for a member gone since.
+func (o *owner) narrowReady(r uint64, ready shardSet, required []Member, cover map[uint64]shardSet, waited, lostSet shardSet, cur *tconf) (lost []uint64) {
+	c := o.c
 	for _, m := range required {
 		cs := cover[m.ID]
 		if lostSet != nil && o.sync.past[m.ID] > r && (cs == nil || !lostSet.subset(cs)) {
@@ -1320,11 +1374,13 @@ func (o *owner) applyRound(r uint64) bool {
 			ready.clear()
 		}
 	}
-	if ready.empty() {
-		return false
-	}
-	// Group the ready shards by who contributed to them (a crashed
-	// member's push may have reached this owner for some shards only).
+	return lost
+}
+
+// byContributors groups the ready shards by who contributed to them (a
+// crashed member's push may have reached this owner for some shards only).
+func (o *owner) byContributors(t *tconf, ready shardSet, cover map[uint64]shardSet) []shardSet {
+	c := o.c
 	members := make([]Member, 0, len(t.Members))
 	members = append(members, t.Members...)
 	var groups []shardSet
@@ -1346,9 +1402,13 @@ func (o *owner) applyRound(r uint64) bool {
 		}
 		groups[i].add(int(s))
 	}
-	for _, g := range groups {
-		o.applyGroup(r, t, ra, g)
-	}
+	return groups
+}
+
+// countLost counts and reports, per shard of lostSet applied in round r,
+// the contributions it was applied without.
+func (o *owner) countLost(r uint64, ready shardSet, cover map[uint64]shardSet, lostSet shardSet, lost []uint64) {
+	c := o.c
 	if lostSet != nil {
 		for _, s := range lostSet.list(nil) {
 			if !ready.has(int(s)) {
@@ -1369,17 +1429,19 @@ func (o *owner) applyRound(r uint64) bool {
 			c.event(Event{Kind: EvLost, Shards: 1, Text: fmt.Sprintf("round %d of shard %d applied without %d contributions answered by holders that crashed", r, s, len(gone))})
 		}
 	}
-	// A round is done when every shard this peer applies in it is.
+}
+
+// roundLeft reports whether a shard this peer applies in round r has not
+// had it yet: a round is done when every shard this peer applies in it is.
+func (o *owner) roundLeft(r uint64) bool {
+	c := o.c
 	left := false
 	for s := range c.shards {
 		if o.sync.through[s] == r && o.held.has(s) && c.routeMe(s, r) {
 			left = true
 		}
 	}
-	if !left {
-		delete(o.rounds, r)
-	}
-	return true
+	return left
 }
 
 // applyGroup applies round r to the shards of g: the sum of the members'
