@@ -796,125 +796,21 @@ func (a *agreement) reconcileGroup(cur *tconf) {
 	if a.leader.ccAt != 0 && c.tick-a.leader.ccAt < uint64(4*c.cfg.RetryTicks) {
 		return // one at a time
 	}
-	propose := func(t pb.ConfChangeType, id uint64, peer string) {
-		cc := &pb.ConfChange{Type: t.Enum(), NodeId: new(id), Context: []byte(peer)}
-		if a.rn.ProposeConfChange(cc) == nil {
-			a.leader.ccAt = c.tick
-		}
-	}
-	// A dead voter first: every voter the group keeps that cannot vote
-	// brings it closer to losing its quorum at the next failure. A live
-	// learner of the configuration takes a vote before the dead one goes
-	// (three voters, one dead, then two, survive no other failure; with
-	// the learner's vote the group survives one more at once).
-	if c.aliveOK && len(a.voters) > 2 {
-		live := countFunc(a.voters, func(id uint64) bool { return c.alive[id] })
-		for _, id := range a.voters {
-			if id == c.cfg.ID || c.alive[id] {
-				continue
-			}
-			if live < c.cfg.Voters {
-				st := a.rn.Status()
-				for _, m := range cur.Members {
-					if _, ok := a.group[m.ID]; ok && !slices.Contains(a.voters, m.ID) && c.isAlive(m.ID) && st.Progress[m.ID].Match >= st.GetCommit() {
-						propose(pb.ConfChangeAddNode, m.ID, m.Peer)
-						return
-					}
-				}
-			}
-			propose(pb.ConfChangeRemoveNode, id, "")
-			return
-		}
+	if a.dropDeadVoter(cur) {
+		return
 	}
 	// Voters among the members up to wantVoters, before a leaver's vote
-	// goes (below): an even number of voters meanwhile would lose the
-	// quorum with any one of them.
+	// goes (demoteLeaver): an even number of voters meanwhile would lose
+	// the quorum with any one of them.
 	want := a.wantVoters(len(cur.Members))
 	n := countFunc(a.voters, func(id uint64) bool { return cur.isMember(a.group[id], id) })
-	promoting := false
+	promoting, done := false, false
 	if n < want {
-		// Only a learner that has the log through the commit index: it
-		// has answered lately (one that crashed since it was heard of
-		// would be a voter that cannot vote), and it can vote at once.
-		// While one catches up, a leaver keeps its vote.
-		st := a.rn.Status()
-		for _, m := range cur.Members {
-			if _, ok := a.group[m.ID]; !ok || slices.Contains(a.voters, m.ID) || !c.isAlive(m.ID) {
-				continue
-			}
-			if st.Progress[m.ID].Match >= st.GetCommit() {
-				propose(pb.ConfChangeAddNode, m.ID, m.Peer)
-				return
-			}
-			promoting = true
-		}
+		promoting, done = a.promoteLearner(cur)
 	}
-	// A voter the configuration no longer names (a leaver serving its last
-	// rounds) becomes a learner now, before it goes: a voter that has gone
-	// counts against the quorum until removed, and removing it needs that
-	// quorum.
-	for _, id := range a.voters {
-		if id != c.cfg.ID && !cur.isMember(a.group[id], id) && !promoting {
-			propose(pb.ConfChangeAddLearnerNode, id, a.group[id])
-			return
-		}
-	}
-	for _, id := range sortedKeys(a.leader.joins) {
-		if _, ok := a.group[id]; !ok {
-			propose(pb.ConfChangeAddLearnerNode, id, a.leader.joins[id])
-			return
-		}
-	}
-	// Members of the configuration the group lost (removed as dead voters
-	// while the configuration still had them) come back as learners.
-	for _, m := range cur.Members {
-		if _, ok := a.group[m.ID]; !ok && c.isAlive(m.ID) {
-			propose(pb.ConfChangeAddLearnerNode, m.ID, m.Peer)
-			return
-		}
-	}
-	// Peers no configuration needs leave the group once gone: a leaver
-	// still serves its last rounds (and must learn the configurations
-	// that come meanwhile), a peer removed while cut off learns it was.
-	for _, id := range sortedKeys(a.group) {
-		if _, pending := a.leader.joins[id]; pending {
-			continue
-		}
-		if !cur.isMember(a.group[id], id) && id != c.cfg.ID && c.aliveOK && !c.alive[id] {
-			propose(pb.ConfChangeRemoveNode, id, "")
-			return
-		}
-	}
-	// A peer dropped from the group while it was cut off, and heard from
-	// again, comes back as a learner: a leaver still serves its last
-	// rounds and must learn the configurations since (the route of a
-	// round it replicates may have changed); a member removed as dead
-	// while alive must learn that it was, or it waits forever.
-	if c.aliveOK {
-		for _, t := range c.cs.list {
-			for _, l := range [][]Member{t.Left, t.Crashed} {
-				for _, m := range l {
-					if _, ok := a.group[m.ID]; !ok && m.ID != c.cfg.ID && c.alive[m.ID] && !cur.isMember(m.Peer, m.ID) {
-						propose(pb.ConfChangeAddLearnerNode, m.ID, m.Peer)
-						return
-					}
-				}
-			}
-		}
-	}
-	if n > want {
-		// One voter too many (members left or crashed): a learner again,
-		// a dead one first.
-		var pick uint64
-		for _, id := range a.voters {
-			if id != c.cfg.ID && cur.isMember(a.group[id], id) && (pick == 0 || !c.isAlive(id)) {
-				pick = id
-			}
-		}
-		if pick != 0 {
-			propose(pb.ConfChangeAddLearnerNode, pick, a.group[pick])
-			return
-		}
+	if done || a.demoteLeaver(cur, promoting) || a.addLearners(cur) || a.removeGone(cur) || a.readdCutOff(cur) ||
+		n > want && a.demoteExtra(cur) {
+		return
 	}
 	// Joiners that are workers now need no more admitting.
 	for id, p := range a.leader.joins {
@@ -927,6 +823,159 @@ func (a *agreement) reconcileGroup(cur *tconf) {
 			delete(a.leader.leaves, id)
 		}
 	}
+}
+
+// proposeCC proposes one raft membership change, and notes when.
+func (a *agreement) proposeCC(t pb.ConfChangeType, id uint64, peer string) {
+	cc := &pb.ConfChange{Type: t.Enum(), NodeId: new(id), Context: []byte(peer)}
+	if a.rn.ProposeConfChange(cc) == nil {
+		a.leader.ccAt = a.c.tick
+	}
+}
+
+// dropDeadVoter proposes to remove a dead voter, or first to promote a
+// live learner in its place; it reports whether it proposed a change. A
+// dead voter first: every voter the group keeps that cannot vote brings
+// it closer to losing its quorum at the next failure. A live learner of
+// the configuration takes a vote before the dead one goes (three voters,
+// one dead, then two, survive no other failure; with the learner's vote
+// the group survives one more at once).
+func (a *agreement) dropDeadVoter(cur *tconf) bool {
+	c := a.c
+	if c.aliveOK && len(a.voters) > 2 {
+		live := countFunc(a.voters, func(id uint64) bool { return c.alive[id] })
+		for _, id := range a.voters {
+			if id == c.cfg.ID || c.alive[id] {
+				continue
+			}
+			if live < c.cfg.Voters {
+				st := a.rn.Status()
+				for _, m := range cur.Members {
+					if _, ok := a.group[m.ID]; ok && !slices.Contains(a.voters, m.ID) && c.isAlive(m.ID) && st.Progress[m.ID].Match >= st.GetCommit() {
+						a.proposeCC(pb.ConfChangeAddNode, m.ID, m.Peer)
+						return true
+					}
+				}
+			}
+			a.proposeCC(pb.ConfChangeRemoveNode, id, "")
+			return true
+		}
+	}
+	return false
+}
+
+// promoteLearner proposes to make a learner of cur a voter. Only a learner
+// that has the log through the commit index: it has answered lately (one
+// that crashed since it was heard of would be a voter that cannot vote),
+// and it can vote at once. While one catches up (promoting), a leaver
+// keeps its vote. done: it proposed a change.
+func (a *agreement) promoteLearner(cur *tconf) (promoting, done bool) {
+	c := a.c
+	st := a.rn.Status()
+	for _, m := range cur.Members {
+		if _, ok := a.group[m.ID]; !ok || slices.Contains(a.voters, m.ID) || !c.isAlive(m.ID) {
+			continue
+		}
+		if st.Progress[m.ID].Match >= st.GetCommit() {
+			a.proposeCC(pb.ConfChangeAddNode, m.ID, m.Peer)
+			return promoting, true
+		}
+		promoting = true
+	}
+	return promoting, false
+}
+
+// demoteLeaver: a voter the configuration no longer names (a leaver
+// serving its last rounds) becomes a learner now, before it goes: a voter
+// that has gone counts against the quorum until removed, and removing it
+// needs that quorum. Not while a learner is being promoted.
+func (a *agreement) demoteLeaver(cur *tconf, promoting bool) bool {
+	c := a.c
+	for _, id := range a.voters {
+		if id != c.cfg.ID && !cur.isMember(a.group[id], id) && !promoting {
+			a.proposeCC(pb.ConfChangeAddLearnerNode, id, a.group[id])
+			return true
+		}
+	}
+	return false
+}
+
+// addLearners proposes to add as a learner an admitted joiner, or a member
+// of the configuration the group lost (removed as a dead voter while the
+// configuration still had it).
+func (a *agreement) addLearners(cur *tconf) bool {
+	c := a.c
+	for _, id := range sortedKeys(a.leader.joins) {
+		if _, ok := a.group[id]; !ok {
+			a.proposeCC(pb.ConfChangeAddLearnerNode, id, a.leader.joins[id])
+			return true
+		}
+	}
+	// Members of the configuration the group lost (removed as dead voters
+	// while the configuration still had them) come back as learners.
+	for _, m := range cur.Members {
+		if _, ok := a.group[m.ID]; !ok && c.isAlive(m.ID) {
+			a.proposeCC(pb.ConfChangeAddLearnerNode, m.ID, m.Peer)
+			return true
+		}
+	}
+	return false
+}
+
+// removeGone: peers no configuration needs leave the group once gone: a
+// leaver still serves its last rounds (and must learn the configurations
+// that come meanwhile), a peer removed while cut off learns it was.
+func (a *agreement) removeGone(cur *tconf) bool {
+	c := a.c
+	for _, id := range sortedKeys(a.group) {
+		if _, pending := a.leader.joins[id]; pending {
+			continue
+		}
+		if !cur.isMember(a.group[id], id) && id != c.cfg.ID && c.aliveOK && !c.alive[id] {
+			a.proposeCC(pb.ConfChangeRemoveNode, id, "")
+			return true
+		}
+	}
+	return false
+}
+
+// readdCutOff: a peer dropped from the group while it was cut off, and
+// heard from again, comes back as a learner: a leaver still serves its
+// last rounds and must learn the configurations since (the route of a
+// round it replicates may have changed); a member removed as dead while
+// alive must learn that it was, or it waits forever.
+func (a *agreement) readdCutOff(cur *tconf) bool {
+	c := a.c
+	if c.aliveOK {
+		for _, t := range c.cs.list {
+			for _, l := range [][]Member{t.Left, t.Crashed} {
+				for _, m := range l {
+					if _, ok := a.group[m.ID]; !ok && m.ID != c.cfg.ID && c.alive[m.ID] && !cur.isMember(m.Peer, m.ID) {
+						a.proposeCC(pb.ConfChangeAddLearnerNode, m.ID, m.Peer)
+						return true
+					}
+				}
+			}
+		}
+	}
+	return false
+}
+
+// demoteExtra makes one voter too many (members left or crashed) a
+// learner again, a dead one first.
+func (a *agreement) demoteExtra(cur *tconf) bool {
+	c := a.c
+	var pick uint64
+	for _, id := range a.voters {
+		if id != c.cfg.ID && cur.isMember(a.group[id], id) && (pick == 0 || !c.isAlive(id)) {
+			pick = id
+		}
+	}
+	if pick != 0 {
+		a.proposeCC(pb.ConfChangeAddLearnerNode, pick, a.group[pick])
+		return true
+	}
+	return false
 }
 
 // wantVoters is how many voters the raft group keeps with n members: at
