@@ -597,33 +597,58 @@ func (a *agreement) propose() {
 	a.reconcileGroup(cur)
 	me, ok := cur.member(c.cfg.Self)
 	if !ok || me.ID != c.cfg.ID {
-		// Not a worker of the run: it cannot fence rounds. Hand over.
-		if len(cur.Members) > 0 && c.tick-a.leader.propAt > uint64(c.cfg.RetryTicks) {
-			a.leader.propAt = c.tick
-			var to []uint64
-			for _, m := range cur.Members {
-				if slices.Contains(a.voters, m.ID) && c.isAlive(m.ID) {
-					to = append(to, m.ID)
-				}
-			}
-			if len(to) > 0 {
-				// Abort the transfer under way first: raft sends its
-				// MsgTimeoutNow once, and gives a transfer up only after an
-				// election timeout, which this core's own elections leave
-				// out of reach; a lost one would keep this leader from
-				// ever handing over (and from proposing meanwhile). Each
-				// attempt tries the next voter.
-				a.rn.TransferLeader(c.cfg.ID)
-				a.rn.TransferLeader(to[a.leader.transfers%len(to)])
-				a.leader.transfers++
-			}
-		}
+		a.handOver(cur)
 		return
 	}
 	if a.leader.prop != nil {
 		return
 	}
-	var dead, left, joined []Member
+	dead, left, joined := a.changes(cur, final)
+	next, ckpt := a.nextConfig(cur, final, dead, left, joined)
+	if next == nil {
+		return
+	}
+	if ckpt {
+		a.leader.ckptAt = c.tick
+	}
+	if err := a.rn.Propose(next.encode(nil)); err != nil {
+		return
+	}
+	a.leader.prop, a.leader.propAt, a.leader.propTerm = next, c.tick, a.rn.BasicStatus().GetTerm()
+}
+
+// handOver, on a leader that is not a worker of the run (it cannot fence
+// rounds), hands leadership to a live voter of cur, trying the next one
+// every retry interval.
+func (a *agreement) handOver(cur *tconf) {
+	c := a.c
+	if len(cur.Members) > 0 && c.tick-a.leader.propAt > uint64(c.cfg.RetryTicks) {
+		a.leader.propAt = c.tick
+		var to []uint64
+		for _, m := range cur.Members {
+			if slices.Contains(a.voters, m.ID) && c.isAlive(m.ID) {
+				to = append(to, m.ID)
+			}
+		}
+		if len(to) > 0 {
+			// Abort the transfer under way first: raft sends its
+			// MsgTimeoutNow once, and gives a transfer up only after an
+			// election timeout, which this core's own elections leave
+			// out of reach; a lost one would keep this leader from
+			// ever handing over (and from proposing meanwhile). Each
+			// attempt tries the next voter.
+			a.rn.TransferLeader(c.cfg.ID)
+			a.rn.TransferLeader(to[a.leader.transfers%len(to)])
+			a.leader.transfers++
+		}
+	}
+}
+
+// changes is what the next configuration changes of cur: the members that
+// died or asked to leave, and the admitted joiners to add. After the final
+// round only crashes count.
+func (a *agreement) changes(cur *tconf, final bool) (dead, left, joined []Member) {
+	c := a.c
 	for _, m := range cur.Members {
 		switch {
 		case a.leader.leaves[m.ID] && !final: // (after the final round a leave changes nothing)
@@ -644,7 +669,16 @@ func (a *agreement) propose() {
 		}
 		joined = append(joined, Member{Peer: p, ID: id})
 	}
-	ckpt := c.cfg.CheckpointTicks > 0 && c.tick-a.leader.ckptAt >= uint64(c.cfg.CheckpointTicks) && c.workerStarted() && !c.dataDone() && !final
+	return dead, left, joined
+}
+
+// nextConfig is the configuration that follows cur with these changes, a
+// checkpoint when one is due, and (ssp/async) the final one when every
+// member is ready; nil when there is nothing to change. ckpt: it takes the
+// scheduled checkpoint.
+func (a *agreement) nextConfig(cur *tconf, final bool, dead, left, joined []Member) (next *tconf, ckpt bool) {
+	c := a.c
+	ckpt = c.cfg.CheckpointTicks > 0 && c.tick-a.leader.ckptAt >= uint64(c.cfg.CheckpointTicks) && c.workerStarted() && !c.dataDone() && !final
 	// Ssp/async: the values are final once every holder says every member
 	// is done and applied under this configuration, and nothing changes
 	// it meanwhile. Agreed here, not decided by each holder alone: a
@@ -655,9 +689,9 @@ func (a *agreement) propose() {
 		ckpt = false
 	}
 	if len(dead)+len(left)+len(joined) == 0 && !ckpt && !fin {
-		return
+		return nil, false
 	}
-	next := &tconf{ID: cur.ID + 1, Crashed: dead, Left: left, Checkpoint: ckpt, Final: cur.Final || fin}
+	next = &tconf{ID: cur.ID + 1, Crashed: dead, Left: left, Checkpoint: ckpt, Final: cur.Final || fin}
 	next.Start = max(cur.Start, c.Round()+1)
 	if c.cfg.Mode != Sync || final {
 		// (After the final round no round runs again: shards move as
@@ -690,18 +724,12 @@ func (a *agreement) propose() {
 		next.Members = append(next.Members, m)
 	}
 	if len(next.Members) == 0 {
-		return
+		return nil, false
 	}
 	sortMembers(next.Members)
 	sortMembers(next.Crashed)
 	sortMembers(next.Left)
-	if ckpt {
-		a.leader.ckptAt = c.tick
-	}
-	if err := a.rn.Propose(next.encode(nil)); err != nil {
-		return
-	}
-	a.leader.prop, a.leader.propAt, a.leader.propTerm = next, c.tick, a.rn.BasicStatus().GetTerm()
+	return next, ckpt
 }
 
 // finishing reports whether the run's values are final, or about to be, as
