@@ -437,6 +437,27 @@ func (w *worker) tryPush() bool {
 	}
 	owners, idx := w.owners(g.round, nil)
 	n := len(owners)
+	w.sizeParts(b, nb, g, idx, n)
+	examples, flags := w.splitGrad(b, g, cur, idx)
+	ws := w.nextWorkset(nb, next, idx, n)
+	w.sendPushes(owners, g, next, b, ws, examples, flags)
+	delete(w.ws, g.round)
+	w.dropBatch(g.round)
+	w.clock = g.round + 1
+	if w.stoppedAt(g.round) {
+		w.clock, w.leave.byeSent = g.round, true // a leaver's done push: it computes no round more
+	}
+	c.stats.Rounds++
+	if flags&wire.FlagDone != 0 && c.cfg.Mode != Sync {
+		w.pollAt = c.tick + uint64(c.cfg.RetryTicks)/8
+	}
+	return true
+}
+
+// sizeParts makes each owner's part of round g's push, and of the wanted
+// keys of batch nb, in pushScratch.
+func (w *worker) sizeParts(b, nb *batch, g *computedGrad, idx []int, n int) {
+	c := w.c
 	width := c.xw // (a window's rows are wide: weights and optimizer state)
 	// Each owner's part of the push goes into slices of its own, sized by
 	// a count first: the requests keep them (for resends), so nothing is
@@ -467,8 +488,14 @@ func (w *worker) tryPush() bool {
 	for s := range c.shards {
 		w.scratch.shardBuf[idx[s]] = append(w.scratch.shardBuf[idx[s]], uint32(s))
 	}
-	var examples uint64
-	flags := wire.CoreFlags(0)
+}
+
+// splitGrad splits round g's gradient (or window's changes) of batch b
+// into the owners' parts: the examples it counts, and FlagDone for a
+// worker with no batch left.
+func (w *worker) splitGrad(b *batch, g *computedGrad, cur *tconf, idx []int) (examples uint64, flags wire.CoreFlags) {
+	c := w.c
+	width := c.xw
 	if b != nil && g.grad == nil {
 		// A batch the driver dropped: a push of nothing, so the round
 		// goes on without its examples (Computed).
@@ -492,6 +519,15 @@ func (w *worker) tryPush() bool {
 	} else {
 		flags |= wire.FlagDone
 	}
+	return examples, flags
+}
+
+// nextWorkset is the workset that waits for the values of round next's
+// batch nb (a barrier only without one), with each owner's wanted keys
+// in pushScratch; nil for a leaver that stops before next.
+func (w *worker) nextWorkset(nb *batch, next uint64, idx []int, n int) *workset {
+	c := w.c
+	width := c.xw
 	var ws *workset
 	if nb != nil && !w.stoppedAt(next) {
 		ws = &workset{round: next, keys: nb.keys, pending: n, through: Final}
@@ -509,6 +545,13 @@ func (w *worker) tryPush() bool {
 	if ws != nil {
 		w.ws[next] = ws
 	}
+	return ws
+}
+
+// sendPushes sends each owner its part of round g's push, which asks for
+// its values of round next.
+func (w *worker) sendPushes(owners []string, g *computedGrad, next uint64, b *batch, ws *workset, examples uint64, flags wire.CoreFlags) {
+	c := w.c
 	for i, o := range owners {
 		r := &request{
 			id: w.newReq(), to: o, op: wire.CorePush, flags: flags, round: g.round, through: w.throughFor(next),
@@ -527,17 +570,6 @@ func (w *worker) tryPush() bool {
 		w.reqs[r.id] = r
 		w.sendReq(r)
 	}
-	delete(w.ws, g.round)
-	w.dropBatch(g.round)
-	w.clock = g.round + 1
-	if w.stoppedAt(g.round) {
-		w.clock, w.leave.byeSent = g.round, true // a leaver's done push: it computes no round more
-	}
-	c.stats.Rounds++
-	if flags&wire.FlagDone != 0 && c.cfg.Mode != Sync {
-		w.pollAt = c.tick + uint64(c.cfg.RetryTicks)/8
-	}
-	return true
 }
 
 // pullRound asks for the values of round r's batch without a contribution
