@@ -536,63 +536,107 @@ func (o *owner) receiveNarrowed(from string, msg *wire.Core, narrowed bool) {
 		o.deferNarrowed(from, msg, narrowed)
 		return
 	}
+	if !o.admits(from, msg, cur) {
+		return
+	}
+	set := o.msgShards(msg)
+	if set == nil {
+		return
+	}
+	moved, all := o.refuseMoved(from, msg, set)
+	if all {
+		return
+	}
+	k := o.contribOf(from, msg, set, moved, narrowed)
+	if msg.Op == wire.CorePull {
+		o.addPending(k)
+		return
+	}
+	if !o.guard(k) {
+		return
+	}
+	if c.cfg.Mode == Sync {
+		o.pushSync(k)
+	} else {
+		o.pushAsync(k)
+	}
+}
+
+// admits reports whether a push or pull comes from a member of the run, for
+// a round it takes part in and no further ahead than an honest worker can
+// be (O8); when not, it is rejected (a member removed as dead is told).
+func (o *owner) admits(from string, msg *wire.Core, cur *tconf) bool {
+	c := o.c
 	m, ok := o.memberOf(from, msg.Member)
 	if !ok {
 		c.stats.Rejected++
-		return
+		return false
 	}
 	if c.cs.crashed[m.ID] && !cur.isMember(from, m.ID) {
 		// A member the run removed as dead (a partition's minority): tell
 		// it, so it joins again instead of waiting for answers forever.
 		c.stats.Rejected++
 		c.send(from, &wire.Core{Op: wire.CoreReply, Flags: wire.FlagRefused, Req: msg.Req, Round: msg.Round})
-		return
+		return false
 	}
 	if msg.Op == wire.CorePush && c.cfg.Mode == Sync {
 		if t := c.cs.at(msg.Round); !t.isMember(from, msg.Member) {
 			c.stats.Rejected++ // not a worker of that round
-			return
+			return false
 		}
 	}
 	if msg.Op == wire.CorePush && msg.Round < m.Since {
 		c.stats.Rejected++
-		return
+		return false
 	}
 	if msg.Round > o.horizon(cur) {
 		c.stats.Rejected++ // O8: no honest worker is that far ahead
-		return
+		return false
 	}
 	if msg.Op == wire.CorePush && c.cfg.Mode == Sync && msg.Round > o.sync.past[m.ID] {
 		o.sync.past[m.ID] = msg.Round // (it was answered every round before: lostCheck)
 	}
+	return true
+}
+
+// msgShards is the set of shards a push or pull names, nil (rejected) when
+// its rows or wanted keys lie outside them, or its rows have the wrong
+// width.
+func (o *owner) msgShards(msg *wire.Core) shardSet {
+	c := o.c
 	// Rows must lie in the shards the message names.
 	set := newShardSet(c.shards)
 	for _, s := range msg.Shards {
 		if int(s) >= c.shards {
 			c.stats.Rejected++
-			return
+			return nil
 		}
 		set.add(int(s))
 	}
 	for _, k := range msg.Rows.Idx {
 		if !set.has(c.shardOf(k)) {
 			c.stats.Rejected++
-			return
+			return nil
 		}
 	}
 	for _, k := range msg.Want {
 		if !set.has(c.shardOf(k)) {
 			c.stats.Rejected++
-			return
+			return nil
 		}
 	}
 	if msg.Op == wire.CorePush && (msg.RowWidth != c.xw && msg.Rows.Len() > 0) {
 		c.stats.Rejected++
-		return
+		return nil
 	}
-	// Shards routed elsewhere are refused with "moved": the worker sends
-	// them to their owner.
-	var moved []uint32
+	return set
+}
+
+// refuseMoved answers "moved" for the shards of set routed elsewhere (the
+// worker sends them to their owner), and takes them out of set; all: no
+// shard was left.
+func (o *owner) refuseMoved(from string, msg *wire.Core, set shardSet) (moved []uint32, all bool) {
+	c := o.c
 	for _, s := range msg.Shards {
 		if o.routesHere(int(s), msg) {
 			continue
@@ -619,12 +663,19 @@ func (o *owner) receiveNarrowed(from string, msg *wire.Core, narrowed bool) {
 		c.traceMsg(TraceMoved, moved, msg.Round, msg.Member, from, msg.Req)
 		c.send(from, &wire.Core{Op: wire.CoreReply, Flags: wire.FlagMoved, Req: msg.Req, Round: msg.Round, Shards: moved})
 		if len(moved) == len(msg.Shards) {
-			return
+			return moved, true
 		}
 		for _, s := range moved {
 			set.del(int(s))
 		}
 	}
+	return moved, false
+}
+
+// contribOf is the contribution of a push or pull to the shards of set,
+// without the rows and wanted keys of the moved shards.
+func (o *owner) contribOf(from string, msg *wire.Core, set shardSet, moved []uint32, narrowed bool) *contribution {
+	c := o.c
 	k := &contribution{from: from, member: msg.Member, req: msg.Req, op: msg.Op, flags: msg.Flags, round: msg.Round,
 		through: msg.Through, examples: msg.Examples, set: set, since: c.tick, narrowed: narrowed}
 	k.shards = set.list(nil)
@@ -640,18 +691,7 @@ func (o *owner) receiveNarrowed(from string, msg *wire.Core, narrowed bool) {
 	} else {
 		k.rows = msg.Rows
 	}
-	if msg.Op == wire.CorePull {
-		o.addPending(k)
-		return
-	}
-	if !o.guard(k) {
-		return
-	}
-	if c.cfg.Mode == Sync {
-		o.pushSync(k)
-	} else {
-		o.pushAsync(k)
-	}
+	return k
 }
 
 // routesHere reports whether this peer answers for shard s in msg: sync,
