@@ -192,3 +192,32 @@ func TestRolesKeepToThemselves(t *testing.T) {
 		t.Error(b)
 	}
 }
+
+// TestSmallParts checks the core's code stays in parts a reader can hold:
+// no struct with more than 25 fields (a, b T counts two), so state of one
+// kind (a mode's, a role's phase, scratch) gets a type of its own; and no
+// function over 120 lines, so a long decision reads as named steps.
+func TestSmallParts(t *testing.T) {
+	const maxFields, maxLines = 25, 120
+	fset, files := sources(t)
+	for name, st := range structs(files) {
+		n := 0
+		for _, fl := range st.Fields.List {
+			n += max(1, len(fl.Names)) // (an embedded field has no name)
+		}
+		if n > maxFields {
+			t.Errorf("%s: struct %s has %d fields, want at most %d", fset.Position(st.Pos()), name, n, maxFields)
+		}
+	}
+	for _, f := range files {
+		for _, d := range f.Decls {
+			fd, ok := d.(*ast.FuncDecl)
+			if !ok || fd.Body == nil {
+				continue
+			}
+			if n := fset.Position(fd.End()).Line - fset.Position(fd.Pos()).Line + 1; n > maxLines {
+				t.Errorf("%s: %s has %d lines, want at most %d: split it into named steps", fset.Position(fd.Pos()), fd.Name.Name, n, maxLines)
+			}
+		}
+	}
+}
