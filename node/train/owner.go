@@ -142,6 +142,12 @@ type await struct {
 type owner struct {
 	c    *Core
 	held shardSet
+	// fresh: shards restarted from nothing (every holder lost), in every
+	// mode: sync, no round applied since; ssp/async, a worker with no
+	// clock here has no earlier rounds to send (a handoff carries it as
+	// FlagFresh). freshAt: per shard, the tick it was restarted.
+	fresh   shardSet
+	freshAt []uint64
 	// maxThrough is the most rounds applied to any shard here, ever (O8).
 	maxThrough uint64
 	awaiting   map[int]*await
@@ -167,8 +173,6 @@ type owner struct {
 // applied whole, per shard, in order, and handoffs and takeovers carry a
 // shard's round (docs/protocol.md, "Owners" and "Handoff").
 type syncOwner struct {
-	fresh    shardSet                // restarted from nothing, no round applied since
-	freshAt  []uint64                // per shard, the tick it was restarted
 	through  []uint64                // rounds applied, per shard (setThrough)
 	paidAs   map[owe]uint64          // the round the copy that paid an owe was as of
 	finalAt  uint64                  // the round after the last, as far as known (0: not known)
@@ -353,7 +357,7 @@ func (o *owner) asyncOrder(member, r uint64, shards []uint32) (apply []uint32, g
 		case a < r:
 			_, known := o.async.applied[s][member]
 			g := gapKey{member, s}
-			if !known && o.sync.fresh.has(int(s)) {
+			if !known && o.fresh.has(int(s)) {
 				// Restarted from nothing: the worker's earlier rounds
 				// went with the holders that crashed.
 			} else if since, ok := o.async.gapSince[g]; !ok {
@@ -390,9 +394,9 @@ type deferredMsg struct {
 func (o *owner) init(c *Core) {
 	o.c = c
 	o.held = newShardSet(c.shards)
-	o.sync.fresh = newShardSet(c.shards)
+	o.fresh = newShardSet(c.shards)
 	o.async.served = newShardSet(c.shards)
-	o.sync.freshAt = make([]uint64, c.shards)
+	o.freshAt = make([]uint64, c.shards)
 	o.sync.through = make([]uint64, c.shards)
 	o.awaiting = map[int]*await{}
 	o.rounds = map[uint64]*roundAcc{}
@@ -717,7 +721,7 @@ func (o *owner) pushSync(k *contribution) {
 		if !o.held.has(int(s)) || k.round <= o.sync.through[s] {
 			continue
 		}
-		if o.sync.fresh.has(int(s)) {
+		if o.fresh.has(int(s)) {
 			o.setThrough(int(s), k.round)
 			continue
 		}
@@ -730,8 +734,8 @@ func (o *owner) pushSync(k *contribution) {
 			// that has them may still replace it, see state).
 			lost := k.round - o.sync.through[s]
 			o.setThrough(int(s), k.round)
-			o.sync.fresh.add(int(s))
-			o.sync.freshAt[s] = c.tick
+			o.fresh.add(int(s))
+			o.freshAt[s] = c.tick
 			c.stats.Lost += lost
 			c.trace(TraceEvent{Kind: TracePromote, Shards: []uint32{s}, Round: k.round})
 			c.event(Event{Kind: EvLost, Shards: 1, Text: fmt.Sprintf("shard %d: %d rounds before round %d lost with the holders that crashed", s, lost, k.round)})
@@ -1189,7 +1193,7 @@ func (o *owner) applySync() bool {
 func (o *owner) lostCheck(s int) {
 	c := o.c
 	r := o.sync.through[s]
-	if !o.held.has(s) || r == 0 || o.sync.fresh.has(s) || o.sync.lostOK[s] == r+1 || !c.routeMe(s, r) || !o.usable(s, r) {
+	if !o.held.has(s) || r == 0 || o.fresh.has(s) || o.sync.lostOK[s] == r+1 || !c.routeMe(s, r) || !o.usable(s, r) {
 		return // (a shard restarted from nothing has its own rule: applyRound's waited)
 	}
 	// A handoff as of the round after, awaited from the route of this
@@ -1261,7 +1265,7 @@ func (o *owner) applyRound(r uint64) bool {
 	c := o.c
 	ra := o.rounds[r]
 	t := c.cs.at(r)
-	if len(o.sync.lostOK) == 0 && o.sync.fresh.empty() && o.someMissing(ra, t) {
+	if len(o.sync.lostOK) == 0 && o.fresh.empty() && o.someMissing(ra, t) {
 		return false
 	}
 	var required []Member
@@ -1351,9 +1355,9 @@ func (o *owner) coverage(ra *roundAcc) map[uint64]shardSet {
 // lost.
 func (o *owner) waitedFresh(ready shardSet) (waited shardSet) {
 	c := o.c
-	if !o.sync.fresh.empty() { // (rarely: no allocation on the way of every round)
+	if !o.fresh.empty() { // (rarely: no allocation on the way of every round)
 		for s := range c.shards {
-			if ready.has(s) && o.sync.fresh.has(s) && c.tick-o.sync.freshAt[s] > uint64(2*c.cfg.RetryTicks) {
+			if ready.has(s) && o.fresh.has(s) && c.tick-o.freshAt[s] > uint64(2*c.cfg.RetryTicks) {
 				if waited == nil {
 					waited = newShardSet(c.shards)
 				}
@@ -1402,11 +1406,11 @@ func (o *owner) narrowReady(r uint64, ready shardSet, required []Member, cover m
 			c.stats.Lost++
 			c.event(Event{Kind: EvLost, Shards: waited.count(), Text: fmt.Sprintf("round %d of shards restarted from nothing applied without %s's contribution (answered by a holder that crashed)", r, short(m.Peer))})
 		}
-		if !cur.isMember(m.Peer, m.ID) && !o.sync.fresh.empty() {
+		if !cur.isMember(m.Peer, m.ID) && !o.fresh.empty() {
 			// A member gone since (it left, its rounds answered) will not
 			// send again: a shard restarted from nothing does not wait
 			// for it.
-			cs = union(cs, o.sync.fresh)
+			cs = union(cs, o.fresh)
 		}
 		if cs != nil {
 			ready.and(cs)
@@ -1553,7 +1557,7 @@ func (o *owner) applyGroup(r uint64, t *tconf, ra *roundAcc, g shardSet) {
 	c.stats.Applied++
 	for _, s := range shards {
 		o.setThrough(int(s), r+1)
-		o.sync.fresh.del(int(s))
+		o.fresh.del(int(s))
 		delete(o.sync.ff, int(s))
 		if a := o.awaiting[int(s)]; a != nil && !a.takeover && a.round <= r+1 {
 			delete(o.awaiting, int(s)) // it got there itself (its route changed)
@@ -1818,7 +1822,7 @@ func (o *owner) throughAsync(s int) uint64 {
 		if _, done := o.async.doneAt[m.ID]; done {
 			continue
 		}
-		if _, known := o.async.applied[s][m.ID]; !known && o.sync.fresh.has(s) {
+		if _, known := o.async.applied[s][m.ID]; !known && o.fresh.has(s) {
 			// Restarted from nothing: a worker's rounds before its next
 			// contribution went with the holders that crashed; it is not
 			// behind here (and may wait for this answer to send more).

@@ -1026,7 +1026,7 @@ func (o *owner) sendState(w owe) {
 		// an older copy still sent again), and no older copy to the same
 		// peer is sent again from now on.
 		msg.Round = w.conf
-		if o.sync.fresh.has(w.shard) {
+		if o.fresh.has(w.shard) {
 			msg.Flags |= wire.FlagFresh
 		}
 		for id, x := range o.xfer {
@@ -1111,7 +1111,7 @@ func (o *owner) stateWait(from string, msg *wire.Core, s int, cur *tconf) (a *aw
 	if c.cfg.Mode == Sync {
 		o.settled(s, from) // (whether installed or not, its copy came)
 	}
-	if a == nil && c.cfg.Mode == Sync && (o.sync.ff[s] || o.sync.fresh.has(s)) && o.held.has(s) && (msg.Round > o.sync.through[s] || msg.Round == o.sync.through[s] && o.sync.fresh.has(s)) {
+	if a == nil && c.cfg.Mode == Sync && (o.sync.ff[s] || o.fresh.has(s)) && o.held.has(s) && (msg.Round > o.sync.through[s] || msg.Round == o.sync.through[s] && o.fresh.has(s)) {
 		// A takeover installed a copy, or restarted the shard from nothing;
 		// this one is further on (a survivor had rounds the crashed
 		// primary applied and answered), or as far as the copy that went
@@ -1145,7 +1145,7 @@ func (o *owner) stateWait(from string, msg *wire.Core, s int, cur *tconf) (a *aw
 		o.setThrough(int(s), msg.Round)
 		o.sync.gotIn[s] = cur.ID
 		o.sync.handedAs[s] = msg.Round
-		o.sync.fresh.del(s)
+		o.fresh.del(s)
 		c.stats.Received++
 		c.trace(TraceEvent{Kind: TraceInstall, Shards: msg.Shards, Peer: from, Req: msg.Req, Round: msg.Round})
 		c.send(from, &wire.Core{Op: wire.CoreAck, Req: msg.Req})
@@ -1213,19 +1213,19 @@ func (o *owner) installState(from string, msg *wire.Core, s int, a *await, cur *
 		if !a.takeover {
 			o.sync.handedAs[s] = msg.Round
 		}
-		o.sync.fresh.del(s) // (a real copy replaces one restarted from nothing)
+		o.fresh.del(s) // (a real copy replaces one restarted from nothing)
 		o.repayOlder(s, from)
 	} else {
 		clear(o.async.applied[s])
-		o.sync.fresh.del(s)
+		o.fresh.del(s)
 		if msg.Flags&wire.FlagFresh != 0 {
 			// Restarted from nothing at a holder before: a worker with no
 			// clock here has no earlier rounds to send (ssp/chaos seed
 			// 1332: a restarted shard handed on lost this, and its new
 			// primary held every ssp answer for a worker's rounds that
 			// went with the holders that crashed).
-			o.sync.fresh.add(s)
-			o.sync.freshAt[s] = c.tick
+			o.fresh.add(s)
+			o.freshAt[s] = c.tick
 		}
 		for _, mc := range msg.Clocks {
 			if mc.Member&doneBit != 0 {
@@ -1456,8 +1456,8 @@ func (o *owner) promoteLost() bool {
 			default:
 				continue
 			}
-			o.sync.fresh.add(s)
-			o.sync.freshAt[s] = c.tick
+			o.fresh.add(s)
+			o.freshAt[s] = c.tick
 		}
 		delete(o.awaiting, s)
 		if c.cfg.Gather == Full {
@@ -1477,7 +1477,7 @@ func (o *owner) promoteLost() bool {
 			o.sync.handedAs[s] = 0
 		} else {
 			clear(o.async.applied[s])
-			o.sync.fresh.add(s) // each worker's next contribution is the first
+			o.fresh.add(s) // each worker's next contribution is the first
 		}
 		c.stats.Promoted++
 		c.trace(TraceEvent{Kind: TracePromote, Shards: []uint32{uint32(s)}, Round: round})
