@@ -57,8 +57,8 @@
 //     for (owner.answerable). Every later round's values come with the
 //     answers to the push of round r-P (step 6): the push is the next pull.
 //  3. worker.reply puts each answer's values into round r's workset. When
-//     every request is answered, worker.work computes: Ready.Compute (a
-//     [ComputeReq]) holds the rows' values.
+//     every request is answered, worker.compute asks the driver:
+//     Ready.Compute (a [ComputeReq]) holds the rows' values.
 //  4. The driver computes the batch's gradient (summed over its examples)
 //     and gives it to [Core.Computed]; worker.computed keeps it.
 //  5. worker.tryPush: splitGrad cuts the gradient into each primary's rows,
