@@ -200,7 +200,14 @@ func TestRolesKeepToThemselves(t *testing.T) {
 func TestSmallParts(t *testing.T) {
 	const maxFields, maxLines = 25, 120
 	fset, files := sources(t)
-	for name, st := range structs(files) {
+	types := structs(files)
+	names := make([]string, 0, len(types))
+	for name := range types {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		st := types[name]
 		n := 0
 		for _, fl := range st.Fields.List {
 			n += max(1, len(fl.Names)) // (an embedded field has no name)
