@@ -1274,7 +1274,8 @@ func (o *owner) applyRound(r uint64) bool {
 			required = append(required, m)
 		}
 	}
-	ready := o.readyIn(r)
+	ready := newShardSet(c.shards) // (made here, not returned by readyIn: on the stack)
+	o.readyIn(r, ready)
 	if ready.empty() {
 		return false
 	}
@@ -1286,10 +1287,7 @@ func (o *owner) applyRound(r uint64) bool {
 	if ready.empty() {
 		return false
 	}
-	groups := o.byContributors(t, ready, cover)
-	for _, g := range groups {
-		o.applyGroup(r, t, ra, g)
-	}
+	o.applyGroups(r, t, ra, ready, cover)
 	o.countLost(r, ready, cover, lostSet, lost)
 	if !o.roundLeft(r) {
 		delete(o.rounds, r)
@@ -1318,16 +1316,14 @@ func (o *owner) someMissing(ra *roundAcc, t *tconf) bool {
 	return false
 }
 
-// readyIn is the shards this peer applies in round r now.
-func (o *owner) readyIn(r uint64) shardSet {
+// readyIn adds to ready the shards this peer applies in round r now.
+func (o *owner) readyIn(r uint64, ready shardSet) {
 	c := o.c
-	ready := newShardSet(c.shards)
 	for s := range c.shards {
 		if o.sync.through[s] == r && o.usable(s, r) && c.routeMe(s, r) { // (usable: not settling)
 			ready.add(s)
 		}
 	}
-	return ready
 }
 
 // coverage is the shards each member contributed to in ra (its
@@ -1421,9 +1417,11 @@ func (o *owner) narrowReady(r uint64, ready shardSet, required []Member, cover m
 	return lost
 }
 
-// byContributors groups the ready shards by who contributed to them (a
-// crashed member's push may have reached this owner for some shards only).
-func (o *owner) byContributors(t *tconf, ready shardSet, cover map[uint64]shardSet) []shardSet {
+// applyGroups applies round r to the ready shards, grouped by who
+// contributed to them (a crashed member's push may have reached this owner
+// for some shards only). (The groups stay here, not returned: on the
+// stack, as BenchmarkRound's allocations show.)
+func (o *owner) applyGroups(r uint64, t *tconf, ra *roundAcc, ready shardSet, cover map[uint64]shardSet) {
 	c := o.c
 	members := make([]Member, 0, len(t.Members))
 	members = append(members, t.Members...)
@@ -1446,7 +1444,9 @@ func (o *owner) byContributors(t *tconf, ready shardSet, cover map[uint64]shardS
 		}
 		groups[i].add(int(s))
 	}
-	return groups
+	for _, g := range groups {
+		o.applyGroup(r, t, ra, g)
+	}
 }
 
 // countLost counts and reports, per shard of lostSet applied in round r,
