@@ -286,7 +286,7 @@ func (p *peer) trainerConfig() (trainer.Config, error) {
 	}
 	core.Seed = p.memberID
 	core.Limits = p.lim
-	core.MaxExamples, core.MaxRowGrad, core.Combine = cfg.Batch*max(1, d.LocalSteps), d.MaxRowGrad, d.combineFor(m.Kind)
+	core.Guard.MaxExamples, core.Guard.MaxRowGrad, core.Combine = cfg.Batch*max(1, d.LocalSteps), d.MaxRowGrad, d.combineFor(m.Kind)
 	core.LocalSteps = d.LocalSteps
 	if m.Kind == model.MLP {
 		// A shard lost with every holder restarts from the MLP's initial

@@ -43,7 +43,18 @@ type agreement struct {
 	rng    uint64
 	sub    int
 
-	// Joining.
+	join   joining // while joining, and a voter's question "who leads?" (A3)
+	leader leading // while leader
+
+	// This peer leaving.
+	leaving bool
+	leaveAt uint64
+}
+
+// joining is the agreement's state while this peer joins the run (it asks
+// its contact, then the leader, to be admitted), and a joined voter's
+// question "who leads?" after it missed a promotion (authority.go, A3).
+type joining struct {
 	contact string
 	named   uint64 // the raft node the contact named as leader (authority.go, A3)
 	// A3 for a voter that missed a promotion: the raft node that sent
@@ -58,8 +69,11 @@ type agreement struct {
 	answered uint64 // tick anything was last heard while joining
 	askingAt uint64 // tick the joiner turned to its contact
 	nextAsk  int    // the next of Config.Contacts to turn to
+}
 
-	// Leader.
+// leading is the agreement's state while this peer leads: the members it
+// admitted or was asked to let go, and the configuration it proposed.
+type leading struct {
 	joins  map[uint64]string // admitted raft IDs not yet workers -> peer
 	leaves map[uint64]bool   // members that asked to leave
 	// ready (ssp/async): per member ID, the newest configuration under
@@ -77,10 +91,6 @@ type agreement struct {
 	// transfers counts the attempts to hand leadership over (a leader
 	// that is not a worker).
 	transfers int
-
-	// This peer leaving.
-	leaving bool
-	leaveAt uint64
 }
 
 // raftLogger discards raft's logs: what matters reaches the driver as
@@ -106,9 +116,9 @@ func (a *agreement) init(c *Core) error {
 	a.c = c
 	a.store = raft.NewMemoryStorage()
 	a.group = map[uint64]string{}
-	a.joins = map[uint64]string{}
-	a.leaves = map[uint64]bool{}
-	a.ready = map[uint64]uint64{}
+	a.leader.joins = map[uint64]string{}
+	a.leader.leaves = map[uint64]bool{}
+	a.leader.ready = map[uint64]uint64{}
 	a.rng = c.cfg.Seed ^ c.cfg.ID ^ 0x9e3779b97f4a7c15
 	if c.cfg.Initial != nil {
 		// Every initial member starts from the same log: the raft
@@ -140,7 +150,7 @@ func (a *agreement) init(c *Core) error {
 			return err
 		}
 	} else {
-		a.contact = c.cfg.Contact
+		a.join.contact = c.cfg.Contact
 	}
 	rn, err := raft.NewRawNode(&raft.Config{
 		ID: c.cfg.ID, Storage: a.store,
@@ -210,13 +220,13 @@ func (a *agreement) tick() {
 	if a.leaving && !a.isLeader() && c.tick-a.leaveAt >= uint64(c.cfg.RetryTicks) {
 		a.askLeave()
 	}
-	if a.suspect != 0 && slices.Contains(a.voters, a.suspect) {
-		a.suspect = 0 // the log caught up: it is a voter here now
+	if a.join.suspect != 0 && slices.Contains(a.voters, a.join.suspect) {
+		a.join.suspect = 0 // the log caught up: it is a voter here now
 	}
-	if a.suspect != 0 && c.joined && c.tick-a.askedWho >= uint64(c.cfg.RetryTicks)/4 {
+	if a.join.suspect != 0 && c.joined && c.tick-a.join.askedWho >= uint64(c.cfg.RetryTicks)/4 {
 		// Leader messages came from a node this peer's log calls a
 		// learner: ask the voters it knows who leads (A3).
-		a.askedWho = c.tick
+		a.join.askedWho = c.tick
 		for _, v := range a.voters {
 			if p, ok := a.group[v]; ok && v != c.cfg.ID {
 				c.send(p, &wire.Core{Op: wire.CoreJoin})
@@ -242,7 +252,7 @@ func (a *agreement) receive(from string, msg *wire.Core) {
 		if m.GetFrom() == a.lead {
 			a.heard = c.tick
 		}
-		a.answered = c.tick
+		a.join.answered = c.tick
 		if err := a.step(from, &m); err != nil {
 			c.stats.Rejected++
 		}
@@ -250,13 +260,13 @@ func (a *agreement) receive(from string, msg *wire.Core) {
 		a.onJoin(from, msg)
 	case wire.CoreJoinReply:
 		if msg.Flags&wire.FlagRefused == 0 || msg.Text != "" || msg.Req != 0 {
-			a.answered = c.tick
+			a.join.answered = c.tick
 		}
 		if a.c.joined {
 			a.vouch(from, msg) // a voter's answer to "who leads?" (authority.go, A3)
 			return
 		}
-		if a.contact == "" || (from != a.contact && from != a.leaderPeer()) || a.c.joined {
+		if a.join.contact == "" || (from != a.join.contact && from != a.leaderPeer()) || a.c.joined {
 			return // not asked, or admitted already
 		}
 		if msg.Flags&wire.FlagRefused != 0 {
@@ -279,9 +289,9 @@ func (a *agreement) receive(from string, msg *wire.Core) {
 				a.group[msg.Req] = msg.Text
 			}
 			if a.group[msg.Req] == msg.Text {
-				a.named = msg.Req
+				a.join.named = msg.Req
 			}
-			a.contact = msg.Text
+			a.join.contact = msg.Text
 		}
 	case wire.CoreLeave:
 		t := c.cs.cur()
@@ -289,7 +299,7 @@ func (a *agreement) receive(from string, msg *wire.Core) {
 			c.stats.Rejected++
 			return
 		}
-		a.leaves[msg.Member] = true
+		a.leader.leaves[msg.Member] = true
 	}
 }
 
@@ -354,15 +364,15 @@ func (a *agreement) admit(from string, id uint64) bool {
 	if c.aliveOK && !c.alive[id] {
 		return false // J1
 	}
-	for pid, p := range a.joins {
+	for pid, p := range a.leader.joins {
 		if p == from && pid != id {
-			delete(a.joins, pid) // J2
+			delete(a.leader.joins, pid) // J2
 		}
 	}
-	if _, ok := a.joins[id]; !ok && len(a.joins) >= maxJoins {
+	if _, ok := a.leader.joins[id]; !ok && len(a.leader.joins) >= maxJoins {
 		return false // J3
 	}
-	a.joins[id] = from
+	a.leader.joins[id] = from
 	return true
 }
 
@@ -372,9 +382,9 @@ func (a *agreement) leave() {
 		return
 	}
 	a.leaving = true
-	a.c.w.leaving = true
+	a.c.markLeaving()
 	if a.isLeader() {
-		a.leaves[a.c.cfg.ID] = true
+		a.leader.leaves[a.c.cfg.ID] = true
 		return
 	}
 	a.askLeave()
@@ -401,27 +411,27 @@ func (a *agreement) work() (progress bool) {
 			progress = false
 		}
 	}()
-	if !c.joined && a.contact != "" && (!a.asked || c.tick-a.askedAt >= uint64(c.cfg.RetryTicks)/4) {
-		if !a.asked {
-			a.answered = c.tick
+	if !c.joined && a.join.contact != "" && (!a.join.asked || c.tick-a.join.askedAt >= uint64(c.cfg.RetryTicks)/4) {
+		if !a.join.asked {
+			a.join.answered = c.tick
 		}
-		if c.tick-a.answered > uint64(16*c.cfg.RetryTicks) {
-			c.fail(fmt.Errorf("%w: no member of the run answered for %d ticks (the run may have ended)", ErrRefused, c.tick-a.answered))
+		if c.tick-a.join.answered > uint64(16*c.cfg.RetryTicks) {
+			c.fail(fmt.Errorf("%w: no member of the run answered for %d ticks (the run may have ended)", ErrRefused, c.tick-a.join.answered))
 			return false
 		}
-		if c.tick-max(a.answered, a.askingAt) > uint64(2*c.cfg.RetryTicks) {
+		if c.tick-max(a.join.answered, a.join.askingAt) > uint64(2*c.cfg.RetryTicks) {
 			// The leader it was sent to has gone quiet (it left, or
 			// crashed): ask the member it started from who leads now,
 			// and when that one is silent too, the others in turn.
 			next := c.cfg.Contact
-			if a.contact == c.cfg.Contact && len(c.cfg.Contacts) > 0 {
-				next = c.cfg.Contacts[a.nextAsk%len(c.cfg.Contacts)]
-				a.nextAsk++
+			if a.join.contact == c.cfg.Contact && len(c.cfg.Contacts) > 0 {
+				next = c.cfg.Contacts[a.join.nextAsk%len(c.cfg.Contacts)]
+				a.join.nextAsk++
 			}
-			a.contact, a.askingAt = next, c.tick
+			a.join.contact, a.join.askingAt = next, c.tick
 		}
-		a.asked, a.askedAt = true, c.tick
-		c.send(a.contact, &wire.Core{Op: wire.CoreJoin})
+		a.join.asked, a.join.askedAt = true, c.tick
+		c.send(a.join.contact, &wire.Core{Op: wire.CoreJoin})
 	}
 	if a.isLeader() {
 		a.propose()
@@ -435,7 +445,7 @@ func (a *agreement) work() (progress bool) {
 			if a.isLeader() {
 				c.event(Event{Kind: EvLeader, Peer: c.cfg.Self})
 				if a.leaving {
-					a.leaves[c.cfg.ID] = true
+					a.leader.leaves[c.cfg.ID] = true
 				}
 			} else if a.leaving && a.lead != 0 {
 				a.askLeave() // a leader at last: ask it now
@@ -498,13 +508,13 @@ func (a *agreement) applySnapshotData(data []byte, cs *pb.ConfState) {
 // training configuration.
 func (a *agreement) apply(e *pb.Entry) {
 	c := a.c
-	if a.prop != nil && e.GetTerm() > a.propTerm {
+	if a.leader.prop != nil && e.GetTerm() > a.leader.propTerm {
 		// A later leader's entry: a proposal of this peer as an earlier
 		// leader is in the log before it, applied, or was dropped; either
 		// way its fence (holdPush) is over.
 		defer func() {
-			if a.prop != nil && (c.cs.cur() == nil || c.cs.cur().ID < a.prop.ID) {
-				a.prop = nil
+			if a.leader.prop != nil && (c.cs.cur() == nil || c.cs.cur().ID < a.leader.prop.ID) {
+				a.leader.prop = nil
 			}
 		}()
 	}
@@ -517,7 +527,7 @@ func (a *agreement) apply(e *pb.Entry) {
 		}
 		cs := a.rn.ApplyConfChange(&cc)
 		a.voters = slices.Clone(cs.GetVoters())
-		a.vouched = 0 // the log says who votes again (authority.go, A3)
+		a.join.vouched = 0 // the log says who votes again (authority.go, A3)
 		id := cc.GetNodeId()
 		switch cc.GetType() {
 		case pb.ConfChangeAddNode, pb.ConfChangeAddLearnerNode:
@@ -529,13 +539,13 @@ func (a *agreement) apply(e *pb.Entry) {
 				delete(a.group, id)
 			}
 		}
-		a.ccAt = 0
+		a.leader.ccAt = 0
 	case pb.EntryNormal:
 		if len(e.GetData()) == 0 {
 			// A new leader's empty entry, or a conf change raft refused
 			// (one was pending) and logged as an empty entry: propose
 			// the next one now.
-			a.ccAt = 0
+			a.leader.ccAt = 0
 			return
 		}
 		t, err := decodeConf(e.GetData())
@@ -556,7 +566,7 @@ func (a *agreement) apply(e *pb.Entry) {
 // nobody can reach that start before this push, so it is safe until the
 // configuration commits).
 func (a *agreement) holdPush() bool {
-	return a.prop != nil && a.c.cfg.Mode == Sync
+	return a.leader.prop != nil && a.c.cfg.Mode == Sync
 }
 
 // propose is the leader's duty: one raft membership change at a time
@@ -581,48 +591,73 @@ func (a *agreement) propose() {
 	// still fetch the final values, and a dead owner's replica must take
 	// its shards over for that.
 	final := a.finishing()
-	if a.prop != nil && (cur.ID >= a.prop.ID || c.tick-a.propAt > uint64(8*c.cfg.RetryTicks)) {
-		a.prop = nil // applied, superseded, or lost with a leader change
+	if a.leader.prop != nil && (cur.ID >= a.leader.prop.ID || c.tick-a.leader.propAt > uint64(8*c.cfg.RetryTicks)) {
+		a.leader.prop = nil // applied, superseded, or lost with a leader change
 	}
 	a.reconcileGroup(cur)
 	me, ok := cur.member(c.cfg.Self)
 	if !ok || me.ID != c.cfg.ID {
-		// Not a worker of the run: it cannot fence rounds. Hand over.
-		if len(cur.Members) > 0 && c.tick-a.propAt > uint64(c.cfg.RetryTicks) {
-			a.propAt = c.tick
-			var to []uint64
-			for _, m := range cur.Members {
-				if slices.Contains(a.voters, m.ID) && c.isAlive(m.ID) {
-					to = append(to, m.ID)
-				}
-			}
-			if len(to) > 0 {
-				// Abort the transfer under way first: raft sends its
-				// MsgTimeoutNow once, and gives a transfer up only after an
-				// election timeout, which this core's own elections leave
-				// out of reach; a lost one would keep this leader from
-				// ever handing over (and from proposing meanwhile). Each
-				// attempt tries the next voter.
-				a.rn.TransferLeader(c.cfg.ID)
-				a.rn.TransferLeader(to[a.transfers%len(to)])
-				a.transfers++
+		a.handOver(cur)
+		return
+	}
+	if a.leader.prop != nil {
+		return
+	}
+	dead, left, joined := a.changes(cur, final)
+	next, ckpt := a.nextConfig(cur, final, dead, left, joined)
+	if next == nil {
+		return
+	}
+	if ckpt {
+		a.leader.ckptAt = c.tick
+	}
+	if err := a.rn.Propose(next.encode(nil)); err != nil {
+		return
+	}
+	a.leader.prop, a.leader.propAt, a.leader.propTerm = next, c.tick, a.rn.BasicStatus().GetTerm()
+}
+
+// handOver, on a leader that is not a worker of the run (it cannot fence
+// rounds), hands leadership to a live voter of cur, trying the next one
+// every retry interval.
+func (a *agreement) handOver(cur *tconf) {
+	c := a.c
+	if len(cur.Members) > 0 && c.tick-a.leader.propAt > uint64(c.cfg.RetryTicks) {
+		a.leader.propAt = c.tick
+		var to []uint64
+		for _, m := range cur.Members {
+			if slices.Contains(a.voters, m.ID) && c.isAlive(m.ID) {
+				to = append(to, m.ID)
 			}
 		}
-		return
+		if len(to) > 0 {
+			// Abort the transfer under way first: raft sends its
+			// MsgTimeoutNow once, and gives a transfer up only after an
+			// election timeout, which this core's own elections leave
+			// out of reach; a lost one would keep this leader from
+			// ever handing over (and from proposing meanwhile). Each
+			// attempt tries the next voter.
+			a.rn.TransferLeader(c.cfg.ID)
+			a.rn.TransferLeader(to[a.leader.transfers%len(to)])
+			a.leader.transfers++
+		}
 	}
-	if a.prop != nil {
-		return
-	}
-	var dead, left, joined []Member
+}
+
+// changes is what the next configuration changes of cur: the members that
+// died or asked to leave, and the admitted joiners to add. After the final
+// round only crashes count.
+func (a *agreement) changes(cur *tconf, final bool) (dead, left, joined []Member) {
+	c := a.c
 	for _, m := range cur.Members {
 		switch {
-		case a.leaves[m.ID] && !final: // (after the final round a leave changes nothing)
+		case a.leader.leaves[m.ID] && !final: // (after the final round a leave changes nothing)
 			left = append(left, m)
 		case !c.isAlive(m.ID):
 			dead = append(dead, m)
 		}
 	}
-	for id, p := range a.joins {
+	for id, p := range a.leader.joins {
 		if final {
 			break
 		}
@@ -634,7 +669,16 @@ func (a *agreement) propose() {
 		}
 		joined = append(joined, Member{Peer: p, ID: id})
 	}
-	ckpt := c.cfg.CheckpointTicks > 0 && c.tick-a.ckptAt >= uint64(c.cfg.CheckpointTicks) && c.w.started && !c.w.dataDone && !final
+	return dead, left, joined
+}
+
+// nextConfig is the configuration that follows cur with these changes, a
+// checkpoint when one is due, and (ssp/async) the final one when every
+// member is ready; nil when there is nothing to change. ckpt: it takes the
+// scheduled checkpoint.
+func (a *agreement) nextConfig(cur *tconf, final bool, dead, left, joined []Member) (next *tconf, ckpt bool) {
+	c := a.c
+	ckpt = c.cfg.CheckpointTicks > 0 && c.tick-a.leader.ckptAt >= uint64(c.cfg.CheckpointTicks) && c.workerStarted() && !c.dataDone() && !final
 	// Ssp/async: the values are final once every holder says every member
 	// is done and applied under this configuration, and nothing changes
 	// it meanwhile. Agreed here, not decided by each holder alone: a
@@ -645,14 +689,14 @@ func (a *agreement) propose() {
 		ckpt = false
 	}
 	if len(dead)+len(left)+len(joined) == 0 && !ckpt && !fin {
-		return
+		return nil, false
 	}
-	next := &tconf{ID: cur.ID + 1, Crashed: dead, Left: left, Checkpoint: ckpt, Final: cur.Final || fin}
-	next.Start = max(cur.Start, c.w.clock+1)
+	next = &tconf{ID: cur.ID + 1, Crashed: dead, Left: left, Checkpoint: ckpt, Final: cur.Final || fin}
+	next.Start = max(cur.Start, c.Round()+1)
 	if c.cfg.Mode != Sync || final {
 		// (After the final round no round runs again: shards move as
 		// they are, at once.)
-		next.Start = max(cur.Start, c.w.clock)
+		next.Start = max(cur.Start, c.Round())
 	}
 	if c.cfg.Mode != Sync && ckpt && len(dead)+len(left)+len(joined) > 0 {
 		// A cut needs the same members throughout: membership first.
@@ -680,18 +724,12 @@ func (a *agreement) propose() {
 		next.Members = append(next.Members, m)
 	}
 	if len(next.Members) == 0 {
-		return
+		return nil, false
 	}
 	sortMembers(next.Members)
 	sortMembers(next.Crashed)
 	sortMembers(next.Left)
-	if ckpt {
-		a.ckptAt = c.tick
-	}
-	if err := a.rn.Propose(next.encode(nil)); err != nil {
-		return
-	}
-	a.prop, a.propAt, a.propTerm = next, c.tick, a.rn.BasicStatus().GetTerm()
+	return next, ckpt
 }
 
 // finishing reports whether the run's values are final, or about to be, as
@@ -701,14 +739,14 @@ func (a *agreement) propose() {
 func (a *agreement) finishing() bool {
 	c := a.c
 	cur := c.cs.cur()
-	return c.w.final || cur != nil && cur.Final || c.cfg.Mode != Sync && c.o.final
+	return c.workerFinal() || cur != nil && cur.Final || c.cfg.Mode != Sync && c.ownerFinal()
 }
 
 // allReady reports whether every member of cur has said it is ready under
 // cur (CoreReady).
 func (a *agreement) allReady(cur *tconf) bool {
 	for _, m := range cur.Members {
-		if a.ready[m.ID] != cur.ID {
+		if a.leader.ready[m.ID] != cur.ID {
 			return false
 		}
 	}
@@ -726,7 +764,7 @@ func (a *agreement) alone(cur *tconf) bool {
 	if len(cur.Members) != 1 || cur.Members[0].Peer != a.c.cfg.Self || cur.Members[0].ID != a.c.cfg.ID || !a.isLeader() {
 		return false
 	}
-	return a.prop == nil || len(a.prop.Members) == 1 && a.prop.Members[0].ID == a.c.cfg.ID
+	return a.leader.prop == nil || len(a.leader.prop.Members) == 1 && a.leader.prop.Members[0].ID == a.c.cfg.ID
 }
 
 // quorumGone returns the voters that are gone (short peer IDs, or raft IDs
@@ -754,7 +792,7 @@ func (a *agreement) quorumGone() []string {
 	if 2*len(gone) < len(a.voters) {
 		return nil
 	}
-	needed := c.cfg.Mode != Sync && c.o.readyFor == cur.ID && !cur.Final
+	needed := c.cfg.Mode != Sync && c.readyFor() == cur.ID && !cur.Final
 	for _, m := range cur.Members {
 		needed = needed || !c.isAlive(m.ID)
 	}
@@ -766,8 +804,8 @@ func (a *agreement) quorumGone() []string {
 
 // onReady takes a member's CoreReady for configuration id.
 func (a *agreement) onReady(member, id uint64) {
-	if id > a.ready[member] {
-		a.ready[member] = id
+	if id > a.leader.ready[member] {
+		a.leader.ready[member] = id
 	}
 }
 
@@ -777,26 +815,61 @@ func (a *agreement) onReady(member, id uint64) {
 func (a *agreement) reconcileGroup(cur *tconf) {
 	c := a.c
 	if c.aliveOK {
-		for id := range a.joins {
+		for id := range a.leader.joins {
 			if !c.alive[id] {
-				delete(a.joins, id) // J4
+				delete(a.leader.joins, id) // J4
 			}
 		}
 	}
-	if a.ccAt != 0 && c.tick-a.ccAt < uint64(4*c.cfg.RetryTicks) {
+	if a.leader.ccAt != 0 && c.tick-a.leader.ccAt < uint64(4*c.cfg.RetryTicks) {
 		return // one at a time
 	}
-	propose := func(t pb.ConfChangeType, id uint64, peer string) {
-		cc := &pb.ConfChange{Type: t.Enum(), NodeId: new(id), Context: []byte(peer)}
-		if a.rn.ProposeConfChange(cc) == nil {
-			a.ccAt = c.tick
+	if a.dropDeadVoter(cur) {
+		return
+	}
+	// Voters among the members up to wantVoters, before a leaver's vote
+	// goes (demoteLeaver): an even number of voters meanwhile would lose
+	// the quorum with any one of them.
+	want := a.wantVoters(len(cur.Members))
+	n := countFunc(a.voters, func(id uint64) bool { return cur.isMember(a.group[id], id) })
+	promoting, done := false, false
+	if n < want {
+		promoting, done = a.promoteLearner(cur)
+	}
+	if done || a.demoteLeaver(cur, promoting) || a.addLearners(cur) || a.removeGone(cur) || a.readdCutOff(cur) ||
+		n > want && a.demoteExtra(cur) {
+		return
+	}
+	// Joiners that are workers now need no more admitting.
+	for id, p := range a.leader.joins {
+		if cur.isMember(p, id) {
+			delete(a.leader.joins, id)
 		}
 	}
-	// A dead voter first: every voter the group keeps that cannot vote
-	// brings it closer to losing its quorum at the next failure. A live
-	// learner of the configuration takes a vote before the dead one goes
-	// (three voters, one dead, then two, survive no other failure; with
-	// the learner's vote the group survives one more at once).
+	for id := range a.leader.leaves {
+		if _, ok := cur.member(a.group[id]); !ok {
+			delete(a.leader.leaves, id)
+		}
+	}
+}
+
+// proposeCC proposes one raft membership change, and notes when.
+func (a *agreement) proposeCC(t pb.ConfChangeType, id uint64, peer string) {
+	cc := &pb.ConfChange{Type: t.Enum(), NodeId: new(id), Context: []byte(peer)}
+	if a.rn.ProposeConfChange(cc) == nil {
+		a.leader.ccAt = a.c.tick
+	}
+}
+
+// dropDeadVoter proposes to remove a dead voter, or first to promote a
+// live learner in its place; it reports whether it proposed a change. A
+// dead voter first: every voter the group keeps that cannot vote brings
+// it closer to losing its quorum at the next failure. A live learner of
+// the configuration takes a vote before the dead one goes (three voters,
+// one dead, then two, survive no other failure; with the learner's vote
+// the group survives one more at once).
+func (a *agreement) dropDeadVoter(cur *tconf) bool {
+	c := a.c
 	if c.aliveOK && len(a.voters) > 2 {
 		live := countFunc(a.voters, func(id uint64) bool { return c.alive[id] })
 		for _, id := range a.voters {
@@ -807,116 +880,130 @@ func (a *agreement) reconcileGroup(cur *tconf) {
 				st := a.rn.Status()
 				for _, m := range cur.Members {
 					if _, ok := a.group[m.ID]; ok && !slices.Contains(a.voters, m.ID) && c.isAlive(m.ID) && st.Progress[m.ID].Match >= st.GetCommit() {
-						propose(pb.ConfChangeAddNode, m.ID, m.Peer)
-						return
+						a.proposeCC(pb.ConfChangeAddNode, m.ID, m.Peer)
+						return true
 					}
 				}
 			}
-			propose(pb.ConfChangeRemoveNode, id, "")
-			return
+			a.proposeCC(pb.ConfChangeRemoveNode, id, "")
+			return true
 		}
 	}
-	// Voters among the members up to wantVoters, before a leaver's vote
-	// goes (below): an even number of voters meanwhile would lose the
-	// quorum with any one of them.
-	want := a.wantVoters(len(cur.Members))
-	n := countFunc(a.voters, func(id uint64) bool { return cur.isMember(a.group[id], id) })
-	promoting := false
-	if n < want {
-		// Only a learner that has the log through the commit index: it
-		// has answered lately (one that crashed since it was heard of
-		// would be a voter that cannot vote), and it can vote at once.
-		// While one catches up, a leaver keeps its vote.
-		st := a.rn.Status()
-		for _, m := range cur.Members {
-			if _, ok := a.group[m.ID]; !ok || slices.Contains(a.voters, m.ID) || !c.isAlive(m.ID) {
-				continue
-			}
-			if st.Progress[m.ID].Match >= st.GetCommit() {
-				propose(pb.ConfChangeAddNode, m.ID, m.Peer)
-				return
-			}
-			promoting = true
+	return false
+}
+
+// promoteLearner proposes to make a learner of cur a voter. Only a learner
+// that has the log through the commit index: it has answered lately (one
+// that crashed since it was heard of would be a voter that cannot vote),
+// and it can vote at once. While one catches up (promoting), a leaver
+// keeps its vote. done: it proposed a change.
+func (a *agreement) promoteLearner(cur *tconf) (promoting, done bool) {
+	c := a.c
+	st := a.rn.Status()
+	for _, m := range cur.Members {
+		if _, ok := a.group[m.ID]; !ok || slices.Contains(a.voters, m.ID) || !c.isAlive(m.ID) {
+			continue
 		}
+		if st.Progress[m.ID].Match >= st.GetCommit() {
+			a.proposeCC(pb.ConfChangeAddNode, m.ID, m.Peer)
+			return promoting, true
+		}
+		promoting = true
 	}
-	// A voter the configuration no longer names (a leaver serving its last
-	// rounds) becomes a learner now, before it goes: a voter that has gone
-	// counts against the quorum until removed, and removing it needs that
-	// quorum.
+	return promoting, false
+}
+
+// demoteLeaver: a voter the configuration no longer names (a leaver
+// serving its last rounds) becomes a learner now, before it goes: a voter
+// that has gone counts against the quorum until removed, and removing it
+// needs that quorum. Not while a learner is being promoted.
+func (a *agreement) demoteLeaver(cur *tconf, promoting bool) bool {
+	c := a.c
 	for _, id := range a.voters {
 		if id != c.cfg.ID && !cur.isMember(a.group[id], id) && !promoting {
-			propose(pb.ConfChangeAddLearnerNode, id, a.group[id])
-			return
+			a.proposeCC(pb.ConfChangeAddLearnerNode, id, a.group[id])
+			return true
 		}
 	}
-	for _, id := range sortedKeys(a.joins) {
+	return false
+}
+
+// addLearners proposes to add as a learner an admitted joiner, or a member
+// of the configuration the group lost (removed as a dead voter while the
+// configuration still had it).
+func (a *agreement) addLearners(cur *tconf) bool {
+	c := a.c
+	for _, id := range sortedKeys(a.leader.joins) {
 		if _, ok := a.group[id]; !ok {
-			propose(pb.ConfChangeAddLearnerNode, id, a.joins[id])
-			return
+			a.proposeCC(pb.ConfChangeAddLearnerNode, id, a.leader.joins[id])
+			return true
 		}
 	}
 	// Members of the configuration the group lost (removed as dead voters
 	// while the configuration still had them) come back as learners.
 	for _, m := range cur.Members {
 		if _, ok := a.group[m.ID]; !ok && c.isAlive(m.ID) {
-			propose(pb.ConfChangeAddLearnerNode, m.ID, m.Peer)
-			return
+			a.proposeCC(pb.ConfChangeAddLearnerNode, m.ID, m.Peer)
+			return true
 		}
 	}
-	// Peers no configuration needs leave the group once gone: a leaver
-	// still serves its last rounds (and must learn the configurations
-	// that come meanwhile), a peer removed while cut off learns it was.
+	return false
+}
+
+// removeGone: peers no configuration needs leave the group once gone: a
+// leaver still serves its last rounds (and must learn the configurations
+// that come meanwhile), a peer removed while cut off learns it was.
+func (a *agreement) removeGone(cur *tconf) bool {
+	c := a.c
 	for _, id := range sortedKeys(a.group) {
-		if _, pending := a.joins[id]; pending {
+		if _, pending := a.leader.joins[id]; pending {
 			continue
 		}
 		if !cur.isMember(a.group[id], id) && id != c.cfg.ID && c.aliveOK && !c.alive[id] {
-			propose(pb.ConfChangeRemoveNode, id, "")
-			return
+			a.proposeCC(pb.ConfChangeRemoveNode, id, "")
+			return true
 		}
 	}
-	// A peer dropped from the group while it was cut off, and heard from
-	// again, comes back as a learner: a leaver still serves its last
-	// rounds and must learn the configurations since (the route of a
-	// round it replicates may have changed); a member removed as dead
-	// while alive must learn that it was, or it waits forever.
+	return false
+}
+
+// readdCutOff: a peer dropped from the group while it was cut off, and
+// heard from again, comes back as a learner: a leaver still serves its
+// last rounds and must learn the configurations since (the route of a
+// round it replicates may have changed); a member removed as dead while
+// alive must learn that it was, or it waits forever.
+func (a *agreement) readdCutOff(cur *tconf) bool {
+	c := a.c
 	if c.aliveOK {
 		for _, t := range c.cs.list {
 			for _, l := range [][]Member{t.Left, t.Crashed} {
 				for _, m := range l {
 					if _, ok := a.group[m.ID]; !ok && m.ID != c.cfg.ID && c.alive[m.ID] && !cur.isMember(m.Peer, m.ID) {
-						propose(pb.ConfChangeAddLearnerNode, m.ID, m.Peer)
-						return
+						a.proposeCC(pb.ConfChangeAddLearnerNode, m.ID, m.Peer)
+						return true
 					}
 				}
 			}
 		}
 	}
-	if n > want {
-		// One voter too many (members left or crashed): a learner again,
-		// a dead one first.
-		var pick uint64
-		for _, id := range a.voters {
-			if id != c.cfg.ID && cur.isMember(a.group[id], id) && (pick == 0 || !c.isAlive(id)) {
-				pick = id
-			}
-		}
-		if pick != 0 {
-			propose(pb.ConfChangeAddLearnerNode, pick, a.group[pick])
-			return
-		}
-	}
-	// Joiners that are workers now need no more admitting.
-	for id, p := range a.joins {
-		if cur.isMember(p, id) {
-			delete(a.joins, id)
+	return false
+}
+
+// demoteExtra makes one voter too many (members left or crashed) a
+// learner again, a dead one first.
+func (a *agreement) demoteExtra(cur *tconf) bool {
+	c := a.c
+	var pick uint64
+	for _, id := range a.voters {
+		if id != c.cfg.ID && cur.isMember(a.group[id], id) && (pick == 0 || !c.isAlive(id)) {
+			pick = id
 		}
 	}
-	for id := range a.leaves {
-		if _, ok := cur.member(a.group[id]); !ok {
-			delete(a.leaves, id)
-		}
+	if pick != 0 {
+		a.proposeCC(pb.ConfChangeAddLearnerNode, pick, a.group[pick])
+		return true
 	}
+	return false
 }
 
 // wantVoters is how many voters the raft group keeps with n members: at
@@ -956,10 +1043,10 @@ func (a *agreement) String() string {
 		}
 		b.WriteString("]")
 	}
-	if a.prop != nil {
-		fmt.Fprintf(&b, " proposing %d (at %d)", a.prop.ID, a.propAt)
+	if a.leader.prop != nil {
+		fmt.Fprintf(&b, " proposing %d (at %d)", a.leader.prop.ID, a.leader.propAt)
 	}
-	fmt.Fprintf(&b, " joins %v leaves %v ccAt %d", a.joins, a.leaves, a.ccAt)
+	fmt.Fprintf(&b, " joins %v leaves %v ccAt %d", a.leader.joins, a.leader.leaves, a.leader.ccAt)
 	return b.String()
 }
 

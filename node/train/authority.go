@@ -90,7 +90,7 @@ func (a *agreement) mayStep(from string, m *pb.Message) bool {
 	}
 	if leads(t) && m.GetTerm() >= a.rn.BasicStatus().GetTerm() && !a.mayLead(m.GetFrom()) {
 		if t == pb.MsgApp || t == pb.MsgHeartbeat {
-			a.suspect = m.GetFrom() // (ask the voters who leads: tick)
+			a.join.suspect = m.GetFrom() // (ask the voters who leads: tick)
 		}
 		return false // A3 (of an older term raft only answers it: a deposed leader learns it was)
 	}
@@ -115,12 +115,12 @@ func (a *agreement) mayLead(id uint64) bool {
 	}
 	// A joiner knows no voters until the log tells it: it trusts the node
 	// its contact named as leader (receive, CoreJoinReply).
-	if len(a.voters) == 0 && id == a.named {
+	if len(a.voters) == 0 && id == a.join.named {
 		return true
 	}
 	// A voter that missed the entries promoting the leader trusts the
 	// node one of its voters named (vouch).
-	return id == a.vouched && id != 0
+	return id == a.join.vouched && id != 0
 }
 
 // vouch takes a voter's answer to "who leads?": the node it names may
@@ -132,8 +132,8 @@ func (a *agreement) vouch(from string, msg *wire.Core) {
 	}
 	for _, v := range a.voters {
 		if a.group[v] == from && v != a.c.cfg.ID {
-			if p, ok := a.group[msg.Req]; ok && p == msg.Text && msg.Req == a.suspect {
-				a.vouched, a.suspect = msg.Req, 0
+			if p, ok := a.group[msg.Req]; ok && p == msg.Text && msg.Req == a.join.suspect {
+				a.join.vouched, a.join.suspect = msg.Req, 0
 			}
 			return
 		}

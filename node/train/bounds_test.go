@@ -28,20 +28,20 @@ func TestJoinsBounded(t *testing.T) {
 	// J1: a stranger.
 	before := c.stats.Rejected
 	join("stranger", MemberID("stranger", 1))
-	if len(c.ag.joins) != 0 || c.stats.Rejected != before+1 {
-		t.Fatalf("a join from a peer not alive: pending %v, refused %d; want none pending, one refused", c.ag.joins, c.stats.Rejected-before)
+	if len(c.ag.leader.joins) != 0 || c.stats.Rejected != before+1 {
+		t.Fatalf("a join from a peer not alive: pending %v, refused %d; want none pending, one refused", c.ag.leader.joins, c.stats.Rejected-before)
 	}
 	// Known alive: pending.
 	x1, x2 := MemberID("x", 1), MemberID("x", 2)
 	c.Alive(append(alive, x1, x2))
 	join("x", x1)
-	if c.ag.joins[x1] != "x" {
-		t.Fatalf("a join from a live peer: pending %v, want x", c.ag.joins)
+	if c.ag.leader.joins[x1] != "x" {
+		t.Fatalf("a join from a live peer: pending %v, want x", c.ag.leader.joins)
 	}
 	// J2: the same peer under another ID replaces it.
 	join("x", x2)
-	if len(c.ag.joins) != 1 || c.ag.joins[x2] != "x" {
-		t.Fatalf("the same peer asking under a new ID: pending %v, want only x's new ID", c.ag.joins)
+	if len(c.ag.leader.joins) != 1 || c.ag.leader.joins[x2] != "x" {
+		t.Fatalf("the same peer asking under a new ID: pending %v, want only x's new ID", c.ag.leader.joins)
 	}
 	// J3: at most maxJoins.
 	var many []uint64
@@ -52,15 +52,15 @@ func TestJoinsBounded(t *testing.T) {
 	for i, id := range many {
 		join(fmt.Sprintf("y%d", i), id)
 	}
-	if len(c.ag.joins) > maxJoins {
-		t.Fatalf("%d joins pending, want at most %d", len(c.ag.joins), maxJoins)
+	if len(c.ag.leader.joins) > maxJoins {
+		t.Fatalf("%d joins pending, want at most %d", len(c.ag.leader.joins), maxJoins)
 	}
 	// J4: peers no longer alive are dropped.
 	c.Alive(alive)
 	c.Tick()
 	c.Ready()
-	if len(c.ag.joins) != 0 {
-		t.Fatalf("%d joins pending after their peers died, want 0", len(c.ag.joins))
+	if len(c.ag.leader.joins) != 0 {
+		t.Fatalf("%d joins pending after their peers died, want 0", len(c.ag.leader.joins))
 	}
 }
 
@@ -100,15 +100,15 @@ func TestJoinFloodIsCheap(t *testing.T) {
 	runtime.ReadMemStats(&m1)
 	grew := int64(m1.HeapAlloc) - int64(m0.HeapAlloc)
 	runtime.KeepAlive(msgs) // (they were on the heap before: only what the core kept counts)
-	t.Logf("10,000 forged joins: %v of core time, heap %+d bytes, %d pending", took, grew, len(c.ag.joins))
+	t.Logf("10,000 forged joins: %v of core time, heap %+d bytes, %d pending", took, grew, len(c.ag.leader.joins))
 	if took > 100*time.Millisecond && !raceEnabled {
 		t.Errorf("10,000 forged joins took %v, want under 0.1 s", took)
 	}
 	if grew > 1<<20 {
 		t.Errorf("the leader's heap grew %d bytes, want under 1 MiB", grew)
 	}
-	if len(c.ag.joins) != 0 {
-		t.Errorf("%d joins pending, want 0", len(c.ag.joins))
+	if len(c.ag.leader.joins) != 0 {
+		t.Errorf("%d joins pending, want 0", len(c.ag.leader.joins))
 	}
 }
 
@@ -136,7 +136,7 @@ func TestDeferredBounded(t *testing.T) {
 	for i := range maxDeferred {
 		c.Receive("a", push("a", uint64(i+1), 1))
 	}
-	if got := c.o.deferFrom["a"]; got != maxDeferred/2 {
+	if got := c.o.queue.deferFrom["a"]; got != maxDeferred/2 {
 		t.Errorf("peer a has %d deferred, want %d (half the queue)", got, maxDeferred/2)
 	}
 	for _, p := range []string{"b", "c"} {
@@ -144,29 +144,29 @@ func TestDeferredBounded(t *testing.T) {
 			c.Receive(p, push(p, uint64(i+1), 1))
 		}
 	}
-	if len(c.o.deferred) != maxDeferred {
-		t.Errorf("%d deferred, want %d", len(c.o.deferred), maxDeferred)
+	if len(c.o.queue.deferred) != maxDeferred {
+		t.Errorf("%d deferred, want %d", len(c.o.queue.deferred), maxDeferred)
 	}
 	// D5: the same request again is kept once.
-	c.o.takeDeferred()
+	c.o.queue.take()
 	c.Receive("a", push("a", 7, 1))
 	c.Receive("a", push("a", 7, 1))
-	if len(c.o.deferred) != 1 {
-		t.Errorf("one request sent twice: %d deferred, want 1", len(c.o.deferred))
+	if len(c.o.queue.deferred) != 1 {
+		t.Errorf("one request sent twice: %d deferred, want 1", len(c.o.queue.deferred))
 	}
 	// D3: bytes, under a limit made small for the test.
 	if got := deferredLimit(&c.m.Layout); got != 256<<20 {
 		t.Errorf("deferredLimit %d for a tiny model, want the 256 MiB floor", got)
 	}
-	c.o.takeDeferred()
-	c.o.deferLimit = 64 << 10
+	c.o.queue.take()
+	c.o.queue.deferLimit = 64 << 10
 	per := msgBytes(push("a", 1, 60))
 	for i := range 1000 {
 		p := fmt.Sprintf("q%d", i%64)
 		c.Receive(p, push(p, uint64(i+1), 60))
 	}
-	if c.o.deferBytes > c.o.deferLimit || len(c.o.deferred) != c.o.deferLimit/per {
-		t.Errorf("%d deferred of %d bytes each: %d bytes, limit %d; want the queue full to the limit", len(c.o.deferred), per, c.o.deferBytes, c.o.deferLimit)
+	if c.o.queue.deferBytes > c.o.queue.deferLimit || len(c.o.queue.deferred) != c.o.queue.deferLimit/per {
+		t.Errorf("%d deferred of %d bytes each: %d bytes, limit %d; want the queue full to the limit", len(c.o.queue.deferred), per, c.o.queue.deferBytes, c.o.queue.deferLimit)
 	}
 
 	// D4 on a member: a configuration far ahead is refused.
@@ -176,13 +176,13 @@ func TestDeferredBounded(t *testing.T) {
 	before := m.stats.Rejected
 	far := &wire.Core{Op: wire.CorePush, Member: MemberID("p1", 1), Config: 1 + maxConfigAhead + 1, Round: 3, Req: 1, Shards: []uint32{0}}
 	m.Receive("p1", far)
-	if m.stats.Rejected != before+1 || len(m.o.deferred) != 0 {
-		t.Errorf("a push of configuration %d (newest here 1): refused %d, deferred %d; want refused", far.Config, m.stats.Rejected-before, len(m.o.deferred))
+	if m.stats.Rejected != before+1 || len(m.o.queue.deferred) != 0 {
+		t.Errorf("a push of configuration %d (newest here 1): refused %d, deferred %d; want refused", far.Config, m.stats.Rejected-before, len(m.o.queue.deferred))
 	}
 	near := &wire.Core{Op: wire.CorePush, Member: MemberID("p1", 1), Config: 3, Round: 3, Req: 2, Shards: []uint32{0}}
 	m.Receive("p1", near)
-	if len(m.o.deferred) != 1 {
-		t.Errorf("a push of configuration 3 (newest here 1): %d deferred, want 1", len(m.o.deferred))
+	if len(m.o.queue.deferred) != 1 {
+		t.Errorf("a push of configuration 3 (newest here 1): %d deferred, want 1", len(m.o.queue.deferred))
 	}
 }
 

@@ -218,11 +218,11 @@ func (c *Core) cutConfig(t *tconf) {
 	if c.cfg.Mode == Sync || !t.Checkpoint || !c.joined {
 		return
 	}
-	if t.isMember(c.cfg.Self, c.cfg.ID) && !c.w.final && !c.w.leaving {
+	if t.isMember(c.cfg.Self, c.cfg.ID) && !c.w.final && !c.w.leave.leaving {
 		c.w.cut = &cutState{t: t, since: c.tick, done: map[string]bool{}}
 	}
-	if c.o.cut == nil || c.o.cut.t.ID < t.ID {
-		c.o.cut = &ownerCut{t: t, cuts: map[uint64]uint64{}}
+	if c.o.async.cut == nil || c.o.async.cut.t.ID < t.ID {
+		c.o.async.cut = &ownerCut{t: t, cuts: map[uint64]uint64{}}
 	}
 }
 
@@ -239,7 +239,7 @@ func (w *worker) cutWork() bool {
 	if k == nil {
 		return false
 	}
-	if cur := c.cs.cur(); cur.ID > k.t.ID || c.tick-k.since > uint64(16*c.cfg.RetryTicks) || w.final || w.leaving {
+	if cur := c.cs.cur(); cur.ID > k.t.ID || c.tick-k.since > uint64(16*c.cfg.RetryTicks) || w.final || w.leave.leaving {
 		w.cut = nil // superseded, given up, or over
 		return true
 	}
@@ -286,7 +286,7 @@ func (w *worker) cutReply(from string, msg *wire.Core) {
 // worker's, it exports the shards it holds and answers them all.
 func (o *owner) cutReceived(from string, msg *wire.Core) {
 	c := o.c
-	k := o.cut
+	k := o.async.cut
 	if k == nil || msg.Req != k.t.ID {
 		if k != nil && msg.Req < k.t.ID {
 			c.stats.Stale++
@@ -314,12 +314,12 @@ func (o *owner) cutReceived(from string, msg *wire.Core) {
 // answers the cuts.
 func (o *owner) cutCheck() bool {
 	c := o.c
-	k := o.cut
+	k := o.async.cut
 	if k == nil || k.exported {
 		return false
 	}
 	if cur := c.cs.cur(); cur.ID > k.t.ID {
-		o.cut = nil // a newer configuration came first: this one is abandoned
+		o.async.cut = nil // a newer configuration came first: this one is abandoned
 		return false
 	}
 	for _, w := range k.t.Members {

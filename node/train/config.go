@@ -206,13 +206,8 @@ type Config struct {
 	Seed uint64
 	// Limits bound what the core accepts (see wire.Core.Check).
 	Limits wire.Limits
-	// MaxExamples bounds the examples one push may claim: the job's batch
-	// (every peer of a job uses the same). 0: no bound. (guard.go, G1)
-	MaxExamples int
-	// MaxRowGrad bounds a gradient row's L2 norm per example of its push:
-	// owners drop a row over it (guard.go, G2). 0 is the model kind's
-	// default (DefaultMaxRowGrad); a negative value turns the bound off.
-	MaxRowGrad float64
+	// Guard bounds what an owner accepts of a push (guard.go).
+	Guard GuardConfig
 	// Combine is how an owner combines a round's contributions: Sum (the
 	// plain sum, default) or Trimmed (sync only; guard.go, G3).
 	Combine Combine
@@ -230,6 +225,19 @@ type Config struct {
 	// InitShard, when set, gives a shard restarted from nothing (every
 	// holder lost) its initial weights (an MLP's); nil leaves zeros.
 	InitShard func(m *model.Model, s int)
+}
+
+// GuardConfig bounds what an owner accepts of a push (guard.go, rules G1
+// and G2): a push that claims more examples than a job's batch, or a row
+// that moves more than a bound, is refused or dropped.
+type GuardConfig struct {
+	// MaxExamples bounds the examples one push may claim: the job's batch
+	// (every peer of a job uses the same). 0: no bound. (guard.go, G1)
+	MaxExamples int
+	// MaxRowGrad bounds a gradient row's L2 norm per example of its push:
+	// owners drop a row over it (guard.go, G2). 0 is the model kind's
+	// default (DefaultMaxRowGrad); a negative value turns the bound off.
+	MaxRowGrad float64
 }
 
 // DefaultConfig returns the defaults, with the reason for each. Ticks are
@@ -277,8 +285,8 @@ func (c Config) Validate() error {
 		return bad("a model and a placement are required")
 	case c.Initial == nil && c.Contact == "":
 		return bad("neither initial members nor a contact to join through")
-	case c.MaxExamples < 0 || math.IsNaN(c.MaxRowGrad) || math.IsInf(c.MaxRowGrad, 0):
-		return bad("max examples %d, max row gradient %g: want a number of examples >= 0 and a finite bound", c.MaxExamples, c.MaxRowGrad)
+	case c.Guard.MaxExamples < 0 || math.IsNaN(c.Guard.MaxRowGrad) || math.IsInf(c.Guard.MaxRowGrad, 0):
+		return bad("max examples %d, max row gradient %g: want a number of examples >= 0 and a finite bound", c.Guard.MaxExamples, c.Guard.MaxRowGrad)
 	case c.LocalSteps < 0:
 		return bad("local steps %d, want >= 0", c.LocalSteps)
 	case c.LocalSteps > 1 && c.Gather != Need:

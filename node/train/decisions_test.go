@@ -174,7 +174,7 @@ func TestHandoffTable(t *testing.T) {
 						c.o.held.add(s)
 					}
 				}
-				c.w.leaving = slices.ContainsFunc(next.Left, func(l Member) bool { return l.ID == m.ID })
+				c.w.leave.leaving = slices.ContainsFunc(next.Left, func(l Member) bool { return l.ID == m.ID })
 				c.o.owesOf(next)
 				var got []string
 				for _, w := range c.o.owes {
@@ -226,7 +226,7 @@ func TestReadinessTable(t *testing.T) {
 			}
 			run("tick 2")
 			p0 := sn.procs["p0"].core
-			if got := p0.o.through[0] > 0; got != tc.applied {
+			if got := p0.o.sync.through[0] > 0; got != tc.applied {
 				t.Errorf("shard 0's round 0 applied: %v, want %v (stats %s)", got, tc.applied, statsLine(p0.Stats()))
 			}
 		})

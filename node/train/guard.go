@@ -12,10 +12,10 @@ import (
 // An owner takes every member's pushes, so one member with bad data or a
 // bug must not be able to wreck the shards it reaches:
 //
-//	G1  a push claims at most Config.MaxExamples examples (the job's
+//	G1  a push claims at most Config.Guard.MaxExamples examples (the job's
 //	    batch): a larger claim, which would dilute every other worker's
 //	    gradient in the round's mean, is refused;
-//	G2  a gradient row whose L2 norm exceeds Config.MaxRowGrad times the
+//	G2  a gradient row whose L2 norm exceeds Config.Guard.MaxRowGrad times the
 //	    push's examples (with windows of local steps: a change row whose
 //	    norm exceeds MaxRowGrad² times LocalSteps) is dropped (not scaled: a value that large is a bug
 //	    or an overflow, and scaling it would still move the row by the
@@ -95,12 +95,12 @@ func GuardRows(rows *model.Sparse, width int, examples uint64, bound float64, bu
 // the rows over the bound.
 func (o *owner) guard(k *contribution) bool {
 	c := o.c
-	if c.cfg.MaxExamples > 0 && k.examples > uint64(c.cfg.MaxExamples) {
+	if c.cfg.Guard.MaxExamples > 0 && k.examples > uint64(c.cfg.Guard.MaxExamples) {
 		c.stats.Rejected++ // G1
 		return false
 	}
 	var buf model.Sparse
-	examples, bound := k.examples, c.cfg.MaxRowGrad
+	examples, bound := k.examples, c.cfg.Guard.MaxRowGrad
 	if c.cfg.LocalSteps > 1 {
 		// A window's change: AdaGrad's accumulator grows by at most R² a
 		// step for gradients of at most R per example, and a weight by
@@ -114,6 +114,6 @@ func (o *owner) guard(k *contribution) bool {
 	k.rows = model.Sparse{Idx: slices.Clone(rows.Idx), Val: slices.Clone(rows.Val)}
 	c.stats.RowsDropped += uint64(dropped)
 	c.event(Event{Kind: EvDropped, Peer: k.from, Rows: dropped,
-		Text: fmt.Sprintf("round %d: %d gradient rows of %s over %g per example (of %d examples) dropped", k.round, dropped, short(k.from), c.cfg.MaxRowGrad, k.examples)})
+		Text: fmt.Sprintf("round %d: %d gradient rows of %s over %g per example (of %d examples) dropped", k.round, dropped, short(k.from), c.cfg.Guard.MaxRowGrad, k.examples)})
 	return true
 }

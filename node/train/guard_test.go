@@ -44,7 +44,7 @@ func TestGuardAtTheOwner(t *testing.T) {
 	tn := newTNet(t, 2, 3, Sync)
 	tn.leader()
 	c := tn.cores["p0"]
-	c.cfg.MaxExamples, c.cfg.MaxRowGrad = 100, 10
+	c.cfg.Guard.MaxExamples, c.cfg.Guard.MaxRowGrad = 100, 10
 	k := &contribution{from: "p1", member: MemberID("p1", 1), round: 3, examples: 1000,
 		rows: model.Sparse{Idx: []uint32{0, 4}, Val: []float32{1, 2}}}
 	before := c.stats.Rejected

@@ -135,60 +135,90 @@ type await struct {
 	all bool
 }
 
+// owner is the role that holds this peer's shards: it applies the
+// contributions pushed to them, answers pulls, and hands shards over
+// (docs/protocol.md, "Owners", "Handoff"). State that only one mode uses
+// lives in sync or async.
 type owner struct {
-	c       *Core
-	held    shardSet
-	fresh   shardSet // sync: restarted from nothing, no round applied since
-	served  shardSet // ssp/async: shards whose values this peer answered as final (pushAsync)
-	freshAt []uint64 // sync: per shard, the tick it was restarted
-	through []uint64 // sync: rounds applied, per shard (setThrough)
+	c    *Core
+	held shardSet
+	// fresh: shards restarted from nothing (every holder lost), in every
+	// mode: sync, no round applied since; ssp/async, a worker with no
+	// clock here has no earlier rounds to send (a handoff carries it as
+	// FlagFresh). freshAt: per shard, the tick it was restarted.
+	fresh   shardSet
+	freshAt []uint64
 	// maxThrough is the most rounds applied to any shard here, ever (O8).
 	maxThrough uint64
 	awaiting   map[int]*await
 	rounds     map[uint64]*roundAcc
-	applied    []map[uint64]uint64 // async: per shard, member -> clocks applied
-	doneAt     map[uint64]uint64   // async: member -> its done round
 	step       int64
 	pending    []*contribution // answered later (sync: round not applied; ssp: not fresh; async: acks)
-	deferred   []deferredMsg   // messages of a configuration not applied yet, or behind a gap
 	fwd        map[uint64]*fwdOut
 	xfer       map[uint64]*stateOut
 	owes       []owe
 	paid       map[owe]bool
-	paidAs     map[owe]uint64 // sync: the round the copy that paid it was as of
 	nextReq    uint64
 	final      bool
-	finalAt    uint64                  // sync: the round after the last, as far as known (0: not known)
-	ff         map[int]bool            // sync takeovers: shards a copy further on may still replace
-	settle     map[int]*settleWait     // sync takeovers: installed copies other holders may still better
-	past       map[uint64]uint64       // sync: per member ID, the newest round it pushed here
-	lostOK     map[int]uint64          // sync: per shard, round+1 of a round whose missing answered contributions are gone (lostCheck)
-	scanned    uint64                  // sync: the tick applySync last looked for rounds no contribution will come for
-	gapSince   map[gapKey]uint64       // ssp/async: tick a worker's contribution to a shard was first seen behind a gap
-	gotIn      []uint64                // sync: per shard, the newest configuration when its copy was installed or restarted here
-	handedAs   []uint64                // sync: per shard, the round of the handoff copy installed last (0: none, or a takeover's)
-	changed    map[uint64]changedRound // sync full gather: rows changed by round
 	ckpt       map[uint64]*ckptPending // checkpoints being exported, by round
 	ckptDone   uint64                  // the newest checkpoint round handed to the driver
-	cut        *ownerCut               // ssp/async: the newest checkpoint's cuts
-	scratch    model.Sparse
-	sum, tmp   model.Sparse
-	// readyFor and readyAt (ssp/async): the configuration this owner last
-	// told the leader it is ready under (CoreReady), and when.
+
+	sync  syncOwner  // state only sync mode uses
+	async asyncOwner // state only ssp and async modes use
+	queue deferQueue // messages handled later
+	bufs  ownerScratch
+}
+
+// syncOwner is an owner's state that only sync mode uses: rounds are
+// applied whole, per shard, in order, and handoffs and takeovers carry a
+// shard's round (docs/protocol.md, "Owners" and "Handoff").
+type syncOwner struct {
+	through  []uint64                // rounds applied, per shard (setThrough)
+	paidAs   map[owe]uint64          // the round the copy that paid an owe was as of
+	finalAt  uint64                  // the round after the last, as far as known (0: not known)
+	ff       map[int]bool            // takeovers: shards a copy further on may still replace
+	settle   map[int]*settleWait     // takeovers: installed copies other holders may still better
+	past     map[uint64]uint64       // per member ID, the newest round it pushed here
+	lostOK   map[int]uint64          // per shard, round+1 of a round whose missing answered contributions are gone (lostCheck)
+	scanned  uint64                  // the tick applySync last looked for rounds no contribution will come for
+	gotIn    []uint64                // per shard, the newest configuration when its copy was installed or restarted here
+	handedAs []uint64                // per shard, the round of the handoff copy installed last (0: none, or a takeover's)
+	changed  map[uint64]changedRound // full gather: rows changed by round
+}
+
+// asyncOwner is an owner's state that only ssp and async modes use: pushes
+// are applied as they come, per worker clock, and the end of the run and
+// checkpoints are agreed through readiness and cuts.
+type asyncOwner struct {
+	served   shardSet            // shards whose values this peer answered as final (pushAsync)
+	applied  []map[uint64]uint64 // async: per shard, member -> clocks applied
+	doneAt   map[uint64]uint64   // async: member -> its done round
+	gapSince map[gapKey]uint64   // tick a worker's contribution to a shard was first seen behind a gap
+	cut      *ownerCut           // the newest checkpoint's cuts
+	// readyFor and readyAt: the configuration this owner last told the
+	// leader it is ready under (CoreReady), and when.
 	readyFor, readyAt uint64
-	retrying          bool // work is handling the deferred messages again
+}
 
-	// Scratch, kept between calls: these run at every step.
-	seen      map[uint64]struct{} // applyRound's scratch: members with a contribution
-	roundList []uint64            // applySync's scratch: the rounds waiting, in order
-
-	trim trimmer // applyGroup's scratch with Combine Trimmed
-
-	// The deferred queue's accounting (deferNarrowed's bounds).
+// deferQueue holds the messages an owner handles later: of a configuration
+// not applied yet, or behind a gap; with its accounting (deferNarrowed's
+// bounds).
+type deferQueue struct {
+	deferred   []deferredMsg
 	deferKeys  map[deferKey]struct{}
 	deferFrom  map[string]int
 	deferBytes int
-	deferLimit int // deferredLimit
+	deferLimit int  // deferredLimit
+	retrying   bool // work is handling the deferred messages again
+}
+
+// ownerScratch is kept between calls: these run at every step.
+type ownerScratch struct {
+	scratch   model.Sparse
+	sum, tmp  model.Sparse
+	seen      map[uint64]struct{} // applyRound's scratch: members with a contribution
+	roundList []uint64            // applySync's scratch: the rounds waiting, in order
+	trim      trimmer             // applyGroup's scratch with Combine Trimmed
 }
 
 // Bounds of the deferred queue: messages kept to handle again once this
@@ -257,46 +287,57 @@ func (o *owner) deferContrib(k *contribution) {
 func (o *owner) deferNarrowed(from string, msg *wire.Core, narrowed bool) {
 	c := o.c
 	cur := c.cs.cur()
-	p, inGroup := c.ag.group[msg.Member]
+	p, inGroup := c.peerOf(msg.Member)
 	_, member := o.memberOf(from, msg.Member)
 	if cur != nil && (!member && (!inGroup || p != from) || msg.Config > cur.ID+maxConfigAhead) {
 		c.stats.Rejected++ // D1, D4
 		return
 	}
 	key := deferKey{from, msg.Op, msg.Req, msg.Round}
-	if _, dup := o.deferKeys[key]; dup {
+	if o.queue.has(key) {
 		return // D5
 	}
-	size := msgBytes(msg)
-	if len(o.deferred) >= maxDeferred || 2*o.deferFrom[from] >= maxDeferred || o.deferBytes+size > o.deferLimit {
+	if o.queue.full(from, msgBytes(msg)) {
 		c.stats.Rejected++ // D2, D3
 		return
 	}
-	if !o.retrying {
+	if !o.queue.retrying {
 		msg = msg.Clone() // (a deferred message handled again is this owner's already)
 	}
-	o.keepDeferred(deferredMsg{from, msg, c.tick, narrowed})
-	if !o.retrying && (msg.Op == wire.CorePush || msg.Op == wire.CorePull) {
+	o.queue.keep(deferredMsg{from, msg, c.tick, narrowed})
+	if !o.queue.retrying && (msg.Op == wire.CorePush || msg.Op == wire.CorePull) {
 		c.traceMsg(TraceDefer, msg.Shards, msg.Round, msg.Member, from, msg.Req)
 	}
 }
 
-// keepDeferred appends d to the deferred queue and counts it.
-func (o *owner) keepDeferred(d deferredMsg) {
-	o.deferred = append(o.deferred, d)
-	o.deferKeys[deferKey{d.from, d.msg.Op, d.msg.Req, d.msg.Round}] = struct{}{}
-	o.deferFrom[d.from]++
-	o.deferBytes += msgBytes(d.msg)
+// keep appends d to the deferred queue and counts it.
+func (q *deferQueue) keep(d deferredMsg) {
+	q.deferred = append(q.deferred, d)
+	q.deferKeys[deferKey{d.from, d.msg.Op, d.msg.Req, d.msg.Round}] = struct{}{}
+	q.deferFrom[d.from]++
+	q.deferBytes += msgBytes(d.msg)
 }
 
-// takeDeferred empties the deferred queue and returns what it held.
-func (o *owner) takeDeferred() []deferredMsg {
-	ds := o.deferred
-	o.deferred = nil
-	clear(o.deferKeys)
-	clear(o.deferFrom)
-	o.deferBytes = 0
+// take empties the deferred queue and returns what it held.
+func (q *deferQueue) take() []deferredMsg {
+	ds := q.deferred
+	q.deferred = nil
+	clear(q.deferKeys)
+	clear(q.deferFrom)
+	q.deferBytes = 0
 	return ds
+}
+
+// has reports whether a message with key is queued already (D5).
+func (q *deferQueue) has(key deferKey) bool {
+	_, dup := q.deferKeys[key]
+	return dup
+}
+
+// full reports whether a message of size bytes from a peer would take the
+// queue over its bounds: in all, per sender, in bytes (D2, D3).
+func (q *deferQueue) full(from string, size int) bool {
+	return len(q.deferred) >= maxDeferred || 2*q.deferFrom[from] >= maxDeferred || q.deferBytes+size > q.deferLimit
 }
 
 // asyncOrder sorts shards for a worker's contribution of round r (ssp and
@@ -314,13 +355,13 @@ func (o *owner) asyncOrder(member, r uint64, shards []uint32) (apply []uint32, g
 		case a > r:
 			continue // applied already
 		case a < r:
-			_, known := o.applied[s][member]
+			_, known := o.async.applied[s][member]
 			g := gapKey{member, s}
 			if !known && o.fresh.has(int(s)) {
 				// Restarted from nothing: the worker's earlier rounds
 				// went with the holders that crashed.
-			} else if since, ok := o.gapSince[g]; !ok {
-				o.gapSince[g] = c.tick
+			} else if since, ok := o.async.gapSince[g]; !ok {
+				o.async.gapSince[g] = c.tick
 				gap = true
 				continue
 			} else if len(c.cs.crashed) == 0 || c.tick-since <= uint64(16*c.cfg.RetryTicks) {
@@ -354,33 +395,33 @@ func (o *owner) init(c *Core) {
 	o.c = c
 	o.held = newShardSet(c.shards)
 	o.fresh = newShardSet(c.shards)
-	o.served = newShardSet(c.shards)
+	o.async.served = newShardSet(c.shards)
 	o.freshAt = make([]uint64, c.shards)
-	o.through = make([]uint64, c.shards)
+	o.sync.through = make([]uint64, c.shards)
 	o.awaiting = map[int]*await{}
 	o.rounds = map[uint64]*roundAcc{}
-	o.applied = make([]map[uint64]uint64, c.shards)
-	for s := range o.applied {
-		o.applied[s] = map[uint64]uint64{}
+	o.async.applied = make([]map[uint64]uint64, c.shards)
+	for s := range o.async.applied {
+		o.async.applied[s] = map[uint64]uint64{}
 	}
-	o.doneAt = map[uint64]uint64{}
+	o.async.doneAt = map[uint64]uint64{}
 	o.fwd = map[uint64]*fwdOut{}
 	o.xfer = map[uint64]*stateOut{}
 	o.paid = map[owe]bool{}
-	o.paidAs = map[owe]uint64{}
-	o.ff = map[int]bool{}
-	o.settle = map[int]*settleWait{}
-	o.past = map[uint64]uint64{}
-	o.lostOK = map[int]uint64{}
-	o.seen = map[uint64]struct{}{}
-	o.gapSince = map[gapKey]uint64{}
-	o.deferKeys = map[deferKey]struct{}{}
-	o.deferFrom = map[string]int{}
-	o.deferLimit = deferredLimit(&c.m.Layout)
+	o.sync.paidAs = map[owe]uint64{}
+	o.sync.ff = map[int]bool{}
+	o.sync.settle = map[int]*settleWait{}
+	o.sync.past = map[uint64]uint64{}
+	o.sync.lostOK = map[int]uint64{}
+	o.bufs.seen = map[uint64]struct{}{}
+	o.async.gapSince = map[gapKey]uint64{}
+	o.queue.deferKeys = map[deferKey]struct{}{}
+	o.queue.deferFrom = map[string]int{}
+	o.queue.deferLimit = deferredLimit(&c.m.Layout)
 	o.nextReq = reqBase(c.cfg.ID)
-	o.gotIn = make([]uint64, c.shards)
-	o.handedAs = make([]uint64, c.shards)
-	o.changed = map[uint64]changedRound{}
+	o.sync.gotIn = make([]uint64, c.shards)
+	o.sync.handedAs = make([]uint64, c.shards)
+	o.sync.changed = map[uint64]changedRound{}
 	o.ckpt = map[uint64]*ckptPending{}
 }
 
@@ -388,11 +429,11 @@ func (o *owner) String() string {
 	lo, hi := uint64(Final), uint64(0)
 	for s := range o.c.shards {
 		if o.held.has(s) {
-			lo, hi = min(lo, o.through[s]), max(hi, o.through[s])
+			lo, hi = min(lo, o.sync.through[s]), max(hi, o.sync.through[s])
 		}
 	}
 	return fmt.Sprintf("held %d through %d..%d awaiting %d rounds %d pending %d deferred %d fwd %d xfer %d owes %d final %v",
-		o.held.count(), lo, hi, len(o.awaiting), len(o.rounds), len(o.pending), len(o.deferred), len(o.fwd), len(o.xfer), len(o.owes), o.final)
+		o.held.count(), lo, hi, len(o.awaiting), len(o.rounds), len(o.pending), len(o.queue.deferred), len(o.fwd), len(o.xfer), len(o.owes), o.final)
 }
 
 // drained reports whether nothing this owner sent waits for an answer and
@@ -417,9 +458,9 @@ func (o *owner) newReq() uint64 {
 
 func (o *owner) tick() {
 	c := o.c
-	for _, s := range sortedInts(o.settle) {
-		if w := o.settle[s]; c.tick >= w.until || !o.held.has(s) {
-			delete(o.settle, s) // (an asked holder that never answers crashed, or the copy left)
+	for _, s := range sortedInts(o.sync.settle) {
+		if w := o.sync.settle[s]; c.tick >= w.until || !o.held.has(s) {
+			delete(o.sync.settle, s) // (an asked holder that never answers crashed, or the copy left)
 		}
 	}
 	if c.tick%uint64(c.cfg.RetryTicks) == 0 {
@@ -499,68 +540,112 @@ func (o *owner) receiveNarrowed(from string, msg *wire.Core, narrowed bool) {
 		o.deferNarrowed(from, msg, narrowed)
 		return
 	}
+	if !o.admits(from, msg, cur) {
+		return
+	}
+	set := o.msgShards(msg)
+	if set == nil {
+		return
+	}
+	moved, all := o.refuseMoved(from, msg, set)
+	if all {
+		return
+	}
+	k := o.contribOf(from, msg, set, moved, narrowed)
+	if msg.Op == wire.CorePull {
+		o.addPending(k)
+		return
+	}
+	if !o.guard(k) {
+		return
+	}
+	if c.cfg.Mode == Sync {
+		o.pushSync(k)
+	} else {
+		o.pushAsync(k)
+	}
+}
+
+// admits reports whether a push or pull comes from a member of the run, for
+// a round it takes part in and no further ahead than an honest worker can
+// be (O8); when not, it is rejected (a member removed as dead is told).
+func (o *owner) admits(from string, msg *wire.Core, cur *tconf) bool {
+	c := o.c
 	m, ok := o.memberOf(from, msg.Member)
 	if !ok {
 		c.stats.Rejected++
-		return
+		return false
 	}
 	if c.cs.crashed[m.ID] && !cur.isMember(from, m.ID) {
 		// A member the run removed as dead (a partition's minority): tell
 		// it, so it joins again instead of waiting for answers forever.
 		c.stats.Rejected++
 		c.send(from, &wire.Core{Op: wire.CoreReply, Flags: wire.FlagRefused, Req: msg.Req, Round: msg.Round})
-		return
+		return false
 	}
 	if msg.Op == wire.CorePush && c.cfg.Mode == Sync {
 		if t := c.cs.at(msg.Round); !t.isMember(from, msg.Member) {
 			c.stats.Rejected++ // not a worker of that round
-			return
+			return false
 		}
 	}
 	if msg.Op == wire.CorePush && msg.Round < m.Since {
 		c.stats.Rejected++
-		return
+		return false
 	}
 	if msg.Round > o.horizon(cur) {
 		c.stats.Rejected++ // O8: no honest worker is that far ahead
-		return
+		return false
 	}
-	if msg.Op == wire.CorePush && c.cfg.Mode == Sync && msg.Round > o.past[m.ID] {
-		o.past[m.ID] = msg.Round // (it was answered every round before: lostCheck)
+	if msg.Op == wire.CorePush && c.cfg.Mode == Sync && msg.Round > o.sync.past[m.ID] {
+		o.sync.past[m.ID] = msg.Round // (it was answered every round before: lostCheck)
 	}
+	return true
+}
+
+// msgShards is the set of shards a push or pull names, nil (rejected) when
+// its rows or wanted keys lie outside them, or its rows have the wrong
+// width.
+func (o *owner) msgShards(msg *wire.Core) shardSet {
+	c := o.c
 	// Rows must lie in the shards the message names.
 	set := newShardSet(c.shards)
 	for _, s := range msg.Shards {
 		if int(s) >= c.shards {
 			c.stats.Rejected++
-			return
+			return nil
 		}
 		set.add(int(s))
 	}
 	for _, k := range msg.Rows.Idx {
 		if !set.has(c.shardOf(k)) {
 			c.stats.Rejected++
-			return
+			return nil
 		}
 	}
 	for _, k := range msg.Want {
 		if !set.has(c.shardOf(k)) {
 			c.stats.Rejected++
-			return
+			return nil
 		}
 	}
 	if msg.Op == wire.CorePush && (msg.RowWidth != c.xw && msg.Rows.Len() > 0) {
 		c.stats.Rejected++
-		return
+		return nil
 	}
-	// Shards routed elsewhere are refused with "moved": the worker sends
-	// them to their owner.
-	var moved []uint32
+	return set
+}
+
+// refuseMoved answers "moved" for the shards of set routed elsewhere (the
+// worker sends them to their owner), and takes them out of set; all: no
+// shard was left.
+func (o *owner) refuseMoved(from string, msg *wire.Core, set shardSet) (moved []uint32, all bool) {
+	c := o.c
 	for _, s := range msg.Shards {
 		if o.routesHere(int(s), msg) {
 			continue
 		}
-		if c.cfg.Mode == Sync && msg.Op == wire.CorePush && o.usable(int(s), msg.Round) && o.through[s] > msg.Round {
+		if c.cfg.Mode == Sync && msg.Op == wire.CorePush && o.usable(int(s), msg.Round) && o.sync.through[s] > msg.Round {
 			continue // applied here since (handed over): answered as a copy sent again
 		}
 		if c.cfg.Mode == Sync && msg.Op == wire.CorePush && msg.Flags&wire.FlagResend != 0 && c.routeMe(int(s), msg.Round+1) {
@@ -582,12 +667,19 @@ func (o *owner) receiveNarrowed(from string, msg *wire.Core, narrowed bool) {
 		c.traceMsg(TraceMoved, moved, msg.Round, msg.Member, from, msg.Req)
 		c.send(from, &wire.Core{Op: wire.CoreReply, Flags: wire.FlagMoved, Req: msg.Req, Round: msg.Round, Shards: moved})
 		if len(moved) == len(msg.Shards) {
-			return
+			return moved, true
 		}
 		for _, s := range moved {
 			set.del(int(s))
 		}
 	}
+	return moved, false
+}
+
+// contribOf is the contribution of a push or pull to the shards of set,
+// without the rows and wanted keys of the moved shards.
+func (o *owner) contribOf(from string, msg *wire.Core, set shardSet, moved []uint32, narrowed bool) *contribution {
+	c := o.c
 	k := &contribution{from: from, member: msg.Member, req: msg.Req, op: msg.Op, flags: msg.Flags, round: msg.Round,
 		through: msg.Through, examples: msg.Examples, set: set, since: c.tick, narrowed: narrowed}
 	k.shards = set.list(nil)
@@ -603,18 +695,7 @@ func (o *owner) receiveNarrowed(from string, msg *wire.Core, narrowed bool) {
 	} else {
 		k.rows = msg.Rows
 	}
-	if msg.Op == wire.CorePull {
-		o.addPending(k)
-		return
-	}
-	if !o.guard(k) {
-		return
-	}
-	if c.cfg.Mode == Sync {
-		o.pushSync(k)
-	} else {
-		o.pushAsync(k)
-	}
+	return k
 }
 
 // routesHere reports whether this peer answers for shard s in msg: sync,
@@ -637,21 +718,21 @@ func (o *owner) pushSync(k *contribution) {
 	// holder that crashed, and will never send the earlier one. Restart
 	// at the later round; earlier sends are answered as applied.
 	for _, s := range k.shards {
-		if !o.held.has(int(s)) || k.round <= o.through[s] {
+		if !o.held.has(int(s)) || k.round <= o.sync.through[s] {
 			continue
 		}
 		if o.fresh.has(int(s)) {
 			o.setThrough(int(s), k.round)
 			continue
 		}
-		if o.ff[int(s)] && (c.routeMe(int(s), o.through[s]) || o.routeGone(int(s), o.through[s])) {
+		if o.sync.ff[int(s)] && (c.routeMe(int(s), o.sync.through[s]) || o.routeGone(int(s), o.sync.through[s])) {
 			// So with a takeover's copy, as its survivors had it: a
 			// worker sends round k.round only once it was answered the
 			// rounds before, so those the copy lacks were applied by the
 			// route that crashed, and no survivor had them. They are
 			// lost; the shard goes on from here as if restarted (a copy
 			// that has them may still replace it, see state).
-			lost := k.round - o.through[s]
+			lost := k.round - o.sync.through[s]
 			o.setThrough(int(s), k.round)
 			o.fresh.add(int(s))
 			o.freshAt[s] = c.tick
@@ -662,7 +743,7 @@ func (o *owner) pushSync(k *contribution) {
 	}
 	dup := true
 	for _, s := range k.shards {
-		if o.through[s] <= k.round {
+		if o.sync.through[s] <= k.round {
 			dup = false
 		}
 	}
@@ -751,7 +832,7 @@ func (o *owner) lazyTakeover(shards []uint32, r uint64) {
 
 // setThrough records that shard s has rounds before r applied.
 func (o *owner) setThrough(s int, r uint64) {
-	o.through[s] = r
+	o.sync.through[s] = r
 	o.maxThrough = max(o.maxThrough, r)
 }
 
@@ -770,7 +851,7 @@ func (o *owner) horizon(cur *tconf) uint64 {
 	if o.c.cfg.Mode == Async {
 		return Final
 	}
-	return max(o.c.w.clock, cur.Start, o.maxThrough) + maxRoundsAhead
+	return max(o.c.Round(), cur.Start, o.maxThrough) + maxRoundsAhead
 }
 
 // maxPendingPer bounds the requests one member has waiting for an answer
@@ -856,7 +937,7 @@ func (o *owner) pushAsync(k *contribution) {
 			return
 		}
 	}
-	if o.final && !slices.ContainsFunc(k.shards, func(s uint32) bool { return !o.served.has(int(s)) }) {
+	if o.final && !slices.ContainsFunc(k.shards, func(s uint32) bool { return !o.async.served.has(int(s)) }) {
 		// Every worker's contributions up to its done round are in: this
 		// one was answered before (a copy sent again), or went to a
 		// holder that crashed and a shard restarted since, whose values
@@ -878,7 +959,7 @@ func (o *owner) pushAsync(k *contribution) {
 		// the shard as final (docs/protocol.md, "The end of a run", E11;
 		// TestFixedSeeds h4/ssp/chaos 30 and h4/async/chaos 161 answered
 		// such a push unapplied, and the worker's round was lost).
-		apply = slices.DeleteFunc(apply, func(s uint32) bool { return o.served.has(int(s)) })
+		apply = slices.DeleteFunc(apply, func(s uint32) bool { return o.async.served.has(int(s)) })
 	}
 	if len(apply) == 0 {
 		k.applied = true // a copy sent again
@@ -889,8 +970,8 @@ func (o *owner) pushAsync(k *contribution) {
 	if len(apply) < len(k.shards) {
 		set := newShardSet(c.shards)
 		set.fromList(apply)
-		o.scratch = filterSet(&k.rows, set, c.xw, c.mask, o.scratch)
-		rows = &o.scratch
+		o.bufs.scratch = filterSet(&k.rows, set, c.xw, c.mask, o.bufs.scratch)
+		rows = &o.bufs.scratch
 	}
 	if k.examples > 0 && rows.Len() > 0 {
 		c.applyRows(rows, k.examples, o.step)
@@ -901,16 +982,16 @@ func (o *owner) pushAsync(k *contribution) {
 		c.trace(TraceEvent{Kind: TraceApply, Shards: apply, Round: k.round, Members: []uint64{k.member}})
 	}
 	for _, s := range apply {
-		o.applied[s][k.member] = k.round + 1
-		delete(o.gapSince, gapKey{k.member, s})
+		o.async.applied[s][k.member] = k.round + 1
+		delete(o.async.gapSince, gapKey{k.member, s})
 	}
 	if skipped > 0 {
 		c.stats.Lost += skipped
 		c.event(Event{Kind: EvLost, Shards: len(k.shards), Text: fmt.Sprintf("%d rounds of a worker lost with a crashed holder", skipped)})
 	}
 	if k.flags&wire.FlagDone != 0 {
-		if d, ok := o.doneAt[k.member]; !ok || k.round < d {
-			o.doneAt[k.member] = k.round
+		if d, ok := o.async.doneAt[k.member]; !ok || k.round < d {
+			o.async.doneAt[k.member] = k.round
 		}
 	}
 	k.applied = true
@@ -927,7 +1008,7 @@ func (o *owner) asMsg(k *contribution) *wire.Core {
 // appliedOf is member's clocks applied to shard s (its first round when
 // none yet).
 func (o *owner) appliedOf(s int, member uint64) uint64 {
-	if a, ok := o.applied[s][member]; ok {
+	if a, ok := o.async.applied[s][member]; ok {
 		return a
 	}
 	for i := len(o.c.cs.list) - 1; i >= 0; i-- {
@@ -988,16 +1069,16 @@ func (o *owner) work() bool {
 		return false
 	}
 	progress := false
-	if len(o.deferred) > 0 {
-		o.retrying = true // (traced when first deferred, not at every retry)
-		defer func() { o.retrying = false }()
+	if len(o.queue.deferred) > 0 {
+		o.queue.retrying = true // (traced when first deferred, not at every retry)
+		defer func() { o.queue.retrying = false }()
 	}
-	for len(o.deferred) > 0 {
-		ds := o.takeDeferred()
+	for len(o.queue.deferred) > 0 {
+		ds := o.queue.take()
 		curID := c.cs.cur().ID
 		for _, d := range ds {
 			if d.msg.Config > curID {
-				o.keepDeferred(d) // its configuration is not here yet: nothing about it changed
+				o.queue.keep(d) // its configuration is not here yet: nothing about it changed
 				continue
 			}
 			switch d.msg.Op {
@@ -1009,7 +1090,7 @@ func (o *owner) work() bool {
 				o.receiveNarrowed(d.from, d.msg, d.narrowed)
 			}
 		}
-		if len(o.deferred) >= len(ds) {
+		if len(o.queue.deferred) >= len(ds) {
 			break
 		}
 		progress = true
@@ -1050,12 +1131,12 @@ func (o *owner) work() bool {
 // It reports whether it applied one.
 func (o *owner) applySync() bool {
 	c := o.c
-	rs := o.roundList[:0] // (a scratch slice: this runs at every step)
+	rs := o.bufs.roundList[:0] // (a scratch slice: this runs at every step)
 	for r := range o.rounds {
 		rs = append(rs, r)
 	}
 	slices.Sort(rs)
-	o.roundList = rs
+	o.bufs.roundList = rs
 	for _, r := range rs {
 		if o.applyRound(r) {
 			return true
@@ -1064,10 +1145,10 @@ func (o *owner) applySync() bool {
 	// After crashes, once a tick (not on the way of every message): the
 	// rounds no contribution will come for, and the shards whose missing
 	// contributions may be gone.
-	if len(c.cs.crashed) == 0 || o.scanned == c.tick {
+	if len(c.cs.crashed) == 0 || o.sync.scanned == c.tick {
 		return false
 	}
-	o.scanned = c.tick
+	o.sync.scanned = c.tick
 	// A round no contribution will ever come for: every worker of its
 	// configuration crashed. Applied with none, so the shards it holds
 	// up go on (docs/protocol.md, "Handoff", rule H20; TestFixedSeeds
@@ -1076,14 +1157,14 @@ func (o *owner) applySync() bool {
 	// handoff had made its route got either push, and the run waited for
 	// it forever).
 	for s := range c.shards {
-		r := o.through[s]
+		r := o.sync.through[s]
 		if !o.held.has(s) || o.rounds[r] != nil || !c.routeMe(s, r) || o.awaiting[s] != nil || !o.allCrashed(r) ||
 			!o.currentFor(s, r, true) {
 			continue
 		}
 		o.rounds[r] = &roundAcc{}
 		if o.applyRound(r) {
-			o.scanned = 0 // (look again: the next round may be one too)
+			o.sync.scanned = 0 // (look again: the next round may be one too)
 			return true
 		}
 		delete(o.rounds, r)
@@ -1111,8 +1192,8 @@ func (o *owner) applySync() bool {
 // sync/fast-chaos 1545, where another member had the shard further on).
 func (o *owner) lostCheck(s int) {
 	c := o.c
-	r := o.through[s]
-	if !o.held.has(s) || r == 0 || o.fresh.has(s) || o.lostOK[s] == r+1 || !c.routeMe(s, r) || !o.usable(s, r) {
+	r := o.sync.through[s]
+	if !o.held.has(s) || r == 0 || o.fresh.has(s) || o.sync.lostOK[s] == r+1 || !c.routeMe(s, r) || !o.usable(s, r) {
 		return // (a shard restarted from nothing has its own rule: applyRound's waited)
 	}
 	// A handoff as of the round after, awaited from the route of this
@@ -1130,7 +1211,7 @@ func (o *owner) lostCheck(s int) {
 		if c.cs.crashed[m.ID] || o.covers(r, m.ID, s) {
 			continue
 		}
-		if o.past[m.ID] <= r {
+		if o.sync.past[m.ID] <= r {
 			return // it may still send it
 		}
 		missing = true
@@ -1145,7 +1226,7 @@ func (o *owner) lostCheck(s int) {
 		}
 	}
 	if len(a.from) == 0 {
-		o.lostOK[s] = r + 1
+		o.sync.lostOK[s] = r + 1
 		return
 	}
 	o.awaiting[s] = a
@@ -1184,20 +1265,8 @@ func (o *owner) applyRound(r uint64) bool {
 	c := o.c
 	ra := o.rounds[r]
 	t := c.cs.at(r)
-	if len(o.lostOK) == 0 && o.fresh.empty() {
-		// Without shards restarted from nothing or found lost, a round
-		// applies only once every live member's contribution is here: most
-		// pushes find one missing, and the work below (every shard, a
-		// shard set per member) would come to nothing.
-		clear(o.seen)
-		for _, k := range ra.contrib {
-			o.seen[k.member] = struct{}{}
-		}
-		for _, m := range t.Members {
-			if _, ok := o.seen[m.ID]; !ok && !c.cs.crashed[m.ID] {
-				return false
-			}
-		}
+	if len(o.sync.lostOK) == 0 && o.fresh.empty() && o.someMissing(ra, t) {
+		return false
 	}
 	var required []Member
 	for _, m := range t.Members {
@@ -1205,17 +1274,62 @@ func (o *owner) applyRound(r uint64) bool {
 			required = append(required, m)
 		}
 	}
-	// Shards this peer applies in round r now.
-	ready := newShardSet(c.shards)
-	for s := range c.shards {
-		if o.through[s] == r && o.usable(s, r) && c.routeMe(s, r) { // (usable: not settling)
-			ready.add(s)
-		}
-	}
+	ready := newShardSet(c.shards) // (made here, not returned by readyIn: on the stack)
+	o.readyIn(r, ready)
 	if ready.empty() {
 		return false
 	}
-	// Coverage of each member (its contributions may be split).
+	cover := o.coverage(ra)
+	cur := c.cs.cur()
+	waited := o.waitedFresh(ready)
+	lostSet := o.lostIn(r, ready)
+	lost := o.narrowReady(r, ready, required, cover, waited, lostSet, cur)
+	if ready.empty() {
+		return false
+	}
+	o.applyGroups(r, t, ra, ready, cover)
+	o.countLost(r, ready, cover, lostSet, lost)
+	if !o.roundLeft(r) {
+		delete(o.rounds, r)
+	}
+	return true
+}
+
+// someMissing reports whether a live member of t has no contribution in
+// ra: then round r applies to no shard, unless shards were restarted from
+// nothing or found lost.
+func (o *owner) someMissing(ra *roundAcc, t *tconf) bool {
+	c := o.c
+	// Without shards restarted from nothing or found lost, a round
+	// applies only once every live member's contribution is here: most
+	// pushes find one missing, and the work below (every shard, a
+	// shard set per member) would come to nothing.
+	clear(o.bufs.seen)
+	for _, k := range ra.contrib {
+		o.bufs.seen[k.member] = struct{}{}
+	}
+	for _, m := range t.Members {
+		if _, ok := o.bufs.seen[m.ID]; !ok && !c.cs.crashed[m.ID] {
+			return true
+		}
+	}
+	return false
+}
+
+// readyIn adds to ready the shards this peer applies in round r now.
+func (o *owner) readyIn(r uint64, ready shardSet) {
+	c := o.c
+	for s := range c.shards {
+		if o.sync.through[s] == r && o.usable(s, r) && c.routeMe(s, r) { // (usable: not settling)
+			ready.add(s)
+		}
+	}
+}
+
+// coverage is the shards each member contributed to in ra (its
+// contributions may be split).
+func (o *owner) coverage(ra *roundAcc) map[uint64]shardSet {
+	c := o.c
 	cover := map[uint64]shardSet{}
 	for _, k := range ra.contrib {
 		cs := cover[k.member]
@@ -1225,14 +1339,18 @@ func (o *owner) applyRound(r uint64) bool {
 		}
 		cs.or(k.set)
 	}
-	cur := c.cs.cur()
-	// Shards restarted from nothing that have waited two retry intervals
-	// for their first round: a worker whose contribution has not come
-	// may have been answered that round by the holder that crashed, and
-	// will never send it again (sync/chaos seed 165: two restarted shards
-	// each waited for a worker the other one held up). Applied without
-	// it; the contribution went with that holder, counted lost.
-	var waited shardSet
+	return cover
+}
+
+// waitedFresh is the shards of ready restarted from nothing that have
+// waited two retry intervals for their first round: a worker whose
+// contribution has not come may have been answered that round by the
+// holder that crashed, and will never send it again (sync/chaos seed 165:
+// two restarted shards each waited for a worker the other one held up).
+// Applied without it; the contribution went with that holder, counted
+// lost.
+func (o *owner) waitedFresh(ready shardSet) (waited shardSet) {
+	c := o.c
 	if !o.fresh.empty() { // (rarely: no allocation on the way of every round)
 		for s := range c.shards {
 			if ready.has(s) && o.fresh.has(s) && c.tick-o.freshAt[s] > uint64(2*c.cfg.RetryTicks) {
@@ -1243,15 +1361,19 @@ func (o *owner) applyRound(r uint64) bool {
 			}
 		}
 	}
-	// Shards whose missing contributions are known to be gone (lostCheck):
-	// the workers were answered this round by holders that crashed.
-	// (The map holds only shards waiting: one a copy moved past since is
-	// dropped here, so the rounds after do not look at it again.)
-	var lostSet shardSet
-	for s, next := range o.lostOK {
+	return waited
+}
+
+// lostIn is the shards of ready whose missing contributions are known to
+// be gone (lostCheck): the workers were answered round r by holders that
+// crashed. (The map holds only shards waiting: one a copy moved past since
+// is dropped here, so the rounds after do not look at it again.)
+func (o *owner) lostIn(r uint64, ready shardSet) (lostSet shardSet) {
+	c := o.c
+	for s, next := range o.sync.lostOK {
 		switch {
-		case !o.held.has(s) || o.through[s] >= next:
-			delete(o.lostOK, s)
+		case !o.held.has(s) || o.sync.through[s] >= next:
+			delete(o.sync.lostOK, s)
 		case ready.has(s) && next == r+1:
 			if lostSet == nil {
 				lostSet = newShardSet(c.shards)
@@ -1259,10 +1381,19 @@ func (o *owner) applyRound(r uint64) bool {
 			lostSet.add(s)
 		}
 	}
-	var lost []uint64
+	return lostSet
+}
+
+// narrowReady keeps in ready the shards of round r every required member
+// contributed to, or need not wait for: shards whose missing
+// contributions are gone (lostSet: their members are returned, as lost),
+// shards restarted from nothing that waited long enough (waited), shards
+// restarted from nothing for a member gone since.
+func (o *owner) narrowReady(r uint64, ready shardSet, required []Member, cover map[uint64]shardSet, waited, lostSet shardSet, cur *tconf) (lost []uint64) {
+	c := o.c
 	for _, m := range required {
 		cs := cover[m.ID]
-		if lostSet != nil && o.past[m.ID] > r && (cs == nil || !lostSet.subset(cs)) {
+		if lostSet != nil && o.sync.past[m.ID] > r && (cs == nil || !lostSet.subset(cs)) {
 			lost = append(lost, m.ID)
 			cs = union(cs, lostSet)
 		}
@@ -1283,11 +1414,15 @@ func (o *owner) applyRound(r uint64) bool {
 			ready.clear()
 		}
 	}
-	if ready.empty() {
-		return false
-	}
-	// Group the ready shards by who contributed to them (a crashed
-	// member's push may have reached this owner for some shards only).
+	return lost
+}
+
+// applyGroups applies round r to the ready shards, grouped by who
+// contributed to them (a crashed member's push may have reached this owner
+// for some shards only). (The groups stay here, not returned: on the
+// stack, as BenchmarkRound's allocations show.)
+func (o *owner) applyGroups(r uint64, t *tconf, ra *roundAcc, ready shardSet, cover map[uint64]shardSet) {
+	c := o.c
 	members := make([]Member, 0, len(t.Members))
 	members = append(members, t.Members...)
 	var groups []shardSet
@@ -1312,12 +1447,18 @@ func (o *owner) applyRound(r uint64) bool {
 	for _, g := range groups {
 		o.applyGroup(r, t, ra, g)
 	}
+}
+
+// countLost counts and reports, per shard of lostSet applied in round r,
+// the contributions it was applied without.
+func (o *owner) countLost(r uint64, ready shardSet, cover map[uint64]shardSet, lostSet shardSet, lost []uint64) {
+	c := o.c
 	if lostSet != nil {
 		for _, s := range lostSet.list(nil) {
 			if !ready.has(int(s)) {
 				continue
 			}
-			delete(o.lostOK, int(s))
+			delete(o.sync.lostOK, int(s))
 			var gone []uint64
 			for _, id := range lost {
 				if cs := cover[id]; cs == nil || !cs.has(int(s)) {
@@ -1332,17 +1473,19 @@ func (o *owner) applyRound(r uint64) bool {
 			c.event(Event{Kind: EvLost, Shards: 1, Text: fmt.Sprintf("round %d of shard %d applied without %d contributions answered by holders that crashed", r, s, len(gone))})
 		}
 	}
-	// A round is done when every shard this peer applies in it is.
+}
+
+// roundLeft reports whether a shard this peer applies in round r has not
+// had it yet: a round is done when every shard this peer applies in it is.
+func (o *owner) roundLeft(r uint64) bool {
+	c := o.c
 	left := false
 	for s := range c.shards {
-		if o.through[s] == r && o.held.has(s) && c.routeMe(s, r) {
+		if o.sync.through[s] == r && o.held.has(s) && c.routeMe(s, r) {
 			left = true
 		}
 	}
-	if !left {
-		delete(o.rounds, r)
-	}
-	return true
+	return left
 }
 
 // applyGroup applies round r to the shards of g: the sum of the members'
@@ -1351,7 +1494,7 @@ func (o *owner) applyRound(r uint64) bool {
 func (o *owner) applyGroup(r uint64, t *tconf, ra *roundAcc, g shardSet) {
 	c := o.c
 	w := c.xw
-	o.sum.Reset()
+	o.bufs.sum.Reset()
 	n := uint64(0)
 	contributors, done := 0, 0
 	var ids []uint64
@@ -1383,46 +1526,46 @@ func (o *owner) applyGroup(r uint64, t *tconf, ra *roundAcc, g shardSet) {
 			}
 			part := &k.rows
 			if !k.set.subset(g) {
-				o.scratch = filterSet(&k.rows, g, w, c.mask, o.scratch)
-				part = &o.scratch
+				o.bufs.scratch = filterSet(&k.rows, g, w, c.mask, o.bufs.scratch)
+				part = &o.bufs.scratch
 			}
 			if trimmed {
 				// (G3: one part a member, its contributions to the group added.)
 				last := parts[len(parts)-1]
-				addSparse(&o.tmp, last, part, w)
-				*last, o.tmp = o.tmp, *last
+				addSparse(&o.bufs.tmp, last, part, w)
+				*last, o.bufs.tmp = o.bufs.tmp, *last
 				continue
 			}
-			addSparse(&o.tmp, &o.sum, part, w)
-			o.sum, o.tmp = o.tmp, o.sum
+			addSparse(&o.bufs.tmp, &o.bufs.sum, part, w)
+			o.bufs.sum, o.bufs.tmp = o.bufs.tmp, o.bufs.sum
 		}
 	}
 	switch {
 	case c.cfg.Combine == Mean:
-		o.trim.MeanSum(&o.sum, parts, c.width, w)
+		o.bufs.trim.MeanSum(&o.bufs.sum, parts, c.width, w)
 	case trimmed:
-		o.trim.TrimmedSum(&o.sum, parts, partEx, w)
+		o.bufs.trim.TrimmedSum(&o.bufs.sum, parts, partEx, w)
 	}
 	if contributors < len(t.Members) {
 		c.stats.Degraded++
 	}
 	shards := g.list(nil)
 	o.beforeApply(r, shards)
-	if n > 0 && o.sum.Len() > 0 {
-		c.applyRows(&o.sum, n, int64(r))
+	if n > 0 && o.bufs.sum.Len() > 0 {
+		c.applyRows(&o.bufs.sum, n, int64(r))
 	}
 	c.stats.Applied++
 	for _, s := range shards {
 		o.setThrough(int(s), r+1)
 		o.fresh.del(int(s))
-		delete(o.ff, int(s))
+		delete(o.sync.ff, int(s))
 		if a := o.awaiting[int(s)]; a != nil && !a.takeover && a.round <= r+1 {
 			delete(o.awaiting, int(s)) // it got there itself (its route changed)
 		}
 	}
 	c.trace(TraceEvent{Kind: TraceApply, Shards: shards, Round: r, Members: ids})
 	if c.cfg.Gather == Full {
-		o.noteChanged(r, g, o.sum.Idx)
+		o.noteChanged(r, g, o.bufs.sum.Idx)
 	}
 	// The last round is one every member of its configuration contributed
 	// to as done (E10). A crashed member that did not contribute counts as
@@ -1437,7 +1580,7 @@ func (o *owner) applyGroup(r uint64, t *tconf, ra *roundAcc, g shardSet) {
 	allDone := contributors == len(t.Members) && done == contributors && !o.joinsAfter(r)
 	if allDone {
 		o.final = true
-		o.finalAt = max(o.finalAt, r+1)
+		o.sync.finalAt = max(o.sync.finalAt, r+1)
 	}
 	// Forward to the replicas of these shards.
 	byPeer := map[string][]uint32{}
@@ -1451,7 +1594,7 @@ func (o *owner) applyGroup(r uint64, t *tconf, ra *roundAcc, g shardSet) {
 	for _, p := range sortedStrings(byPeer) {
 		ss := byPeer[p]
 		msg := &wire.Core{Op: wire.CoreForward, Round: r, Examples: n, Shards: ss, RowWidth: w,
-			Rows: filterRows(&o.sum, ss, w, c.mask)}
+			Rows: filterRows(&o.bufs.sum, ss, w, c.mask)}
 		if allDone {
 			msg.Flags |= wire.FlagFinal // replicas know the values are final too
 		}
@@ -1548,7 +1691,7 @@ func (o *owner) usable(s int, r uint64) bool {
 	if !o.held.has(s) {
 		return false
 	}
-	if o.settle[s] != nil {
+	if o.sync.settle[s] != nil {
 		return false // (its copy may still be replaced)
 	}
 	a := o.awaiting[s]
@@ -1558,13 +1701,13 @@ func (o *owner) usable(s int, r uint64) bool {
 // settled takes peer p's answer to a takeover's ask for shard s (its
 // copy, or "no copy"): the copy installed here waits for one peer fewer.
 func (o *owner) settled(s int, p string) {
-	w := o.settle[s]
+	w := o.sync.settle[s]
 	if w == nil {
 		return
 	}
 	w.pending = slices.DeleteFunc(w.pending, func(m Member) bool { return m.Peer == p })
 	if len(w.pending) == 0 {
-		delete(o.settle, s)
+		delete(o.sync.settle, s)
 	}
 }
 
@@ -1609,7 +1752,7 @@ func (o *owner) answerable(k *contribution) bool {
 	c := o.c
 	if k.op == wire.CorePush && c.cfg.Mode == Sync {
 		for _, s := range k.shards {
-			if o.through[s] <= k.round || o.waitingForward(s, k.round) {
+			if o.sync.through[s] <= k.round || o.waitingForward(s, k.round) {
 				return false
 			}
 		}
@@ -1628,7 +1771,7 @@ func (o *owner) answerable(k *contribution) bool {
 			if c.isPrimary(int(s)) && o.handsOver(int(s)) {
 				return false // its replicas get the final values first (copyFinal)
 			}
-			if k.op != wire.CorePush && c.isPrimary(int(s)) && !o.served.has(int(s)) && o.pushWaits(int(s)) {
+			if k.op != wire.CorePush && c.isPrimary(int(s)) && !o.async.served.has(int(s)) && o.pushWaits(int(s)) {
 				return false // a push sent again waits behind a gap (pushAsync)
 			}
 		}
@@ -1641,7 +1784,7 @@ func (o *owner) answerable(k *contribution) bool {
 			// an owner answer final values without its last round
 			// (sync/full-churn seed 118).
 			for _, s := range k.shards {
-				if o.through[s] < o.finalAt {
+				if o.sync.through[s] < o.sync.finalAt {
 					return false
 				}
 			}
@@ -1650,7 +1793,7 @@ func (o *owner) answerable(k *contribution) bool {
 	}
 	if c.cfg.Mode == Sync {
 		for _, s := range k.shards {
-			if o.through[s] < k.through {
+			if o.sync.through[s] < k.through {
 				return false
 			}
 		}
@@ -1676,10 +1819,10 @@ func (o *owner) throughAsync(s int) uint64 {
 	c := o.c
 	th := uint64(Final)
 	for _, m := range c.cs.cur().Members {
-		if _, done := o.doneAt[m.ID]; done {
+		if _, done := o.async.doneAt[m.ID]; done {
 			continue
 		}
-		if _, known := o.applied[s][m.ID]; !known && o.fresh.has(s) {
+		if _, known := o.async.applied[s][m.ID]; !known && o.fresh.has(s) {
 			// Restarted from nothing: a worker's rounds before its next
 			// contribution went with the holders that crashed; it is not
 			// behind here (and may wait for this answer to send more).
@@ -1718,7 +1861,7 @@ func (o *owner) reply(k *contribution) {
 		msg.Flags |= wire.FlagFinal
 		if c.cfg.Mode != Sync {
 			for _, s := range k.shards {
-				o.served.add(int(s))
+				o.async.served.add(int(s))
 			}
 		}
 	}
@@ -1770,7 +1913,7 @@ func (o *owner) reply(k *contribution) {
 func (o *owner) changedFor(k *contribution) []uint32 {
 	c := o.c
 	var out []uint32
-	ch := o.changed[k.round]
+	ch := o.sync.changed[k.round]
 	for _, key := range ch.keys {
 		if k.set.has(c.shardOf(key)) {
 			out = append(out, key)
@@ -1800,21 +1943,24 @@ type changedRound struct {
 // noteChanged records rows of shards g changed by round r, and forgets
 // rounds long past.
 func (o *owner) noteChanged(r uint64, g shardSet, keys []uint32) {
-	ch := o.changed[r]
+	ch := o.sync.changed[r]
 	if ch.shards == nil {
 		ch.shards = newShardSet(o.c.shards)
 	}
 	ch.shards.or(g)
 	ch.keys = append(ch.keys, keys...)
-	o.changed[r] = ch
-	for old := range o.changed {
+	o.sync.changed[r] = ch
+	for old := range o.sync.changed {
 		if old+4 < r {
-			delete(o.changed, old)
+			delete(o.sync.changed, old)
 		}
 	}
 }
 
-// forward takes a primary's forwarded rows (this peer is a replica).
+// forward takes a primary's forwarded rows (this peer is a replica): it
+// checks them (forwardValid), keeps the shards to apply them to
+// (forwardKept), applies them as the mode does (forwardSync,
+// forwardAsyncMode) and acknowledges them.
 func (o *owner) forward(from string, msg *wire.Core) {
 	c := o.c
 	cur := c.cs.cur()
@@ -1822,9 +1968,31 @@ func (o *owner) forward(from string, msg *wire.Core) {
 		o.deferMsg(from, msg)
 		return
 	}
+	if !o.forwardValid(from, msg) {
+		return
+	}
+	if msg = o.forwardKept(from, msg, cur); msg == nil {
+		return
+	}
+	ack := false
+	if c.cfg.Mode == Sync {
+		ack = o.forwardSync(from, msg)
+	} else {
+		ack = o.forwardAsyncMode(from, msg)
+	}
+	if ack {
+		c.send(from, &wire.Core{Op: wire.CoreAck, Req: msg.Req})
+	}
+}
+
+// forwardValid reports whether a forward comes from a member, from the
+// primary of each of its shards, with rows of those shards only; when it
+// does not, it is rejected (and acknowledged when nothing waits on it).
+func (o *owner) forwardValid(from string, msg *wire.Core) bool {
+	c := o.c
 	if _, ok := o.memberOf(from, msg.Member); !ok || msg.RowWidth != c.xw && msg.Rows.Len() > 0 {
 		c.stats.Rejected++
-		return
+		return false
 	}
 	for _, s := range msg.Shards {
 		if int(s) >= c.shards || !o.isPrimaryFor(from, int(s), msg.Round) {
@@ -1843,10 +2011,10 @@ func (o *owner) forward(from string, msg *wire.Core) {
 				// contribution forever (sync/chaos seed 11 in
 				// TestFixedSeeds). Unanswered, the workers send the round
 				// to its new route.
-				return
+				return false
 			}
 			c.send(from, &wire.Core{Op: wire.CoreAck, Req: msg.Req})
-			return
+			return false
 		}
 	}
 	set := newShardSet(c.shards)
@@ -1854,9 +2022,17 @@ func (o *owner) forward(from string, msg *wire.Core) {
 	for _, k := range msg.Rows.Idx {
 		if !set.has(c.shardOf(k)) {
 			c.stats.Rejected++
-			return
+			return false
 		}
 	}
+	return true
+}
+
+// forwardKept is the forward with the shards this replica applies it to
+// now; nil when it was acknowledged (none) or deferred (one is not usable
+// yet).
+func (o *owner) forwardKept(from string, msg *wire.Core, cur *tconf) *wire.Core {
+	c := o.c
 	var keep []uint32
 	for _, s := range msg.Shards {
 		a := o.awaiting[int(s)]
@@ -1881,13 +2057,13 @@ func (o *owner) forward(from string, msg *wire.Core) {
 			continue
 		case !o.usable(int(s), msg.Round):
 			o.deferMsg(from, msg)
-			return
+			return nil
 		}
 		keep = append(keep, s)
 	}
 	if len(keep) == 0 {
 		c.send(from, &wire.Core{Op: wire.CoreAck, Req: msg.Req})
-		return
+		return nil
 	}
 	if len(keep) < len(msg.Shards) {
 		// Apply it to those only: a shard handed over since must not
@@ -1897,119 +2073,130 @@ func (o *owner) forward(from string, msg *wire.Core) {
 		m.Rows = filterRows(&msg.Rows, keep, c.xw, c.mask)
 		msg = &m
 	}
-	if c.cfg.Mode == Sync {
-		// Per shard: apply those at this round, skip those past it (a
-		// copy sent again, or a state received since), ask for those
-		// behind it (a round this replica missed).
-		ready := newShardSet(c.shards)
-		var behind []uint32
-		for _, sh := range msg.Shards {
-			switch {
-			case o.through[sh] == msg.Round:
-				ready.add(int(sh))
-			case o.through[sh] < msg.Round:
-				behind = append(behind, sh)
-			}
-		}
-		if !ready.empty() {
-			rows := &msg.Rows
-			if ready.count() < len(msg.Shards) {
-				o.scratch = filterSet(&msg.Rows, ready, c.xw, c.mask, o.scratch)
-				rows = &o.scratch
-			}
-			applied := ready.list(nil)
-			o.beforeApply(msg.Round, applied)
-			if msg.Examples > 0 && rows.Len() > 0 {
-				c.applyRows(rows, msg.Examples, int64(msg.Round))
-			}
-			for _, sh := range applied {
-				o.setThrough(int(sh), msg.Round+1)
-			}
-			if c.cfg.Gather == Full {
-				o.noteChanged(msg.Round, ready, rows.Idx)
-			}
-			c.stats.Replicated++
-			ids := make([]uint64, len(msg.Clocks))
-			for i, mc := range msg.Clocks {
-				ids[i] = mc.Member
-			}
-			c.trace(TraceEvent{Kind: TraceApply, Shards: applied, Round: msg.Round, Members: ids, Replica: true, Peer: from})
-		}
-		if msg.Flags&wire.FlagFinal != 0 && len(behind) == 0 {
-			o.final = true
-			o.finalAt = max(o.finalAt, msg.Round+1)
-		}
-		if len(behind) > 0 {
-			for _, sh := range behind {
-				if a := o.awaiting[int(sh)]; a == nil || a.round < msg.Round+1 {
-					o.awaiting[int(sh)] = &await{round: msg.Round + 1, since: c.tick}
-				}
-				c.send(from, &wire.Core{Op: wire.CoreState, Flags: wire.FlagAsk, Shards: []uint32{sh}, Round: msg.Round + 1})
-			}
-			o.deferMsg(from, msg)
-			return
-		}
-	} else {
-		if len(msg.Clocks) != 1 {
-			c.stats.Rejected++
-			return
-		}
-		wk := msg.Clocks[0]
-		apply, gap, _ := o.asyncOrder(wk.Member, wk.Clock, msg.Shards)
-		if gap {
-			o.askRefresh(from, wk.Member, wk.Clock, msg.Shards)
-			o.deferMsg(from, msg)
-			return
-		}
-		if len(apply) > 0 {
-			rows := &msg.Rows
-			if len(apply) < len(msg.Shards) {
-				set := newShardSet(c.shards)
-				set.fromList(apply)
-				o.scratch = filterSet(&msg.Rows, set, c.xw, c.mask, o.scratch)
-				rows = &o.scratch
-			}
-			if msg.Examples > 0 && rows.Len() > 0 {
-				c.applyRows(rows, msg.Examples, o.step)
-				o.step++
-			}
-			for _, s := range apply {
-				o.applied[s][wk.Member] = wk.Clock + 1
-				delete(o.gapSince, gapKey{wk.Member, s})
-			}
-			if msg.Examples > 0 {
-				c.trace(TraceEvent{Kind: TraceApply, Shards: apply, Round: wk.Clock, Members: []uint64{wk.Member}, Replica: true, Peer: from})
-			}
-			if msg.Flags&wire.FlagDone != 0 {
-				if d, ok := o.doneAt[wk.Member]; !ok || wk.Clock < d {
-					o.doneAt[wk.Member] = wk.Clock
-				}
-			}
-			c.stats.Replicated++
-			// A forward of the primary before (it crashed or handed the
-			// shard over since) that reaches this peer as the primary now:
-			// its replicas need it too, and only this peer sends them.
-			var prim []uint32
-			for _, s := range apply {
-				if c.isPrimary(int(s)) {
-					prim = append(prim, s)
-				}
-			}
-			if len(prim) > 0 {
-				k := &contribution{member: wk.Member, round: wk.Clock, examples: msg.Examples, flags: msg.Flags & wire.FlagDone,
-					shards: prim, rows: filterRows(rows, prim, c.xw, c.mask)}
-				o.forwardAsync(k)
-			}
+	return msg
+}
+
+// forwardSync applies a sync forward per shard: those at its round, not
+// those past it (a copy sent again, or a state received since); for those
+// behind it (a round this replica missed) it asks for the shard and defers
+// the forward. It reports whether to acknowledge it.
+func (o *owner) forwardSync(from string, msg *wire.Core) bool {
+	c := o.c
+	ready := newShardSet(c.shards)
+	var behind []uint32
+	for _, sh := range msg.Shards {
+		switch {
+		case o.sync.through[sh] == msg.Round:
+			ready.add(int(sh))
+		case o.sync.through[sh] < msg.Round:
+			behind = append(behind, sh)
 		}
 	}
-	c.send(from, &wire.Core{Op: wire.CoreAck, Req: msg.Req})
+	if !ready.empty() {
+		rows := &msg.Rows
+		if ready.count() < len(msg.Shards) {
+			o.bufs.scratch = filterSet(&msg.Rows, ready, c.xw, c.mask, o.bufs.scratch)
+			rows = &o.bufs.scratch
+		}
+		applied := ready.list(nil)
+		o.beforeApply(msg.Round, applied)
+		if msg.Examples > 0 && rows.Len() > 0 {
+			c.applyRows(rows, msg.Examples, int64(msg.Round))
+		}
+		for _, sh := range applied {
+			o.setThrough(int(sh), msg.Round+1)
+		}
+		if c.cfg.Gather == Full {
+			o.noteChanged(msg.Round, ready, rows.Idx)
+		}
+		c.stats.Replicated++
+		ids := make([]uint64, len(msg.Clocks))
+		for i, mc := range msg.Clocks {
+			ids[i] = mc.Member
+		}
+		c.trace(TraceEvent{Kind: TraceApply, Shards: applied, Round: msg.Round, Members: ids, Replica: true, Peer: from})
+	}
+	if msg.Flags&wire.FlagFinal != 0 && len(behind) == 0 {
+		o.final = true
+		o.sync.finalAt = max(o.sync.finalAt, msg.Round+1)
+	}
+	if len(behind) > 0 {
+		for _, sh := range behind {
+			if a := o.awaiting[int(sh)]; a == nil || a.round < msg.Round+1 {
+				o.awaiting[int(sh)] = &await{round: msg.Round + 1, since: c.tick}
+			}
+			c.send(from, &wire.Core{Op: wire.CoreState, Flags: wire.FlagAsk, Shards: []uint32{sh}, Round: msg.Round + 1})
+		}
+		o.deferMsg(from, msg)
+		return false
+	}
+	return true
+}
+
+// forwardAsyncMode applies an ssp or async forward in its worker's order
+// (asyncOrder), and forwards it on for the shards this peer is primary of
+// now. It reports whether to acknowledge it.
+func (o *owner) forwardAsyncMode(from string, msg *wire.Core) bool {
+	c := o.c
+	if len(msg.Clocks) != 1 {
+		c.stats.Rejected++
+		return false
+	}
+	wk := msg.Clocks[0]
+	apply, gap, _ := o.asyncOrder(wk.Member, wk.Clock, msg.Shards)
+	if gap {
+		o.askRefresh(from, wk.Member, wk.Clock, msg.Shards)
+		o.deferMsg(from, msg)
+		return false
+	}
+	if len(apply) > 0 {
+		rows := &msg.Rows
+		if len(apply) < len(msg.Shards) {
+			set := newShardSet(c.shards)
+			set.fromList(apply)
+			o.bufs.scratch = filterSet(&msg.Rows, set, c.xw, c.mask, o.bufs.scratch)
+			rows = &o.bufs.scratch
+		}
+		if msg.Examples > 0 && rows.Len() > 0 {
+			c.applyRows(rows, msg.Examples, o.step)
+			o.step++
+		}
+		for _, s := range apply {
+			o.async.applied[s][wk.Member] = wk.Clock + 1
+			delete(o.async.gapSince, gapKey{wk.Member, s})
+		}
+		if msg.Examples > 0 {
+			c.trace(TraceEvent{Kind: TraceApply, Shards: apply, Round: wk.Clock, Members: []uint64{wk.Member}, Replica: true, Peer: from})
+		}
+		if msg.Flags&wire.FlagDone != 0 {
+			if d, ok := o.async.doneAt[wk.Member]; !ok || wk.Clock < d {
+				o.async.doneAt[wk.Member] = wk.Clock
+			}
+		}
+		c.stats.Replicated++
+		// A forward of the primary before (it crashed or handed the
+		// shard over since) that reaches this peer as the primary now:
+		// its replicas need it too, and only this peer sends them.
+		var prim []uint32
+		for _, s := range apply {
+			if c.isPrimary(int(s)) {
+				prim = append(prim, s)
+			}
+		}
+		if len(prim) > 0 {
+			k := &contribution{member: wk.Member, round: wk.Clock, examples: msg.Examples, flags: msg.Flags & wire.FlagDone,
+				shards: prim, rows: filterRows(rows, prim, c.xw, c.mask)}
+			o.forwardAsync(k)
+		}
+	}
+	return true
 }
 
 // pastAll reports whether this peer holds every shard of shards with
 // round r applied (sync).
 func (o *owner) pastAll(shards []uint32, r uint64) bool {
 	for _, s := range shards {
-		if int(s) >= o.c.shards || !o.held.has(int(s)) || o.through[s] <= r {
+		if int(s) >= o.c.shards || !o.held.has(int(s)) || o.sync.through[s] <= r {
 			return false
 		}
 	}
@@ -2028,7 +2215,7 @@ func (o *owner) askRefresh(p string, member, r uint64, shards []uint32) {
 	cur := c.cs.cur()
 	for _, sh := range shards {
 		s := int(sh)
-		since, ok := o.gapSince[gapKey{member, sh}]
+		since, ok := o.async.gapSince[gapKey{member, sh}]
 		if !ok || c.tick-since < uint64(c.cfg.RetryTicks) || o.appliedOf(s, member) >= r ||
 			o.awaiting[s] != nil || !o.held.has(s) || !cur.holds(c.cfg.Self, s) {
 			continue
@@ -2174,13 +2361,13 @@ func (o *owner) checkFinalAsync() bool {
 		// done push either. Ready once its own worker is done; the
 		// primaries say when every push is applied (async/master never
 		// ended before).
-		if !c.w.ended || c.w.clock < c.w.lastData {
+		if !c.workerDone() {
 			return false
 		}
 		return o.sayReady(cur)
 	}
 	for _, m := range cur.Members {
-		d, ok := o.doneAt[m.ID]
+		d, ok := o.async.doneAt[m.ID]
 		if !ok {
 			return false
 		}
@@ -2200,7 +2387,7 @@ func (o *owner) checkFinalAsync() bool {
 			if !c.isAlive(m.ID) || cur.isMember(m.Peer, m.ID) {
 				continue
 			}
-			d, ok := o.doneAt[m.ID]
+			d, ok := o.async.doneAt[m.ID]
 			if !ok {
 				return false
 			}
@@ -2208,7 +2395,7 @@ func (o *owner) checkFinalAsync() bool {
 				if !c.isPrimary(s) || !o.held.has(s) {
 					continue
 				}
-				if a, known := o.applied[s][m.ID]; known && a < d+1 || !known && o.deferredPush(m.ID, s) {
+				if a, known := o.async.applied[s][m.ID]; known && a < d+1 || !known && o.deferredPush(m.ID, s) {
 					// (Unknown, and a later push of it waits here behind
 					// the gap: its first push to this shard was lost and
 					// is sent again. ssp/chaos seed 1427 went final
@@ -2229,7 +2416,7 @@ func (o *owner) checkFinalAsync() bool {
 // pushWaits reports whether a push of shard s waits here behind a gap
 // (deferred).
 func (o *owner) pushWaits(s int) bool {
-	for _, d := range o.deferred {
+	for _, d := range o.queue.deferred {
 		if d.msg.Op == wire.CorePush && slices.Contains(d.msg.Shards, uint32(s)) {
 			return true
 		}
@@ -2240,7 +2427,7 @@ func (o *owner) pushWaits(s int) bool {
 // deferredPush reports whether a push of member to shard s waits here
 // behind a gap (deferred).
 func (o *owner) deferredPush(member uint64, s int) bool {
-	for _, d := range o.deferred {
+	for _, d := range o.queue.deferred {
 		if d.msg.Op == wire.CorePush && d.msg.Member == member && slices.Contains(d.msg.Shards, uint32(s)) {
 			return true
 		}
@@ -2255,8 +2442,8 @@ func (o *owner) deferredPush(member uint64, s int) bool {
 func (o *owner) sayReady(cur *tconf) bool {
 	c := o.c
 	if !cur.Final && !c.ag.alone(cur) {
-		if o.readyFor != cur.ID || c.tick-o.readyAt >= uint64(c.cfg.RetryTicks)/4 {
-			o.readyFor, o.readyAt = cur.ID, c.tick
+		if o.async.readyFor != cur.ID || c.tick-o.async.readyAt >= uint64(c.cfg.RetryTicks)/4 {
+			o.async.readyFor, o.async.readyAt = cur.ID, c.tick
 			if c.ag.isLeader() {
 				c.ag.onReady(c.cfg.ID, cur.ID)
 			} else if l := c.ag.leaderPeer(); l != "" {

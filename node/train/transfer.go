@@ -70,13 +70,13 @@ func (c *Core) applyConfig(t *tconf) {
 			}
 		}
 		// Left at its request: work up to the start, then hand over.
-		c.w.leaving = true
+		c.w.leave.leaving = true
 		if c.cfg.Mode == Sync {
-			c.w.stopAt = t.Start
+			c.w.leave.stopAt = t.Start
 		} else {
-			c.w.stopAt = max(c.w.clock, 1)
+			c.w.leave.stopAt = max(c.w.clock, 1)
 			if c.w.stash != nil || c.w.computing {
-				c.w.stopAt = c.w.clock + 1
+				c.w.leave.stopAt = c.w.clock + 1
 			}
 		}
 	}
@@ -97,8 +97,8 @@ func (c *Core) applyConfig(t *tconf) {
 	if c.w.started {
 		c.w.rerouteAll()
 	}
-	if c.ag.prop != nil && t.ID >= c.ag.prop.ID {
-		c.ag.prop = nil
+	if c.ag.leader.prop != nil && t.ID >= c.ag.leader.prop.ID {
+		c.ag.leader.prop = nil
 	}
 	ev := Event{Kind: EvConfig, Config: t.ID, Start: t.Start, Members: t.peers(), Final: t.Final}
 	if prev != nil {
@@ -211,7 +211,7 @@ func (o *owner) takeovers(oldRoute map[uint64][][]string, t *tconf) {
 				o.awaiting[s] = a
 				break
 			}
-			if c.routeMe(s, r) && o.held.has(s) && o.through[s] == r {
+			if c.routeMe(s, r) && o.held.has(s) && o.sync.through[s] == r {
 				// Current as of round r, which is this peer's now: the
 				// holders of later rounds may have it further on (the
 				// crashed route applied it and handed it on). Ask them
@@ -234,7 +234,7 @@ func (o *owner) takeovers(oldRoute map[uint64][][]string, t *tconf) {
 				}
 				break
 			}
-			if c.routeMe(s, r) && o.held.has(s) && o.through[s] > r {
+			if c.routeMe(s, r) && o.held.has(s) && o.sync.through[s] > r {
 				// Round r moved here, and the copy here is past it (the
 				// crashed route applied it and handed the shard on before
 				// its answers went: they waited for a replica that missed
@@ -245,13 +245,13 @@ func (o *owner) takeovers(oldRoute map[uint64][][]string, t *tconf) {
 				// sync/full-churn 1046: the
 				// replica routed the next round and waited for round r
 				// forever).
-				after := c.cs.at(o.through[s])
+				after := c.cs.at(o.sync.through[s])
 				for _, h := range survivors {
 					m, ok := after.member(h)
-					if !ok || h == self || c.cs.crashed[m.ID] || !after.holds(h, s) && c.cs.route(s, o.through[s]) != h {
+					if !ok || h == self || c.cs.crashed[m.ID] || !after.holds(h, s) && c.cs.route(s, o.sync.through[s]) != h {
 						continue
 					}
-					o.addOwe(owe{to: h, member: m.ID, shard: s, round: o.through[s]})
+					o.addOwe(owe{to: h, member: m.ID, shard: s, round: o.sync.through[s]})
 				}
 			}
 			if len(survivors) > 0 && c.isMeIn(survivors[0], c.cs.at(r)) && !c.routeMe(s, r) && o.held.has(s) {
@@ -311,19 +311,19 @@ func (o *owner) currentFor(s int, r uint64, strict bool) bool {
 	if !o.held.has(s) {
 		return false
 	}
-	if o.through[s] > r {
+	if o.sync.through[s] > r {
 		return true
 	}
-	if at := c.cs.at(o.through[s]); at.holds(c.cfg.Self, s) && c.isMeIn(c.cfg.Self, at) {
+	if at := c.cs.at(o.sync.through[s]); at.holds(c.cfg.Self, s) && c.isMeIn(c.cfg.Self, at) {
 		// A holder of the round it is at: it gets that round applied.
-		if !strict || o.holdsEvery(s, o.through[s], r) {
+		if !strict || o.holdsEvery(s, o.sync.through[s], r) {
 			return true
 		}
 		if a := o.awaiting[s]; a != nil && !a.takeover && a.round <= r {
 			return true // a handoff brings it up to a round on its way here
 		}
 	}
-	if o.through[s] == r && o.handedAs[s] == r {
+	if o.sync.through[s] == r && o.sync.handedAs[s] == r {
 		// Handed over as of round r by the peer that applied round r-1:
 		// the copy that peer would send again (sync/chaos seed 1225 asked
 		// it again, and it never answered the handoff it had paid).
@@ -331,7 +331,7 @@ func (o *owner) currentFor(s int, r uint64, strict bool) bool {
 	}
 	// Or it got the copy once this peer was the round's route.
 	_, t := c.cs.routeConf(s, r)
-	return o.gotIn[s] >= t.ID
+	return o.sync.gotIn[s] >= t.ID
 }
 
 // holdsEvery reports whether this process holds shard s in the
@@ -390,7 +390,7 @@ func (o *owner) configChanged(prev, t *tconf) {
 				c.m.Own(s)
 			}
 			o.setThrough(int(s), t.Start)
-			o.gotIn[s] = t.ID
+			o.sync.gotIn[s] = t.ID
 		}
 		return
 	}
@@ -403,7 +403,7 @@ func (o *owner) configChanged(prev, t *tconf) {
 				if c.holdsAt(s, t.Start-1) {
 					continue // it applies round Start-1 itself
 				}
-				if o.held.has(s) && o.through[s] >= t.Start {
+				if o.held.has(s) && o.sync.through[s] >= t.Start {
 					continue
 				}
 				o.await(s, t.Start, prev)
@@ -514,7 +514,7 @@ func (o *owner) owesOf(t *tconf) {
 	// crashed before its handoff arrived (sync/full-churn seeds 577 and
 	// 1828). The owe keeps the copy, and the leaver running, until a new
 	// holder acknowledges it, or crashes.
-	leaver := c.w.leaving && !t.isMember(c.cfg.Self, c.cfg.ID)
+	leaver := c.leaving() && !t.isMember(c.cfg.Self, c.cfg.ID)
 	for s := range c.shards {
 		if !c.routeMe(s, t.Start-1) && !(leaver && o.held.has(s) && c.holdsAt(s, t.Start-1)) {
 			continue
@@ -539,7 +539,7 @@ func (o *owner) askState() {
 	}
 	for _, s := range sortedInts(o.awaiting) {
 		a := o.awaiting[s]
-		if !a.takeover && o.final && o.finalAt > 0 && a.round >= o.finalAt && o.held.has(s) && o.through[s] >= o.finalAt {
+		if !a.takeover && o.final && o.sync.finalAt > 0 && a.round >= o.sync.finalAt && o.held.has(s) && o.sync.through[s] >= o.sync.finalAt {
 			// The copy held here has the run's last round applied, and no
 			// round runs after it: a handoff as of a later round would
 			// bring this copy (docs/protocol.md, "The end of a run", E12;
@@ -708,7 +708,7 @@ func (o *owner) onAsk(from string, msg *wire.Core) {
 // copy it owed).
 func (o *owner) catchUp(s int, r uint64, asker string) {
 	c := o.c
-	if !o.held.has(s) || o.through[s]+1 != r || !c.w.started || c.w.clock <= r || o.settle[s] != nil {
+	if !o.held.has(s) || o.sync.through[s]+1 != r || !c.workerStarted() || c.Round() <= r || o.sync.settle[s] != nil {
 		return
 	}
 	if a := o.awaiting[s]; a != nil && (a.takeover || a.round <= r) {
@@ -747,7 +747,7 @@ func (o *owner) catchUp(s int, r uint64, asker string) {
 // the peer asks means the copy was lost.
 func (o *owner) oweOrResend(w owe) {
 	if o.paid[w] {
-		if as, ok := o.paidAs[w]; ok && o.c.cfg.Mode == Sync && o.held.has(w.shard) && o.through[w.shard] > as && !o.xferTo(w.to, w.shard) {
+		if as, ok := o.sync.paidAs[w]; ok && o.c.cfg.Mode == Sync && o.held.has(w.shard) && o.sync.through[w.shard] > as && !o.xferTo(w.to, w.shard) {
 			// Paid with a copy older than this one, which the asker
 			// took (acknowledged) and still asks past: a takeover's owe
 			// of round r paid, as the shard was then, before this peer
@@ -772,8 +772,8 @@ func (o *owner) oweOrResend(w owe) {
 // peer the copy came from, which has it (sync/fast-chaos seed 428).
 func (o *owner) repayOlder(s int, from string) {
 	var due []owe
-	for w, as := range o.paidAs {
-		if w.shard == s && w.takeover && w.to != from && o.through[s] > as && !o.xferTo(w.to, s) {
+	for w, as := range o.sync.paidAs {
+		if w.shard == s && w.takeover && w.to != from && o.sync.through[s] > as && !o.xferTo(w.to, s) {
 			due = append(due, w)
 		}
 	}
@@ -789,7 +789,7 @@ func (o *owner) repayOlder(s int, from string) {
 // than the one this peer holds now.
 func (o *owner) repay(w owe) {
 	delete(o.paid, w)
-	delete(o.paidAs, w)
+	delete(o.sync.paidAs, w)
 	o.addOwe(w)
 }
 
@@ -904,7 +904,7 @@ func (o *owner) onNoCopy(from string, msg *wire.Core) {
 		c.stats.Rejected++
 		return
 	}
-	if o.held.has(s) && o.through[s] == a.takenAt && !slices.ContainsFunc(a.from, func(m Member) bool { return !c.cs.crashed[m.ID] }) {
+	if o.held.has(s) && o.sync.through[s] == a.takenAt && !slices.ContainsFunc(a.from, func(m Member) bool { return !c.cs.crashed[m.ID] }) {
 		// This peer's copy is as of the takeover's round, the peer that
 		// applied the round before has none to hand over (it handed it
 		// to holders that crashed since), and no survivor is asked: the
@@ -952,7 +952,7 @@ func (o *owner) keepWithout(s int, a *await, p string, member uint64) {
 	a.from = slices.Delete(a.from, i, i+1)
 	if len(a.from) == 0 {
 		if a.all {
-			o.lostOK[s] = a.takenAt + 1 // nobody has it further on
+			o.sync.lostOK[s] = a.takenAt + 1 // nobody has it further on
 		}
 		delete(o.awaiting, s)
 	}
@@ -971,12 +971,12 @@ func (o *owner) payOwes() bool {
 			progress = true
 			continue
 		}
-		if !o.usable(w.shard, min(w.round, o.through[w.shard])) {
+		if !o.usable(w.shard, min(w.round, o.sync.through[w.shard])) {
 			keep = append(keep, w)
 			continue
 		}
-		if c.cfg.Mode == Sync && !w.takeover && o.through[w.shard] < w.round &&
-			(!o.final || o.through[w.shard] < o.finalAt && c.routeMe(w.shard, o.through[w.shard])) {
+		if c.cfg.Mode == Sync && !w.takeover && o.sync.through[w.shard] < w.round &&
+			(!o.final || o.sync.through[w.shard] < o.sync.finalAt && c.routeMe(w.shard, o.sync.through[w.shard])) {
 			// Rounds before the handoff's are still this peer's to apply:
 			// hand the shard over after them. Also when this owner is
 			// final but the shard lacks a round before the last that is
@@ -987,7 +987,7 @@ func (o *owner) payOwes() bool {
 			keep = append(keep, w)
 			continue
 		}
-		if c.cfg.Mode == Sync && w.takeover && o.through[w.shard] < w.round && c.routeMe(w.shard, o.through[w.shard]) && !o.final {
+		if c.cfg.Mode == Sync && w.takeover && o.sync.through[w.shard] < w.round && c.routeMe(w.shard, o.sync.through[w.shard]) && !o.final {
 			// The taker applies round w.round on; the rounds before it
 			// are still this peer's to apply: hand it over after them.
 			keep = append(keep, w)
@@ -998,7 +998,7 @@ func (o *owner) payOwes() bool {
 		// forwards of the rounds after.)
 		o.sendState(w)
 		o.paid[w] = true
-		o.paidAs[w] = o.through[w.shard]
+		o.sync.paidAs[w] = o.sync.through[w.shard]
 		progress = true
 	}
 	clear(o.owes[len(keep):])
@@ -1016,7 +1016,7 @@ func (o *owner) isMemberAnywhere(p string) bool {
 // sendState hands shard w.shard to w.to.
 func (o *owner) sendState(w owe) {
 	c := o.c
-	msg := &wire.Core{Op: wire.CoreState, Shards: []uint32{uint32(w.shard)}, Round: o.through[w.shard]}
+	msg := &wire.Core{Op: wire.CoreState, Shards: []uint32{uint32(w.shard)}, Round: o.sync.through[w.shard]}
 	if o.final {
 		msg.Flags |= wire.FlagFinal // no round runs again: as it is
 	}
@@ -1034,11 +1034,11 @@ func (o *owner) sendState(w owe) {
 				delete(o.xfer, id)
 			}
 		}
-		for _, id := range sortedKeys(o.applied[w.shard]) {
-			msg.Clocks = append(msg.Clocks, wire.MemberClock{Member: id, Clock: o.applied[w.shard][id]})
+		for _, id := range sortedKeys(o.async.applied[w.shard]) {
+			msg.Clocks = append(msg.Clocks, wire.MemberClock{Member: id, Clock: o.async.applied[w.shard][id]})
 		}
-		for _, id := range sortedKeys(o.doneAt) {
-			msg.Clocks = append(msg.Clocks, wire.MemberClock{Member: id | doneBit, Clock: o.doneAt[id]})
+		for _, id := range sortedKeys(o.async.doneAt) {
+			msg.Clocks = append(msg.Clocks, wire.MemberClock{Member: id | doneBit, Clock: o.async.doneAt[id]})
 		}
 		slices.SortFunc(msg.Clocks, func(a, b wire.MemberClock) int {
 			switch {
@@ -1063,7 +1063,9 @@ func (o *owner) sendState(w owe) {
 // Member IDs never have it set (MemberID clears it).
 const doneBit = 1 << 63
 
-// state takes a shard handed over.
+// state takes a shard handed over: after the checks of the message, it
+// finds the wait the copy answers (stateWait), checks that the copy is
+// wanted (stateWanted), imports it and installs it (installState).
 func (o *owner) state(from string, msg *wire.Core) {
 	c := o.c
 	if msg.Flags&wire.FlagRefused != 0 {
@@ -1088,18 +1090,35 @@ func (o *owner) state(from string, msg *wire.Core) {
 		c.stats.Rejected++ // only a holder of the shard can hand it over
 		return
 	}
-	a := o.awaiting[s]
+	a, done := o.stateWait(from, msg, s, cur)
+	if done || !o.stateWanted(from, msg, s, a, cur) {
+		return
+	}
+	if !o.importState(s, msg) {
+		return
+	}
+	o.installState(from, msg, s, a, cur)
+}
+
+// stateWait is the wait (await) a copy of shard s answers: the one this
+// peer has, or one this copy makes up for (a takeover's copy further on, a
+// handoff this holder stopped waiting for, the primary's final values).
+// done: the copy was handled already (installed while waiting for a later
+// handoff, rule H19).
+func (o *owner) stateWait(from string, msg *wire.Core, s int, cur *tconf) (a *await, done bool) {
+	c := o.c
+	a = o.awaiting[s]
 	if c.cfg.Mode == Sync {
 		o.settled(s, from) // (whether installed or not, its copy came)
 	}
-	if a == nil && c.cfg.Mode == Sync && (o.ff[s] || o.fresh.has(s)) && o.held.has(s) && (msg.Round > o.through[s] || msg.Round == o.through[s] && o.fresh.has(s)) {
+	if a == nil && c.cfg.Mode == Sync && (o.sync.ff[s] || o.fresh.has(s)) && o.held.has(s) && (msg.Round > o.sync.through[s] || msg.Round == o.sync.through[s] && o.fresh.has(s)) {
 		// A takeover installed a copy, or restarted the shard from nothing;
 		// this one is further on (a survivor had rounds the crashed
 		// primary applied and answered), or as far as the copy that went
 		// on without the rounds it lacked.
 		a = &await{takeover: true}
 	}
-	if a == nil && c.cfg.Mode == Sync && o.held.has(s) && msg.Round > o.through[s] && !c.routeMe(s, o.through[s]) &&
+	if a == nil && c.cfg.Mode == Sync && o.held.has(s) && msg.Round > o.sync.through[s] && !c.routeMe(s, o.sync.through[s]) &&
 		c.cs.route(s, msg.Round-1) == from && c.holdsAt(s, msg.Round) {
 		// A handoff this holder stopped waiting for: its wait was a
 		// takeover of an earlier round (a crash rerouted that round here),
@@ -1110,7 +1129,7 @@ func (o *owner) state(from string, msg *wire.Core) {
 		a = &await{round: msg.Round}
 	}
 	if a != nil && c.cfg.Mode == Sync && !a.takeover && msg.Round < a.round && msg.Flags&wire.FlagFinal == 0 &&
-		o.held.has(s) && msg.Round > o.through[s] && c.cs.route(s, msg.Round-1) == from {
+		o.held.has(s) && msg.Round > o.sync.through[s] && c.cs.route(s, msg.Round-1) == from {
 		// A copy further on than the one held here, from the peer that
 		// applies the round before it, while this peer waits for a
 		// handoff of a later round: the answer to a replica's ask for a
@@ -1121,22 +1140,30 @@ func (o *owner) state(from string, msg *wire.Core) {
 		// TestFixedSeeds sync/chaos 1226 took it for a copy sent again, and
 		// the run stalled).
 		if !o.importState(s, msg) {
-			return
+			return nil, true
 		}
 		o.setThrough(int(s), msg.Round)
-		o.gotIn[s] = cur.ID
-		o.handedAs[s] = msg.Round
+		o.sync.gotIn[s] = cur.ID
+		o.sync.handedAs[s] = msg.Round
 		o.fresh.del(s)
 		c.stats.Received++
 		c.trace(TraceEvent{Kind: TraceInstall, Shards: msg.Shards, Peer: from, Req: msg.Req, Round: msg.Round})
 		c.send(from, &wire.Core{Op: wire.CoreAck, Req: msg.Req})
-		return
+		return nil, true
 	}
 	if a == nil && c.cfg.Mode != Sync && msg.Flags&wire.FlagFinal != 0 && o.held.has(s) && cur.primary(s) == from && from != c.cfg.Self {
 		// The primary's final values, to its replica (copyFinal): they
 		// replace this copy, which may differ in the last bits.
 		a = &await{conf: msg.Round}
 	}
+	return a, false
+}
+
+// stateWanted reports whether a copy answers wait a (nil: none) and is
+// further on than the one held here; when not, it is acknowledged or
+// counted stale as the case needs.
+func (o *owner) stateWanted(from string, msg *wire.Core, s int, a *await, cur *tconf) bool {
+	c := o.c
 	if a == nil || (c.cfg.Mode == Sync && !a.takeover && msg.Round < a.round && msg.Flags&wire.FlagFinal == 0) {
 		if o.held.has(s) {
 			c.send(from, &wire.Core{Op: wire.CoreAck, Req: msg.Req}) // a copy sent again
@@ -1149,41 +1176,47 @@ func (o *owner) state(from string, msg *wire.Core) {
 				c.send(from, &wire.Core{Op: wire.CoreAck, Req: msg.Req})
 			}
 		}
-		return
+		return false
 	}
-	if a.keep && msg.Round <= o.through[s] {
+	if a.keep && msg.Round <= o.sync.through[s] {
 		// Not further on than the copy held here: the same as "no copy".
 		c.send(from, &wire.Core{Op: wire.CoreAck, Req: msg.Req})
 		o.keepWithout(s, a, from, msg.Member)
-		return
+		return false
 	}
 	if a.refused && !a.takeover && a.round > 0 && from != c.cs.route(s, a.round-1) {
 		// The crashed route's late copy: the round before the handoff
 		// is another peer's now, whose copy this is not.
 		c.stats.Stale++
-		return
+		return false
 	}
 	if c.cfg.Mode != Sync && msg.Round < a.conf && msg.Flags&wire.FlagFinal == 0 {
 		// A copy handed over for an earlier configuration, sent again: a
 		// holder between then and now may have applied more.
 		c.stats.Stale++
 		c.send(from, &wire.Core{Op: wire.CoreAck, Req: msg.Req})
-		return
+		return false
 	}
-	if !o.importState(s, msg) {
-		return
-	}
+	return true
+}
+
+// installState makes an imported copy of shard s held here: its rounds
+// (sync) or its workers' clocks (ssp/async), the waits that follow (the
+// next handoff, a takeover's settling), final values; then acknowledges
+// it.
+func (o *owner) installState(from string, msg *wire.Core, s int, a *await, cur *tconf) {
+	c := o.c
 	if c.cfg.Mode == Sync {
 		o.setThrough(int(s), msg.Round)
-		o.gotIn[s] = cur.ID
-		o.handedAs[s] = 0
+		o.sync.gotIn[s] = cur.ID
+		o.sync.handedAs[s] = 0
 		if !a.takeover {
-			o.handedAs[s] = msg.Round
+			o.sync.handedAs[s] = msg.Round
 		}
 		o.fresh.del(s) // (a real copy replaces one restarted from nothing)
 		o.repayOlder(s, from)
 	} else {
-		clear(o.applied[s])
+		clear(o.async.applied[s])
 		o.fresh.del(s)
 		if msg.Flags&wire.FlagFresh != 0 {
 			// Restarted from nothing at a holder before: a worker with no
@@ -1197,12 +1230,12 @@ func (o *owner) state(from string, msg *wire.Core) {
 		for _, mc := range msg.Clocks {
 			if mc.Member&doneBit != 0 {
 				id := mc.Member &^ doneBit
-				if d, ok := o.doneAt[id]; !ok || mc.Clock < d {
-					o.doneAt[id] = mc.Clock
+				if d, ok := o.async.doneAt[id]; !ok || mc.Clock < d {
+					o.async.doneAt[id] = mc.Clock
 				}
 				continue
 			}
-			o.applied[s][mc.Member] = mc.Clock
+			o.async.applied[s][mc.Member] = mc.Clock
 		}
 	}
 	o.held.add(s)
@@ -1211,7 +1244,7 @@ func (o *owner) state(from string, msg *wire.Core) {
 		o.awaitNext(s)
 	}
 	if a.takeover && c.cfg.Mode == Sync {
-		o.ff[s] = true
+		o.sync.ff[s] = true
 		if !a.keep {
 			// The other holders asked may have it further on: hold the
 			// rounds until they answer (settleWait).
@@ -1222,7 +1255,7 @@ func (o *owner) state(from string, msg *wire.Core) {
 				}
 			}
 			if len(pending) > 0 {
-				o.settle[s] = &settleWait{pending: pending, until: c.tick + uint64(2*c.cfg.RetryTicks)}
+				o.sync.settle[s] = &settleWait{pending: pending, until: c.tick + uint64(2*c.cfg.RetryTicks)}
 			}
 		}
 	}
@@ -1232,7 +1265,7 @@ func (o *owner) state(from string, msg *wire.Core) {
 			o.copyFinal(cur)
 		}
 		if c.cfg.Mode == Sync {
-			o.finalAt = max(o.finalAt, msg.Round)
+			o.sync.finalAt = max(o.sync.finalAt, msg.Round)
 		}
 	}
 	c.stats.Received++
@@ -1254,7 +1287,7 @@ func (o *owner) state(from string, msg *wire.Core) {
 // later round from it).
 func (o *owner) awaitNext(s int) {
 	c := o.c
-	r := o.through[s]
+	r := o.sync.through[s]
 	if c.holdsAt(s, r) || o.awaiting[s] != nil {
 		return
 	}
@@ -1307,7 +1340,7 @@ func (o *owner) needed(s int) bool {
 		return true
 	}
 	if c.cfg.Mode == Sync {
-		return c.holdsAt(s, o.through[s])
+		return c.holdsAt(s, o.sync.through[s])
 	}
 	return false
 }
@@ -1338,7 +1371,7 @@ func (o *owner) maybeFree(s int) {
 		// that had crashed meanwhile (sync/fast-chaos seed 32).
 		return
 	}
-	if c.cfg.Mode == Sync && !c.w.leaving && c.w.clock < o.through[s]+2 {
+	if c.cfg.Mode == Sync && !c.leaving() && c.Round() < o.sync.through[s]+2 {
 		// Keep it until this worker has seen every owner apply the round
 		// after (so the new holders have it): should the peer handing it
 		// over crash before its copy arrives, a survivor still has it.
@@ -1348,8 +1381,8 @@ func (o *owner) maybeFree(s int) {
 		return
 	}
 	o.held.del(s)
-	delete(o.ff, s)
-	clear(o.applied[s])
+	delete(o.sync.ff, s)
+	clear(o.async.applied[s])
 	c.trace(TraceEvent{Kind: TraceFree, Shards: []uint32{uint32(s)}})
 	if c.cfg.Gather == Full {
 		c.m.Disown(s) // the weights stay as the read copy
@@ -1368,7 +1401,7 @@ func (o *owner) answersWait(s int) bool {
 		}
 	}
 	for _, k := range o.pending {
-		if k.op == wire.CorePush && k.set.has(s) && k.round < o.through[s] {
+		if k.op == wire.CorePush && k.set.has(s) && k.round < o.sync.through[s] {
 			return true
 		}
 	}
@@ -1394,7 +1427,7 @@ func (o *owner) promoteLost() bool {
 			// The primary's copy did not come (own), or no holder of a
 			// later round answered (keep): go on with this one.
 			if a.all {
-				o.lostOK[s] = a.takenAt + 1 // (every member asked crashed)
+				o.sync.lostOK[s] = a.takenAt + 1 // (every member asked crashed)
 			}
 			delete(o.awaiting, s)
 			progress = true
@@ -1417,8 +1450,8 @@ func (o *owner) promoteLost() bool {
 				// the final round its holders waited for: sync/partition
 				// seed 751).
 				round = c.cs.cur().Start
-				if o.finalAt > 0 {
-					round = o.finalAt
+				if o.sync.finalAt > 0 {
+					round = o.sync.finalAt
 				}
 			default:
 				continue
@@ -1440,10 +1473,10 @@ func (o *owner) promoteLost() bool {
 		o.held.add(s)
 		if c.cfg.Mode == Sync {
 			o.setThrough(int(s), round)
-			o.gotIn[s] = c.cs.cur().ID
-			o.handedAs[s] = 0
+			o.sync.gotIn[s] = c.cs.cur().ID
+			o.sync.handedAs[s] = 0
 		} else {
-			clear(o.applied[s])
+			clear(o.async.applied[s])
 			o.fresh.add(s) // each worker's next contribution is the first
 		}
 		c.stats.Promoted++

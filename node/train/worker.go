@@ -91,19 +91,31 @@ type worker struct {
 	nextReq   uint64
 	fetches   []*fetch
 
-	cut     *cutState // ssp/async checkpoint: paused for its cut
-	final   bool      // an owner answered FlagFinal: training is over
+	cut    *cutState // ssp/async checkpoint: paused for its cut
+	final  bool      // an owner answered FlagFinal: training is over
+	pollAt uint64    // async done worker: when to poll again
+
+	leave   workerLeave
+	scratch pushScratch // tryPush's
+}
+
+// workerLeave is a worker's state once its peer asked to leave the run
+// (docs/protocol.md, "Membership changes").
+type workerLeave struct {
 	leaving bool
 	left    bool
-	stopAt  uint64 // leaving: the first round this worker does not push (once agreed)
-	byeSent bool   // ssp/async leaving: the done push of round stopAt is sent
-	pollAt  uint64 // async done worker: when to poll again
+	stopAt  uint64 // the first round this worker does not push (once agreed)
+	byeSent bool   // ssp/async: the done push of round stopAt is sent
+}
 
-	split    []model.Sparse // tryPush's, per owner: handed to the requests
+// pushScratch is tryPush's scratch, kept between calls so a push allocates
+// nothing in steady state.
+type pushScratch struct {
+	split    []model.Sparse // per owner: handed to the requests
 	wantBuf  [][]uint32
 	posBuf   [][]int32
 	shardBuf [][]uint32
-	counts   []int // tryPush's scratch
+	counts   []int
 }
 
 type computedGrad struct {
@@ -142,9 +154,9 @@ func (w *worker) wantBatches() int {
 		return 0
 	}
 	n := int(w.c.cfg.prefetch()) + 2 - len(w.batches)
-	if w.leaving && w.stopAt > 0 {
+	if w.leave.leaving && w.leave.stopAt > 0 {
 		// A leaver trains up to the round its leave takes effect.
-		n = min(n, int(w.stopAt)-int(w.nextRnd))
+		n = min(n, int(w.leave.stopAt)-int(w.nextRnd))
 	}
 	return max(0, n)
 }
@@ -274,7 +286,7 @@ func (w *worker) retryAll() {
 // work advances the worker as far as it can. It reports progress.
 func (w *worker) work() bool {
 	c := w.c
-	if !w.started || w.left || c.err != nil {
+	if !w.started || w.leave.left || c.err != nil {
 		return false
 	}
 	progress := false
@@ -297,7 +309,7 @@ func (w *worker) work() bool {
 		if w.tryPush() {
 			progress = true
 		}
-	} else if !w.computing && w.leaving && c.cfg.Mode != Sync && w.stopAt > 0 && w.clock == w.stopAt && !w.byeSent {
+	} else if !w.computing && w.leave.leaving && c.cfg.Mode != Sync && w.leave.stopAt > 0 && w.clock == w.leave.stopAt && !w.leave.byeSent {
 		// An ssp or async leaver ends with a done push of the round it
 		// stops at: its owners know then that it sends nothing more, and
 		// wait for its pushes before it (owner.checkFinalAsync).
@@ -334,19 +346,21 @@ func (w *worker) work() bool {
 // (E14; TestScripts/e14-final-leaver: it stopped at the final answer and
 // never went). It reports whether it marked it.
 func (w *worker) leaveNow() bool {
-	if !w.leaving || w.stopAt == 0 || w.left {
+	if !w.leave.leaving || w.leave.stopAt == 0 || w.leave.left {
 		return false
 	}
-	if !w.final && (w.clock < w.stopAt || len(w.reqs) > 0 || w.stash != nil || w.computing) {
+	if !w.final && (w.clock < w.leave.stopAt || len(w.reqs) > 0 || w.stash != nil || w.computing) {
 		return false
 	}
-	w.left = true
+	w.leave.left = true
 	return true
 }
 
 // stoppedAt reports whether this leaving worker does not take part in
 // round r.
-func (w *worker) stoppedAt(r uint64) bool { return w.leaving && w.stopAt > 0 && r >= w.stopAt }
+func (w *worker) stoppedAt(r uint64) bool {
+	return w.leave.leaving && w.leave.stopAt > 0 && r >= w.leave.stopAt
+}
 
 // compute asks the driver for the gradient of round ws.round.
 func (w *worker) compute(ws *workset) {
@@ -409,7 +423,7 @@ func (w *worker) tryPush() bool {
 		return false
 	}
 	cur := c.cs.cur()
-	if me, ok := cur.member(c.cfg.Self); (!ok || me.ID != c.cfg.ID) && !w.leaving {
+	if me, ok := cur.member(c.cfg.Self); (!ok || me.ID != c.cfg.ID) && !w.leave.leaving {
 		return false // not (yet) a worker of the newest configuration
 	}
 	w.stash = nil
@@ -423,17 +437,38 @@ func (w *worker) tryPush() bool {
 	}
 	owners, idx := w.owners(g.round, nil)
 	n := len(owners)
+	w.sizeParts(b, nb, g, idx, n)
+	examples, flags := w.splitGrad(b, g, cur, idx)
+	ws := w.nextWorkset(nb, next, idx, n)
+	w.sendPushes(owners, g, next, b, ws, examples, flags)
+	delete(w.ws, g.round)
+	w.dropBatch(g.round)
+	w.clock = g.round + 1
+	if w.stoppedAt(g.round) {
+		w.clock, w.leave.byeSent = g.round, true // a leaver's done push: it computes no round more
+	}
+	c.stats.Rounds++
+	if flags&wire.FlagDone != 0 && c.cfg.Mode != Sync {
+		w.pollAt = c.tick + uint64(c.cfg.RetryTicks)/8
+	}
+	return true
+}
+
+// sizeParts makes each owner's part of round g's push, and of the wanted
+// keys of batch nb, in pushScratch.
+func (w *worker) sizeParts(b, nb *batch, g *computedGrad, idx []int, n int) {
+	c := w.c
 	width := c.xw // (a window's rows are wide: weights and optimizer state)
 	// Each owner's part of the push goes into slices of its own, sized by
 	// a count first: the requests keep them (for resends), so nothing is
 	// copied twice (BenchmarkWindowRound).
-	w.split = grow(w.split, n)
-	w.wantBuf = grow(w.wantBuf, n)
-	w.posBuf = grow(w.posBuf, n)
-	w.shardBuf = grow(w.shardBuf, n)
-	w.counts = grow(w.counts, 2*n)
-	clear(w.counts)
-	rows, wants := w.counts[:n], w.counts[n:]
+	w.scratch.split = grow(w.scratch.split, n)
+	w.scratch.wantBuf = grow(w.scratch.wantBuf, n)
+	w.scratch.posBuf = grow(w.scratch.posBuf, n)
+	w.scratch.shardBuf = grow(w.scratch.shardBuf, n)
+	w.scratch.counts = grow(w.scratch.counts, 2*n)
+	clear(w.scratch.counts)
+	rows, wants := w.scratch.counts[:n], w.scratch.counts[n:]
 	if b != nil && g.grad != nil {
 		for _, k := range b.keys {
 			rows[idx[c.shardOf(k)]]++
@@ -445,16 +480,22 @@ func (w *worker) tryPush() bool {
 		}
 	}
 	for i := range n {
-		w.split[i] = model.Sparse{Idx: make([]uint32, 0, rows[i]), Val: make([]float32, 0, rows[i]*width)}
-		w.wantBuf[i] = make([]uint32, 0, wants[i])
-		w.posBuf[i] = make([]int32, 0, wants[i])
-		w.shardBuf[i] = nil
+		w.scratch.split[i] = model.Sparse{Idx: make([]uint32, 0, rows[i]), Val: make([]float32, 0, rows[i]*width)}
+		w.scratch.wantBuf[i] = make([]uint32, 0, wants[i])
+		w.scratch.posBuf[i] = make([]int32, 0, wants[i])
+		w.scratch.shardBuf[i] = nil
 	}
 	for s := range c.shards {
-		w.shardBuf[idx[s]] = append(w.shardBuf[idx[s]], uint32(s))
+		w.scratch.shardBuf[idx[s]] = append(w.scratch.shardBuf[idx[s]], uint32(s))
 	}
-	var examples uint64
-	flags := wire.CoreFlags(0)
+}
+
+// splitGrad splits round g's gradient (or window's changes) of batch b
+// into the owners' parts: the examples it counts, and FlagDone for a
+// worker with no batch left.
+func (w *worker) splitGrad(b *batch, g *computedGrad, cur *tconf, idx []int) (examples uint64, flags wire.CoreFlags) {
+	c := w.c
+	width := c.xw
 	if b != nil && g.grad == nil {
 		// A batch the driver dropped: a push of nothing, so the round
 		// goes on without its examples (Computed).
@@ -472,12 +513,21 @@ func (w *worker) tryPush() bool {
 			}
 		}
 		for i, k := range b.keys {
-			w.split[idx[c.shardOf(k)]].Append(k, g.grad[i*width:(i+1)*width])
+			w.scratch.split[idx[c.shardOf(k)]].Append(k, g.grad[i*width:(i+1)*width])
 		}
 		c.stats.Examples += examples
 	} else {
 		flags |= wire.FlagDone
 	}
+	return examples, flags
+}
+
+// nextWorkset is the workset that waits for the values of round next's
+// batch nb (a barrier only without one), with each owner's wanted keys
+// in pushScratch; nil for a leaver that stops before next.
+func (w *worker) nextWorkset(nb *batch, next uint64, idx []int, n int) *workset {
+	c := w.c
+	width := c.xw
 	var ws *workset
 	if nb != nil && !w.stoppedAt(next) {
 		ws = &workset{round: next, keys: nb.keys, pending: n, through: Final}
@@ -485,8 +535,8 @@ func (w *worker) tryPush() bool {
 			ws.vals = make([]float32, len(nb.keys)*width)
 			for i, k := range nb.keys {
 				o := idx[c.shardOf(k)]
-				w.wantBuf[o] = append(w.wantBuf[o], k)
-				w.posBuf[o] = append(w.posBuf[o], int32(i))
+				w.scratch.wantBuf[o] = append(w.scratch.wantBuf[o], k)
+				w.scratch.posBuf[o] = append(w.scratch.posBuf[o], int32(i))
 			}
 		}
 	} else if !w.stoppedAt(next) {
@@ -495,35 +545,31 @@ func (w *worker) tryPush() bool {
 	if ws != nil {
 		w.ws[next] = ws
 	}
+	return ws
+}
+
+// sendPushes sends each owner its part of round g's push, which asks for
+// its values of round next.
+func (w *worker) sendPushes(owners []string, g *computedGrad, next uint64, b *batch, ws *workset, examples uint64, flags wire.CoreFlags) {
+	c := w.c
 	for i, o := range owners {
 		r := &request{
 			id: w.newReq(), to: o, op: wire.CorePush, flags: flags, round: g.round, through: w.throughFor(next),
-			examples: examples, shards: w.shardBuf[i], ws: ws,
+			examples: examples, shards: w.scratch.shardBuf[i], ws: ws,
 		}
 		if b != nil && g.grad != nil {
-			r.rows = w.split[i]
+			r.rows = w.scratch.split[i]
 		}
 		if ws != nil && c.cfg.Gather == Need {
-			r.want, r.pos = w.wantBuf[i], w.posBuf[i]
+			r.want, r.pos = w.scratch.wantBuf[i], w.scratch.posBuf[i]
 		}
-		w.split[i], w.wantBuf[i], w.posBuf[i], w.shardBuf[i] = model.Sparse{}, nil, nil, nil // (the request's now)
+		w.scratch.split[i], w.scratch.wantBuf[i], w.scratch.posBuf[i], w.scratch.shardBuf[i] = model.Sparse{}, nil, nil, nil // (the request's now)
 		if flags&wire.FlagDone != 0 && c.cfg.Mode != Sync {
 			r.through = 0
 		}
 		w.reqs[r.id] = r
 		w.sendReq(r)
 	}
-	delete(w.ws, g.round)
-	w.dropBatch(g.round)
-	w.clock = g.round + 1
-	if w.stoppedAt(g.round) {
-		w.clock, w.byeSent = g.round, true // a leaver's done push: it computes no round more
-	}
-	c.stats.Rounds++
-	if flags&wire.FlagDone != 0 && c.cfg.Mode != Sync {
-		w.pollAt = c.tick + uint64(c.cfg.RetryTicks)/8
-	}
-	return true
 }
 
 // pullRound asks for the values of round r's batch without a contribution

@@ -24,7 +24,7 @@ func sgdPeers(bound float64) setup {
 			panic(err)
 		}
 		cfg.Core.Model = m
-		cfg.Core.MaxRowGrad = bound
+		cfg.Core.Guard.MaxRowGrad = bound
 	}
 }
 

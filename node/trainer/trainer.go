@@ -739,6 +739,13 @@ func (r *run) fail(err error) {
 // handle acts on what the core decided, until it decides nothing more.
 func (r *run) handle() error {
 	t := r.t
+	// Until Ready has nothing to act on. Ready hands over the core's
+	// queues and empties them; in this loop only the body's own calls
+	// fill them again (Finish on EvFinal after a failure, Leave once the
+	// model is fetched), each once in a run, so it ends within a few
+	// passes. The bound guards against a core that kept deciding without
+	// an event: handle returns, and what is left is handled at the next
+	// turn of Run's loop, which calls handle first.
 	for range 1000 {
 		rd := r.core.Ready()
 		for _, e := range rd.Messages {

@@ -249,7 +249,7 @@ func (s *sim) coreConfig(p *proc) train.Config {
 	cfg.Limits.Features = p.m.Layout.Features
 	// The contribution guards as a peer has them (G1, G2): honest
 	// gradients never reach them; the serial reference applies G2 too.
-	cfg.MaxExamples = s.w.perRound() // (MaxRowGrad: the kind's default)
+	cfg.Guard.MaxExamples = s.w.perRound() // (MaxRowGrad: the kind's default)
 	cfg.LocalSteps = s.o.LocalSteps
 	cfg.Combine = s.o.Combine
 	pp := p
