@@ -159,7 +159,7 @@ type Core struct {
 	Member   uint64   // the sender's member ID (raft node ID) in the run
 	Config   uint64   // the newest configuration ID the sender has applied
 	Round    uint64   // the round (or sequence number) the message is about
-	Through  uint64   // push, pull: values wanted as of this many rounds; reply: the owner's progress
+	Through  uint64   // push, pull: values wanted as of this many rounds; reply: the owner's progress; sync final state: the round after the last
 	Req      uint64   // request number, echoed by replies and acks
 	Examples uint64   // push, forward: examples behind the rows
 	Shards   []uint32 // strictly ascending shard numbers

@@ -1019,6 +1019,14 @@ func (o *owner) sendState(w owe) {
 	msg := &wire.Core{Op: wire.CoreState, Shards: []uint32{uint32(w.shard)}, Round: o.through[w.shard]}
 	if o.final {
 		msg.Flags |= wire.FlagFinal // no round runs again: as it is
+		if c.cfg.Mode == Sync {
+			// The end as this peer knows it, which the copy's round may
+			// be short of (its last round routed elsewhere): taken for
+			// the end, it let the receiver hand its own copy on before
+			// the last round it routed (E15; testdata/e15-final-copy-
+			// names-the-end.txt).
+			msg.Through = o.finalAt
+		}
 	}
 	msg.RowWidth = c.m.ExportRows(w.shard, true, &msg.Rows)
 	if c.cfg.Mode != Sync {
@@ -1232,7 +1240,7 @@ func (o *owner) state(from string, msg *wire.Core) {
 			o.copyFinal(cur)
 		}
 		if c.cfg.Mode == Sync {
-			o.finalAt = max(o.finalAt, msg.Round)
+			o.finalAt = max(o.finalAt, msg.Round, msg.Through) // (E15)
 		}
 	}
 	c.stats.Received++

@@ -396,6 +396,8 @@ func TestFixedSeeds(t *testing.T) {
 		{"h4/sync/chaos", 257, "a crash after the end made a peer that held a shard's final values await it as of the round after the last from the last round's route, which had sent its copy as of that round already and would not again: every final pull of the shard there waited forever (E12)"},
 		{"h4/ssp/chaos", 30, "a primary applied a worker's round, its forward to the replica was lost, and it crashed after the values went final; the replica, primary since, answered the worker's push of that round, sent again, without applying it, and the round was lost (E11)"},
 		{"h4/async/chaos", 161, "a primary crashed after the values went final with a worker's round its replica had not got (the forward cut off); the replica, primary since, answered the worker's push of it, sent again, without applying it (E11)"},
+		{"h4/sync/chaos", 299, "a crash's configuration gave a takeover the last round of a shard; a leaver's final copy of another shard, as of the round before the last, made the taker take that for the end, and it handed the shard to a joiner, its new primary, before it applied that round: the joiner never answered its final pulls (E15)"},
+		{"h4-mean/sync/chaos", 299, "the schedule of h4/sync/chaos 299 with windows combined by their mean: the same stall (E15)"},
 		{"h4/sync/encoded", 729, "the leader admitted a joiner after its done push of the last round; one route learned of the join's configuration before it applied that round and waited for the next forever, while the others had applied it as the last and answered the workers final (E10: only a configuration starting at the next round keeps the run going)"},
 	}
 	// Schedules found with the exact load bound (-load 100), which moves
