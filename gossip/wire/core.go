@@ -139,7 +139,8 @@ const (
 	// FlagFresh: a state message (ssp, async) of a shard restarted from
 	// nothing since some workers last contributed: a worker its clocks do
 	// not list starts with its next contribution (it has no rounds to
-	// catch up).
+	// catch up). On an ssp/async forward: the worker's first contribution
+	// to such a shard at the primary.
 	FlagFresh CoreFlags = 1 << 9
 	coreFlags           = 1<<10 - 1
 )
