@@ -1428,6 +1428,17 @@ func (o *owner) promoteLost() bool {
 				if o.finalAt > 0 {
 					round = o.finalAt
 				}
+			case c.cfg.Mode == Sync && timeout && o.owedAt(s) > 0:
+				// No push or pull has come here for 16 retry intervals:
+				// the workers, past the lost rounds, push or pull to the
+				// holder this peer owes the shard to as of a later round,
+				// which waits for this peer's handoff. Restart it as of
+				// that round and hand it over (H29; h4/sync/fast-chaos
+				// seed 330 waited so forever, each peer for the other).
+				// Not before the timeout: a push of an earlier round may
+				// still be on its way, and restarted past it, the shard
+				// would drop it.
+				round = max(o.owedAt(s), a.takenAt)
 			default:
 				continue
 			}
@@ -1467,6 +1478,18 @@ func (o *owner) promoteLost() bool {
 		}
 	})
 	return progress
+}
+
+// owedAt returns the earliest round this peer owes shard s as of to
+// another holder (not a takeover's), or 0.
+func (o *owner) owedAt(s int) uint64 {
+	r := uint64(0)
+	for _, w := range o.owes {
+		if w.shard == s && !w.takeover && (r == 0 || w.round < r) {
+			r = w.round
+		}
+	}
+	return r
 }
 
 // lastRoundFor returns the highest round a contribution to shard s waits

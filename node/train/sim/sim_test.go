@@ -400,6 +400,7 @@ func TestFixedSeeds(t *testing.T) {
 		{"h4-mean/sync/chaos", 299, "the schedule of h4/sync/chaos 299 with windows combined by their mean: the same stall (E15)"},
 		{"h4/async/chaos", 387, "both holders of a shard were gone after the values went final; its new primary restarted it, sent its replica the final copy, then applied a worker's two late rounds, whose forwards came in reverse order: the replica took the later for the worker's first round there and dropped the earlier, and ended different from the primary (H28)"},
 		{"h4-mean/async/chaos", 387, "the schedule of h4/async/chaos 387 with windows combined by their mean: the same replica (H28)"},
+		{"h4/sync/fast-chaos", 330, "a partitioned leader removed every other member and the shards restarted over and over; a crash then gave a lost shard's rounds to a peer with no copy that no push or pull reached, while the holder it owed the shard to as of the next round had the workers' pulls and waited for its handoff: each waited for the other (H29)"},
 		{"h4/sync/encoded", 729, "the leader admitted a joiner after its done push of the last round; one route learned of the join's configuration before it applied that round and waited for the next forever, while the others had applied it as the last and answered the workers final (E10: only a configuration starting at the next round keeps the run going)"},
 	}
 	// Schedules found with the exact load bound (-load 100), which moves
