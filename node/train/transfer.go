@@ -1023,8 +1023,8 @@ func (o *owner) sendState(w owe) {
 			// The end as this peer knows it, which the copy's round may
 			// be short of (its last round routed elsewhere): taken for
 			// the end, it let the receiver hand its own copy on before
-			// the last round it routed (E15; testdata/e15-final-copy-
-			// names-the-end.txt).
+			// the last round it routed (E15;
+			// testdata/e15-final-copy-names-the-end.txt).
 			msg.Through = o.finalAt
 		}
 	}
@@ -1433,8 +1433,9 @@ func (o *owner) promoteLost() bool {
 				// the workers, past the lost rounds, push or pull to the
 				// holder this peer owes the shard to as of a later round,
 				// which waits for this peer's handoff. Restart it as of
-				// that round and hand it over (H29; h4/sync/fast-chaos
-				// seed 330 waited so forever, each peer for the other).
+				// that round and hand it over (H29;
+				// testdata/h29-takeover-no-worker-reaches.txt: each peer
+				// waited for the other forever).
 				// Not before the timeout: a push of an earlier round may
 				// still be on its way, and restarted past it, the shard
 				// would drop it.
