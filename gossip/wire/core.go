@@ -139,7 +139,8 @@ const (
 	// FlagFresh: a state message (ssp, async) of a shard restarted from
 	// nothing since some workers last contributed: a worker its clocks do
 	// not list starts with its next contribution (it has no rounds to
-	// catch up).
+	// catch up). On an ssp/async forward: the worker's first contribution
+	// to such a shard at the primary.
 	FlagFresh CoreFlags = 1 << 9
 	coreFlags           = 1<<10 - 1
 )
@@ -159,7 +160,7 @@ type Core struct {
 	Member   uint64   // the sender's member ID (raft node ID) in the run
 	Config   uint64   // the newest configuration ID the sender has applied
 	Round    uint64   // the round (or sequence number) the message is about
-	Through  uint64   // push, pull: values wanted as of this many rounds; reply: the owner's progress
+	Through  uint64   // push, pull: values wanted as of this many rounds; reply: the owner's progress; sync final state: the round after the last
 	Req      uint64   // request number, echoed by replies and acks
 	Examples uint64   // push, forward: examples behind the rows
 	Shards   []uint32 // strictly ascending shard numbers

@@ -40,6 +40,9 @@ type contribution struct {
 	// the answer names the shards it answers (the worker keeps asking
 	// for the others).
 	narrowed bool
+	// first: the shards restarted from nothing it was the worker's first
+	// contribution to (async, H28).
+	first []uint32
 }
 
 // roundAcc collects the contributions of one sync round.
@@ -346,8 +349,9 @@ func (q *deferQueue) full(from string, size int) bool {
 // an earlier round of the worker is still missing for one of them (it may
 // come: wait). Once a peer has crashed, a gap that lasts 16 retry intervals
 // is given up on (those rounds went with a holder that crashed): skipped
-// counts them.
-func (o *owner) asyncOrder(member, r uint64, shards []uint32) (apply []uint32, gap bool, skipped uint64) {
+// counts them. first: the worker's push itself, or a forward its primary
+// marked as the worker's first to a shard restarted from nothing (H28).
+func (o *owner) asyncOrder(member, r uint64, shards []uint32, first bool) (apply []uint32, gap bool, skipped uint64) {
 	c := o.c
 	for _, s := range shards {
 		a := o.appliedOf(int(s), member)
@@ -357,9 +361,15 @@ func (o *owner) asyncOrder(member, r uint64, shards []uint32) (apply []uint32, g
 		case a < r:
 			_, known := o.async.applied[s][member]
 			g := gapKey{member, s}
-			if !known && o.fresh.has(int(s)) {
+			if !known && o.fresh.has(int(s)) && (first || c.isPrimary(int(s))) {
 				// Restarted from nothing: the worker's earlier rounds
-				// went with the holders that crashed.
+				// went with the holders that crashed. The peer that
+				// applies the push decides which round is the worker's
+				// first; a replica takes the forward its primary marked
+				// so: two forwards that came in reverse order made a
+				// replica take the later for the first and drop the
+				// earlier, which the primary had applied (H28;
+				// testdata/h28-replica-of-a-restarted-shard.txt).
 			} else if since, ok := o.async.gapSince[g]; !ok {
 				o.async.gapSince[g] = c.tick
 				gap = true
@@ -946,7 +956,7 @@ func (o *owner) pushAsync(k *contribution) {
 		o.addPending(k)
 		return
 	}
-	apply, gap, skipped := o.asyncOrder(k.member, k.round, k.shards)
+	apply, gap, skipped := o.asyncOrder(k.member, k.round, k.shards, true)
 	if gap {
 		o.deferContrib(k)
 		return
@@ -982,6 +992,9 @@ func (o *owner) pushAsync(k *contribution) {
 		c.trace(TraceEvent{Kind: TraceApply, Shards: apply, Round: k.round, Members: []uint64{k.member}})
 	}
 	for _, s := range apply {
+		if _, known := o.async.applied[s][k.member]; !known && o.fresh.has(int(s)) {
+			k.first = append(k.first, s) // (H28)
+		}
 		o.async.applied[s][k.member] = k.round + 1
 		delete(o.async.gapSince, gapKey{k.member, s})
 	}
@@ -1035,18 +1048,41 @@ func (o *owner) forwardAsync(k *contribution) {
 		}
 	}
 	for _, p := range sortedStrings(byPeer) {
-		ss := byPeer[p]
-		msg := &wire.Core{Op: wire.CoreForward, Round: k.round, Examples: k.examples, Shards: ss, RowWidth: c.xw,
-			Rows: filterRows(&k.rows, ss, c.xw, c.mask), Clocks: []wire.MemberClock{{Member: k.member, Clock: k.round}}}
-		if k.flags&wire.FlagDone != 0 {
-			msg.Flags = wire.FlagDone
+		parts := [][]uint32{byPeer[p]}
+		if len(k.first) > 0 {
+			// The worker's first to a shard restarted from nothing goes
+			// in a message of its own, marked so (H28).
+			rest := slices.DeleteFunc(slices.Clone(byPeer[p]), func(s uint32) bool { return slices.Contains(k.first, s) })
+			first := slices.DeleteFunc(slices.Clone(byPeer[p]), func(s uint32) bool { return !slices.Contains(k.first, s) })
+			parts = [][]uint32{rest, first}
 		}
-		f := &fwdOut{to: p, req: o.newReq(), msg: msg, sentAt: c.tick, of: []*contribution{k}}
-		msg.Req = f.req
-		o.fwd[f.req] = f
-		k.acks++
-		c.send(p, msg)
+		for i, ss := range parts {
+			if len(ss) == 0 {
+				continue
+			}
+			o.forwardTo(p, k, ss, i == 1)
+		}
 	}
+}
+
+// forwardTo sends peer p the forward of k's rows of shards ss; first marks
+// it as the worker's first to those shards since they restarted from
+// nothing (H28).
+func (o *owner) forwardTo(p string, k *contribution, ss []uint32, first bool) {
+	c := o.c
+	msg := &wire.Core{Op: wire.CoreForward, Round: k.round, Examples: k.examples, Shards: ss, RowWidth: c.xw,
+		Rows: filterRows(&k.rows, ss, c.xw, c.mask), Clocks: []wire.MemberClock{{Member: k.member, Clock: k.round}}}
+	if k.flags&wire.FlagDone != 0 {
+		msg.Flags = wire.FlagDone
+	}
+	if first {
+		msg.Flags |= wire.FlagFresh
+	}
+	f := &fwdOut{to: p, req: o.newReq(), msg: msg, sentAt: c.tick, of: []*contribution{k}}
+	msg.Req = f.req
+	o.fwd[f.req] = f
+	k.acks++
+	c.send(p, msg)
 }
 
 func sortedStrings[V any](m map[string]V) []string {
@@ -2143,7 +2179,7 @@ func (o *owner) forwardAsyncMode(from string, msg *wire.Core) bool {
 		return false
 	}
 	wk := msg.Clocks[0]
-	apply, gap, _ := o.asyncOrder(wk.Member, wk.Clock, msg.Shards)
+	apply, gap, _ := o.asyncOrder(wk.Member, wk.Clock, msg.Shards, msg.Flags&wire.FlagFresh != 0)
 	if gap {
 		o.askRefresh(from, wk.Member, wk.Clock, msg.Shards)
 		o.deferMsg(from, msg)
@@ -2161,7 +2197,11 @@ func (o *owner) forwardAsyncMode(from string, msg *wire.Core) bool {
 			c.applyRows(rows, msg.Examples, o.step)
 			o.step++
 		}
+		var first []uint32
 		for _, s := range apply {
+			if _, known := o.async.applied[s][wk.Member]; !known && o.fresh.has(int(s)) {
+				first = append(first, s) // (H28)
+			}
 			o.async.applied[s][wk.Member] = wk.Clock + 1
 			delete(o.async.gapSince, gapKey{wk.Member, s})
 		}
@@ -2185,7 +2225,7 @@ func (o *owner) forwardAsyncMode(from string, msg *wire.Core) bool {
 		}
 		if len(prim) > 0 {
 			k := &contribution{member: wk.Member, round: wk.Clock, examples: msg.Examples, flags: msg.Flags & wire.FlagDone,
-				shards: prim, rows: filterRows(rows, prim, c.xw, c.mask)}
+				shards: prim, rows: filterRows(rows, prim, c.xw, c.mask), first: first}
 			o.forwardAsync(k)
 		}
 	}

@@ -1019,6 +1019,14 @@ func (o *owner) sendState(w owe) {
 	msg := &wire.Core{Op: wire.CoreState, Shards: []uint32{uint32(w.shard)}, Round: o.sync.through[w.shard]}
 	if o.final {
 		msg.Flags |= wire.FlagFinal // no round runs again: as it is
+		if c.cfg.Mode == Sync {
+			// The end as this peer knows it, which the copy's round may
+			// be short of (its last round routed elsewhere): taken for
+			// the end, it let the receiver hand its own copy on before
+			// the last round it routed (E15;
+			// testdata/e15-final-copy-names-the-end.txt).
+			msg.Through = o.sync.finalAt
+		}
 	}
 	msg.RowWidth = c.m.ExportRows(w.shard, true, &msg.Rows)
 	if c.cfg.Mode != Sync {
@@ -1265,7 +1273,7 @@ func (o *owner) installState(from string, msg *wire.Core, s int, a *await, cur *
 			o.copyFinal(cur)
 		}
 		if c.cfg.Mode == Sync {
-			o.sync.finalAt = max(o.sync.finalAt, msg.Round)
+			o.sync.finalAt = max(o.sync.finalAt, msg.Round, msg.Through) // (E15)
 		}
 	}
 	c.stats.Received++
@@ -1453,6 +1461,18 @@ func (o *owner) promoteLost() bool {
 				if o.sync.finalAt > 0 {
 					round = o.sync.finalAt
 				}
+			case c.cfg.Mode == Sync && timeout && o.owedAt(s) > 0:
+				// No push or pull has come here for 16 retry intervals:
+				// the workers, past the lost rounds, push or pull to the
+				// holder this peer owes the shard to as of a later round,
+				// which waits for this peer's handoff. Restart it as of
+				// that round and hand it over (H29;
+				// testdata/h29-takeover-no-worker-reaches.txt: each peer
+				// waited for the other forever).
+				// Not before the timeout: a push of an earlier round may
+				// still be on its way, and restarted past it, the shard
+				// would drop it.
+				round = max(o.owedAt(s), a.takenAt)
 			default:
 				continue
 			}
@@ -1492,6 +1512,18 @@ func (o *owner) promoteLost() bool {
 		}
 	})
 	return progress
+}
+
+// owedAt returns the earliest round this peer owes shard s as of to
+// another holder (not a takeover's), or 0.
+func (o *owner) owedAt(s int) uint64 {
+	r := uint64(0)
+	for _, w := range o.owes {
+		if w.shard == s && !w.takeover && (r == 0 || w.round < r) {
+			r = w.round
+		}
+	}
+	return r
 }
 
 // lastRoundFor returns the highest round a contribution to shard s waits
