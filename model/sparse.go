@@ -37,3 +37,28 @@ func (s *Sparse) Sorted(width int) bool {
 	}
 	return true
 }
+
+// Add sets dst to a + b, rows of width w merged by index and the values of
+// rows in both added (a sync owner sums the contributions of a round with
+// it; so does the simulator's serial reference). dst must not alias a or b.
+func (dst *Sparse) Add(a, b *Sparse, w int) {
+	dst.Reset()
+	i, j := 0, 0
+	for i < len(a.Idx) || j < len(b.Idx) {
+		switch {
+		case j >= len(b.Idx) || (i < len(a.Idx) && a.Idx[i] < b.Idx[j]):
+			dst.Append(a.Idx[i], a.Val[i*w:(i+1)*w])
+			i++
+		case i >= len(a.Idx) || b.Idx[j] < a.Idx[i]:
+			dst.Append(b.Idx[j], b.Val[j*w:(j+1)*w])
+			j++
+		default:
+			dst.Idx = append(dst.Idx, a.Idx[i])
+			for x := range w {
+				dst.Val = append(dst.Val, a.Val[i*w+x]+b.Val[j*w+x])
+			}
+			i++
+			j++
+		}
+	}
+}

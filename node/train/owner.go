@@ -1568,11 +1568,11 @@ func (o *owner) applyGroup(r uint64, t *tconf, ra *roundAcc, g shardSet) {
 			if trimmed {
 				// (G3: one part a member, its contributions to the group added.)
 				last := parts[len(parts)-1]
-				addSparse(&o.bufs.tmp, last, part, w)
+				o.bufs.tmp.Add(last, part, w)
 				*last, o.bufs.tmp = o.bufs.tmp, *last
 				continue
 			}
-			addSparse(&o.bufs.tmp, &o.bufs.sum, part, w)
+			o.bufs.tmp.Add(&o.bufs.sum, part, w)
 			o.bufs.sum, o.bufs.tmp = o.bufs.tmp, o.bufs.sum
 		}
 	}
@@ -1695,29 +1695,6 @@ func filterSet(rs *model.Sparse, set shardSet, width int, mask uint32, dst model
 		}
 	}
 	return dst
-}
-
-// addSparse sets dst to a + b (rows merged by index, values added).
-func addSparse(dst, a, b *model.Sparse, w int) {
-	dst.Reset()
-	i, j := 0, 0
-	for i < len(a.Idx) || j < len(b.Idx) {
-		switch {
-		case j >= len(b.Idx) || (i < len(a.Idx) && a.Idx[i] < b.Idx[j]):
-			dst.Append(a.Idx[i], a.Val[i*w:(i+1)*w])
-			i++
-		case i >= len(a.Idx) || b.Idx[j] < a.Idx[i]:
-			dst.Append(b.Idx[j], b.Val[j*w:(j+1)*w])
-			j++
-		default:
-			dst.Idx = append(dst.Idx, a.Idx[i])
-			for x := range w {
-				dst.Val = append(dst.Val, a.Val[i*w+x]+b.Val[j*w+x])
-			}
-			i++
-			j++
-		}
-	}
 }
 
 // usable reports whether shard s's state here serves round r: held, and

@@ -253,7 +253,7 @@ func (w *workload) serial(peers [][]row) *model.Model {
 				if w.combine == train.Mean {
 					parts = append(parts, &model.Sparse{Idx: slices.Clone(kept.Idx), Val: slices.Clone(kept.Val)})
 				}
-				addSparse(&tmp, &sum, kept, sw)
+				tmp.Add(&sum, kept, sw)
 				sum, tmp = tmp, sum
 				n += len(rows)
 				continue
@@ -265,7 +265,7 @@ func (w *workload) serial(peers [][]row) *model.Model {
 			g, _ := logregGrad(rows, keys, wt, uint32(w.dim), w.at)
 			part := model.Sparse{Idx: keys, Val: g}
 			kept, _ := train.GuardRows(&part, 1, uint64(len(rows)), bound, &guard)
-			addSparse(&tmp, &sum, kept, 1)
+			tmp.Add(&sum, kept, 1)
 			sum, tmp = tmp, sum
 			n += len(rows)
 		}
@@ -324,28 +324,6 @@ func logregGrad(rows []row, keys []uint32, w []float32, bias uint32, at []int32)
 		g[i] = float32(v)
 	}
 	return g, loss
-}
-
-func addSparse(dst, a, b *model.Sparse, w int) {
-	dst.Reset()
-	i, j := 0, 0
-	for i < len(a.Idx) || j < len(b.Idx) {
-		switch {
-		case j >= len(b.Idx) || (i < len(a.Idx) && a.Idx[i] < b.Idx[j]):
-			dst.Append(a.Idx[i], a.Val[i*w:(i+1)*w])
-			i++
-		case i >= len(a.Idx) || b.Idx[j] < a.Idx[i]:
-			dst.Append(b.Idx[j], b.Val[j*w:(j+1)*w])
-			j++
-		default:
-			dst.Idx = append(dst.Idx, a.Idx[i])
-			for c := range w {
-				dst.Val = append(dst.Val, a.Val[i*w+c]+b.Val[j*w+c])
-			}
-			i++
-			j++
-		}
-	}
 }
 
 // meanRows sets dst to parts combined as train.Mean combines a window: per
