@@ -430,9 +430,9 @@ func (c *Core) sendFinished() {
 }
 
 // membersFinished reports whether some member of the newest configuration
-// said CoreFinished and every other is finished or dead: a leaver learns
-// so that the run is over (E14).
-func (c *Core) membersFinished() bool {
+// said CoreFinished and every other did too or, unless all, is dead: a
+// leaver learns so that the run is over (E14, E16).
+func (c *Core) membersFinished(all bool) bool {
 	t := c.cs.cur()
 	if t == nil {
 		return false
@@ -442,7 +442,7 @@ func (c *Core) membersFinished() bool {
 		switch {
 		case c.finished[m.Peer]:
 			n++
-		case c.isAlive(m.ID):
+		case all || c.isAlive(m.ID):
 			return false
 		}
 	}
@@ -648,11 +648,15 @@ func (c *Core) flush() {
 		}
 	}
 	c.rd.WantBatches = c.w.wantBatches()
-	if c.w.leave.left && !c.doneSent && c.o.drained() && (!c.ag.isVoter() || c.tick-c.company > uint64(c.cfg.RetryTicks) || c.membersFinished()) {
-		// (A voter that goes would count against the quorum: it leaves
-		// once the leader made it a learner, once no majority of its
+	if c.w.leave.left && !c.doneSent && (c.membersFinished(true) || c.o.drained() && (!c.ag.isVoter() || c.tick-c.company > uint64(c.cfg.RetryTicks) || c.membersFinished(false))) {
+		// A leaver goes once it holds nothing and is no voter (a voter
+		// that goes would count against the quorum: it leaves once the
+		// leader made it a learner, once no majority of its
 		// configuration is left to make it one, or once the members
-		// said they finished: nothing moves after the end, E8, E14.)
+		// said they finished, E14). Once every member said it finished
+		// it goes at once, holding shards or not: nothing reads them
+		// again (E8), and a handoff still unacknowledged would wait for
+		// members that exit (E16; TestScripts/e16-*).
 		c.doneSent = true
 		c.rd.Done, c.rd.Left = true, true
 	}

@@ -402,6 +402,8 @@ func TestFixedSeeds(t *testing.T) {
 		{"h4-mean/async/chaos", 387, "the schedule of h4/async/chaos 387 with windows combined by their mean: the same replica (H28)"},
 		{"h4/sync/fast-chaos", 330, "a partitioned leader removed every other member and the shards restarted over and over; a crash then gave a lost shard's rounds to a peer with no copy that no push or pull reached, while the holder it owed the shard to as of the next round had the workers' pulls and waited for its handoff: each waited for the other (H29)"},
 		{"h4/sync/encoded", 729, "the leader admitted a joiner after its done push of the last round; one route learned of the join's configuration before it applied that round and waited for the next forever, while the others had applied it as the last and answered the workers final (E10: only a configuration starting at the next round keeps the run going)"},
+		{"sync/leave-r1", 562, "a leave's configuration started past the last round; the leaver's handoff of two shards to a member reached it after it had finished and exited, and the leaver, whose values were final, waited for the acknowledgement until it found every other member gone and failed (E16)"},
+		{"sync/leave-r1", 920, "the schedule of seed 562 with one shard: the leaver's handoff of shard 3 reached its new holder after it had finished and exited (E16)"},
 	}
 	// Schedules found with the exact load bound (-load 100), which moves
 	// more shards between remaining members on a leave or join.
