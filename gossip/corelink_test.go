@@ -336,6 +336,9 @@ func TestCoreLinkReconnects(t *testing.T) {
 			t.Fatalf("message %d has req %d, want %d", i, m.Req, want)
 		}
 	}
+	// The sender counts a message once its write returns, which may be
+	// after the receiver has it: wait for the count, then check it.
+	waitCond(t, "the sender to count 300 sent", func() bool { return a.Stats().Sent >= 300 })
 	if s := a.Stats(); s.StreamsOpened != 3 || s.Sent != 300 {
 		t.Fatalf("stats %+v: want 3 streams opened (start, reset, restore) and 300 sent", s)
 	}
