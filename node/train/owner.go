@@ -976,13 +976,7 @@ func (o *owner) pushAsync(k *contribution) {
 		o.addPending(k)
 		return
 	}
-	rows := &k.rows
-	if len(apply) < len(k.shards) {
-		set := newShardSet(c.shards)
-		set.fromList(apply)
-		o.bufs.scratch = filterSet(&k.rows, set, c.xw, c.mask, o.bufs.scratch)
-		rows = &o.bufs.scratch
-	}
+	rows := o.rowsOf(&k.rows, apply, len(k.shards))
 	if k.examples > 0 && rows.Len() > 0 {
 		c.applyRows(rows, k.examples, o.step)
 		o.step++
@@ -2149,6 +2143,20 @@ func (o *owner) forwardSync(from string, msg *wire.Core) bool {
 // forwardAsyncMode applies an ssp or async forward in its worker's order
 // (asyncOrder), and forwards it on for the shards this peer is primary of
 // now. It reports whether to acknowledge it.
+// rowsOf returns the rows of a contribution to of shards that lie in the
+// shards of apply (ssp/async: those it applies to now): rows itself when
+// it applies to all, else the owner's scratch.
+func (o *owner) rowsOf(rows *model.Sparse, apply []uint32, of int) *model.Sparse {
+	if len(apply) >= of {
+		return rows
+	}
+	c := o.c
+	set := newShardSet(c.shards)
+	set.fromList(apply)
+	o.bufs.scratch = filterSet(rows, set, c.xw, c.mask, o.bufs.scratch)
+	return &o.bufs.scratch
+}
+
 func (o *owner) forwardAsyncMode(from string, msg *wire.Core) bool {
 	c := o.c
 	if len(msg.Clocks) != 1 {
@@ -2163,13 +2171,7 @@ func (o *owner) forwardAsyncMode(from string, msg *wire.Core) bool {
 		return false
 	}
 	if len(apply) > 0 {
-		rows := &msg.Rows
-		if len(apply) < len(msg.Shards) {
-			set := newShardSet(c.shards)
-			set.fromList(apply)
-			o.bufs.scratch = filterSet(&msg.Rows, set, c.xw, c.mask, o.bufs.scratch)
-			rows = &o.bufs.scratch
-		}
+		rows := o.rowsOf(&msg.Rows, apply, len(msg.Shards))
 		if msg.Examples > 0 && rows.Len() > 0 {
 			c.applyRows(rows, msg.Examples, o.step)
 			o.step++
