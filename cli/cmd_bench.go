@@ -130,7 +130,7 @@ func checkAccuracyFlags(target float64, points int) error {
 }
 
 // checkBenchCombine refuses, before anything runs, a --combine that
-// one of the window sizes of --local-steps cannot take (mean needs
+// one of the window sizes of --local-steps cannot take (mean and capped need
 // windows, trimmed one batch), naming both flags; with auto, train's
 // own choice fits every size.
 func checkBenchCombine(c *command, vs []cluster.Variant) error {
@@ -142,6 +142,8 @@ func checkBenchCombine(c *command, vs []cluster.Variant) error {
 		switch comb := f.Value.String(); {
 		case comb == "mean" && v.LocalSteps == 1:
 			return usageErr("combine", "mean averages windows' changes: --local-steps 1 (exchange every batch) cannot take it; drop 1 from --local-steps or use --combine auto")
+		case comb == "capped" && v.LocalSteps == 1:
+			return usageErr("combine", "capped combines windows' changes: --local-steps 1 (exchange every batch) cannot take it; drop 1 from --local-steps or use --combine auto")
 		case comb == "trimmed" && v.LocalSteps > 1:
 			return usageErr("combine", "trimmed combines one batch's gradients: --local-steps %d cannot take it; use --local-steps 1 or auto", v.LocalSteps)
 		}

@@ -233,10 +233,10 @@ func checkDistFlags(tf *trainFlags) (job.Dist, error) {
 	}
 	switch d.combine {
 	case "auto":
-		s.Combine, s.AutoCombine = train.Sum, true // (mean where windows need it: job.Dist's combineFor)
+		s.Combine, s.AutoCombine = train.Sum, true // (capped or mean where windows need it: here and job.Dist's combineFor)
 	default:
 		if s.Combine, err = train.ParseCombine(d.combine); err != nil {
-			return s, usageErr("combine", "%q: want auto, sum, mean or trimmed", d.combine)
+			return s, usageErr("combine", "%q: want auto, sum, capped, mean or trimmed", d.combine)
 		}
 	}
 	if s.AutoCombine && s.LocalSteps > 1 && s.Mode != train.Sync {
@@ -250,6 +250,9 @@ func checkDistFlags(tf *trainFlags) (job.Dist, error) {
 	}
 	if s.LocalSteps <= 1 && s.Combine == train.Mean {
 		return s, usageErr("combine", "mean averages windows' changes: it needs --local-steps above 1")
+	}
+	if s.LocalSteps <= 1 && s.Combine == train.Capped {
+		return s, usageErr("combine", "capped combines windows' changes: it needs --local-steps above 1")
 	}
 	if s.Combine == train.Trimmed && s.Mode != train.Sync {
 		return s, usageErr("combine", "trimmed needs --mode sync: ssp and async owners apply each push as it comes, with nothing to trim against")

@@ -9,7 +9,9 @@ import (
 
 // TestWindowFlags pins what --local-steps and --combine resolve to, as
 // docs/distributed.md's "Windows of local steps" tells a user: auto is 4
-// in sync and 8 in ssp and async, with sum in sync and mean otherwise;
+// in sync and 8 in ssp and async, with sum in sync (job.Dist.combineFor
+// makes it capped for an MLP and for windows of more than 4) and mean
+// otherwise;
 // 1 where a batch's gradients must be combined (--gather full,
 // --combine trimmed); and the combinations that cannot run are refused
 // naming the flag.
@@ -21,6 +23,8 @@ func TestWindowFlags(t *testing.T) {
 		err     string
 	}{
 		{nil, 4, train.Sum, ""},
+		{[]string{"--mode", "async", "--combine", "capped"}, 8, train.Capped, ""},
+		{[]string{"--local-steps", "1", "--combine", "capped"}, 0, 0, "--combine: capped combines windows' changes"},
 		{[]string{"--mode", "async"}, 8, train.Mean, ""},
 		{[]string{"--mode", "ssp", "--staleness", "2"}, 8, train.Mean, ""},
 		{[]string{"--gather", "full"}, 1, train.Sum, ""},

@@ -36,7 +36,33 @@ const (
 	// apply each push as it comes, its weight changes scaled by 1/N for
 	// the N workers of the pushing worker's configuration (worker.go).
 	Mean
+	// Capped, with windows of local steps, adds to each row's weights the
+	// sum of the changes of the workers that touched it, but at most
+	// CappedFactor times their mean (their optimizer state changes are
+	// summed; each window trains as Sum's do, as if the other workers'
+	// squared gradients counted too: sgd.Window.Run). The sum is right
+	// for a row the workers move a little each window, as one peer taking
+	// all their steps would; it overshoots a row each worker's window
+	// brings near the optimum of its data (the frequent rows, the bias):
+	// there the sum of k workers' changes is k times the distance, and
+	// from k = 3 on the row swings further past the optimum each window
+	// than it started (sum diverged at H = 16 in docs/scaling.md). The mean
+	// never overshoots but moves the rows the workers share a k-th of the
+	// way a lone peer would. Capped moves them up to 1.8 times one window's
+	// change: a swing back of at most 0.8 of the distance, which dies out,
+	// and nearly the sum's progress where two workers share a row.
+	// Measured (docs/scaling.md, "How windows combine"): 4 peers end
+	// within 0.1% of a lone peer's log-loss at H = 4 to 16, where sum
+	// loses 0.9-4% from H = 8 and mean 0.8-1.1% at every H. Ssp and async
+	// apply each push as it comes, not knowing which other workers touch
+	// a row: their pushes' weight changes are scaled by min(N,
+	// CappedFactor)/N for the N workers of the configuration (worker.go).
+	Capped
 )
+
+// CappedFactor bounds Capped's combination of a row's changes at this
+// many times their mean (Capped).
+const CappedFactor = 1.8
 
 func (c Combine) String() string {
 	switch c {
@@ -46,6 +72,8 @@ func (c Combine) String() string {
 		return "trimmed"
 	case Mean:
 		return "mean"
+	case Capped:
+		return "capped"
 	}
 	return fmt.Sprintf("combine(%d)", uint8(c))
 }
@@ -59,8 +87,10 @@ func ParseCombine(s string) (Combine, error) {
 		return Trimmed, nil
 	case "mean":
 		return Mean, nil
+	case "capped":
+		return Capped, nil
 	}
-	return 0, fmt.Errorf("%w: combine %q: want sum, trimmed or mean", ErrConfig, s)
+	return 0, fmt.Errorf("%w: combine %q: want sum, trimmed, mean or capped", ErrConfig, s)
 }
 
 // trimmer holds TrimmedSum's scratch.
@@ -135,8 +165,9 @@ func (tr *trimmer) TrimmedSum(dst *model.Sparse, parts []*model.Sparse, examples
 // MeanSum sets dst to the combination of window changes parts (wide rows
 // of sw values, the first width the weights' changes, the rest optimizer
 // state's; sorted by index): for each row, the mean of the weight changes
-// of the parts that have it, and the sum of their state changes (Mean).
-func (tr *trimmer) MeanSum(dst *model.Sparse, parts []*model.Sparse, width, sw int) {
+// of the parts that have it times min(k, capped) for the k parts that have
+// it (1: Mean; CappedFactor: Capped), and the sum of their state changes.
+func (tr *trimmer) MeanSum(dst *model.Sparse, parts []*model.Sparse, width, sw int, capped float32) {
 	dst.Reset()
 	tr.pos = slices.Grow(tr.pos[:0], len(parts))[:len(parts)]
 	clear(tr.pos)
@@ -163,8 +194,12 @@ func (tr *trimmer) MeanSum(dst *model.Sparse, parts []*model.Sparse, width, sw i
 				tr.pos[i]++
 			}
 		}
+		div := float32(k) // (Mean: the sum over k)
+		if capped > 1 && k > 1 {
+			div = float32(k) / min(float32(k), capped) // (the sum over k/min(k, capped): min(k, capped) times the mean)
+		}
 		for c := range width {
-			tr.row[c] /= float32(k)
+			tr.row[c] /= div
 		}
 		dst.Append(next, tr.row)
 	}

@@ -209,7 +209,8 @@ type Config struct {
 	// Guard bounds what an owner accepts of a push (guard.go).
 	Guard GuardConfig
 	// Combine is how an owner combines a round's contributions: Sum (the
-	// plain sum, default) or Trimmed (sync only; guard.go, G3).
+	// plain sum, default), Trimmed (sync only; guard.go, G3), or, for
+	// windows of local steps, Mean or Capped (combine.go).
 	Combine Combine
 	// LocalSteps is the batches in a window of local steps: with more than
 	// one, a round is a window: a worker gets the rows its window's batches
@@ -293,9 +294,9 @@ func (c Config) Validate() error {
 		return bad("windows of local steps need gather need: a full read copy holds no optimizer state")
 	case c.LocalSteps > 1 && c.Combine == Trimmed:
 		return bad("combine trimmed trims gradients of one batch; windows of local steps push changes")
-	case c.LocalSteps <= 1 && c.Combine == Mean:
-		return bad("combine mean averages windows' changes: it needs LocalSteps > 1")
-	case c.Combine != Sum && c.Combine != Trimmed && c.Combine != Mean:
+	case c.LocalSteps <= 1 && (c.Combine == Mean || c.Combine == Capped):
+		return bad("combine %v combines windows' changes: it needs LocalSteps > 1", c.Combine)
+	case c.Combine != Sum && c.Combine != Trimmed && c.Combine != Mean && c.Combine != Capped:
 		return bad("combine %d", c.Combine)
 	case c.Combine == Trimmed && c.Mode != Sync:
 		return bad("combine trimmed needs sync mode: ssp and async owners apply each push as it comes, with nothing to trim against")

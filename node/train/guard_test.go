@@ -116,3 +116,58 @@ func TestTrimmedMean(t *testing.T) {
 		t.Errorf("combine trimmed with async validated")
 	}
 }
+
+// TestCappedCombine pins Mean and Capped (combine.go): a row one worker
+// changed moves by its change under both; a row k workers changed moves by
+// the mean of their weight changes times 1 (Mean) or min(k, 1.8)
+// (Capped): the sum for one, 0.9 of it for two, 1.8 times the mean for
+// four; the optimizer state's changes are summed under both.
+func TestCappedCombine(t *testing.T) {
+	const width, sw = 1, 2 // (logreg with AdaGrad: a weight and its accumulator)
+	part := func(rows ...[3]float32) *model.Sparse {
+		p := &model.Sparse{}
+		for _, r := range rows {
+			p.Append(uint32(r[0]), []float32{r[1], r[2]})
+		}
+		return p
+	}
+	parts := []*model.Sparse{
+		part([3]float32{0, 1, 1}, [3]float32{1, 2, 1}, [3]float32{2, 4, 1}),
+		part([3]float32{1, 4, 1}, [3]float32{2, 4, 1}),
+		part([3]float32{2, 4, 1}),
+		part([3]float32{2, 4, 1}),
+	}
+	var tr trimmer
+	for _, tc := range []struct {
+		capped float32
+		want   []float32 // weights' changes of rows 0, 1, 2
+	}{
+		{1, []float32{1, 3, 4}},                // the mean
+		{CappedFactor, []float32{1, 5.4, 7.2}}, // one: its change; two: 0.9 of the sum; four: 1.8 times the mean
+	} {
+		var dst model.Sparse
+		tr.MeanSum(&dst, parts, width, sw, tc.capped)
+		if !slices.Equal(dst.Idx, []uint32{0, 1, 2}) {
+			t.Fatalf("capped %v: rows %v, want 0, 1, 2", tc.capped, dst.Idx)
+		}
+		for i, want := range tc.want {
+			if got := dst.Val[i*sw]; math.Abs(float64(got-want)) > 1e-5 {
+				t.Errorf("capped %v: row %d moves %v, want %v", tc.capped, i, got, want)
+			}
+			if got, wantG := dst.Val[i*sw+1], float32([]int{1, 2, 4}[i]); got != wantG {
+				t.Errorf("capped %v: row %d's accumulator changes by %v, want the sum %v", tc.capped, i, got, wantG)
+			}
+		}
+	}
+	// Capped combines windows: one batch's gradients cannot take it.
+	cfg := DefaultConfig()
+	cfg.Self, cfg.ID, cfg.Model, cfg.Place, cfg.Contact = "x", 1, testModel(t), placeMod, "y"
+	cfg.Combine = Capped
+	if err := cfg.Validate(); err == nil {
+		t.Errorf("combine capped without windows validated")
+	}
+	cfg.LocalSteps = 4
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("combine capped with windows of 4: %v", err)
+	}
+}

@@ -1528,7 +1528,7 @@ func (o *owner) applyGroup(r uint64, t *tconf, ra *roundAcc, g shardSet) {
 	n := uint64(0)
 	contributors, done := 0, 0
 	var ids []uint64
-	trimmed := c.cfg.Combine == Trimmed || c.cfg.Combine == Mean // (one part a member, combined below)
+	trimmed := c.cfg.Combine == Trimmed || c.cfg.Combine == Mean || c.cfg.Combine == Capped // (one part a member, combined below)
 	var parts []*model.Sparse
 	var partEx []uint64
 	for _, m := range t.Members {
@@ -1572,7 +1572,9 @@ func (o *owner) applyGroup(r uint64, t *tconf, ra *roundAcc, g shardSet) {
 	}
 	switch {
 	case c.cfg.Combine == Mean:
-		o.bufs.trim.MeanSum(&o.bufs.sum, parts, c.width, w)
+		o.bufs.trim.MeanSum(&o.bufs.sum, parts, c.width, w, 1)
+	case c.cfg.Combine == Capped:
+		o.bufs.trim.MeanSum(&o.bufs.sum, parts, c.width, w, CappedFactor)
 	case trimmed:
 		o.bufs.trim.TrimmedSum(&o.bufs.sum, parts, partEx, w)
 	}

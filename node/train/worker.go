@@ -501,11 +501,15 @@ func (w *worker) splitGrad(b *batch, g *computedGrad, cur *tconf, idx []int) (ex
 		// goes on without its examples (Computed).
 	} else if b != nil {
 		examples = uint64(b.examples)
-		if c.cfg.Combine == Mean && c.cfg.Mode != Sync {
+		if (c.cfg.Combine == Mean || c.cfg.Combine == Capped) && c.cfg.Mode != Sync {
 			// Ssp and async owners apply each window's changes as they
 			// come: the mean over N workers is each one's weight changes
-			// over N, scaled here once (combine.go, Mean).
+			// over N, scaled here once (combine.go, Mean); Capped scales
+			// them by min(N, CappedFactor)/N.
 			n := float32(max(1, len(cur.Members)))
+			if c.cfg.Combine == Capped {
+				n /= min(n, CappedFactor)
+			}
 			for i := range b.keys {
 				for j := range c.width {
 					g.grad[i*width+j] /= n

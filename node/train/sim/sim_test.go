@@ -195,16 +195,18 @@ func mixes() []mix {
 			return o
 		})
 	}
-	// Windows combined by their mean (train.Mean), clean and with every
-	// fault, in each mode.
-	for _, mode := range []train.Mode{train.Sync, train.SSP, train.Async} {
-		for _, name := range []string{"clean", "chaos"} {
-			f := mixesByNameIn(out)[fmt.Sprintf("%s/%s", mode, name)].opts
-			add(fmt.Sprintf("h4-mean/%s/%s", mode, name), 20, func(seed uint64) Options {
-				o := f(seed)
-				o.LocalSteps, o.Combine = 4, train.Mean
-				return o
-			})
+	// Windows combined by their mean (train.Mean) and by the capped sum
+	// (train.Capped), clean and with every fault, in each mode.
+	for _, comb := range []train.Combine{train.Mean, train.Capped} {
+		for _, mode := range []train.Mode{train.Sync, train.SSP, train.Async} {
+			for _, name := range []string{"clean", "chaos"} {
+				f := mixesByNameIn(out)[fmt.Sprintf("%s/%s", mode, name)].opts
+				add(fmt.Sprintf("h4-%v/%s/%s", comb, mode, name), 20, func(seed uint64) Options {
+					o := f(seed)
+					o.LocalSteps, o.Combine = 4, comb
+					return o
+				})
+			}
 		}
 	}
 	return out

@@ -250,7 +250,7 @@ func (w *workload) serial(peers [][]row) *model.Model {
 				part := model.Sparse{Idx: keys, Val: d}
 				sw := m.StateWidth(true)
 				kept, _ := train.GuardRows(&part, sw, 1, bound*bound*float64(w.localSteps), &guard)
-				if w.combine == train.Mean {
+				if w.combine == train.Mean || w.combine == train.Capped {
 					parts = append(parts, &model.Sparse{Idx: slices.Clone(kept.Idx), Val: slices.Clone(kept.Val)})
 				}
 				tmp.Add(&sum, kept, sw)
@@ -270,8 +270,11 @@ func (w *workload) serial(peers [][]row) *model.Model {
 			n += len(rows)
 		}
 		if n > 0 && w.localSteps > 1 {
-			if w.combine == train.Mean {
-				meanRows(&sum, parts, m.Layout.Width, m.StateWidth(true))
+			switch w.combine {
+			case train.Mean:
+				meanRows(&sum, parts, m.Layout.Width, m.StateWidth(true), 1)
+			case train.Capped:
+				meanRows(&sum, parts, m.Layout.Width, m.StateWidth(true), train.CappedFactor)
 			}
 			m.AddDeltas(&sum)
 		} else if n > 0 {
@@ -326,12 +329,13 @@ func logregGrad(rows []row, keys []uint32, w []float32, bias uint32, at []int32)
 	return g, loss
 }
 
-// meanRows sets dst to parts combined as train.Mean combines a window: per
-// row, the mean of the weight changes of the parts that have it and the
-// sum of their state changes, summed in float32 in the parts' (member)
-// order and divided in float32 (written here on its own, as the check of
-// the owners' MeanSum).
-func meanRows(dst *model.Sparse, parts []*model.Sparse, width, sw int) {
+// meanRows sets dst to parts combined as train.Mean (capped 1) and
+// train.Capped (capped train.CappedFactor) combine a window: per row, the
+// mean of the weight changes of the k parts that have it times min(k,
+// capped), and the sum of their state changes, summed in float32 in the
+// parts' (member) order and divided in float32 by k/min(k, capped)
+// (written here on its own, as the check of the owners' MeanSum).
+func meanRows(dst *model.Sparse, parts []*model.Sparse, width, sw int, capped float32) {
 	count := map[uint32]int{}
 	sums := map[uint32][]float32{}
 	for _, p := range parts {
@@ -354,8 +358,12 @@ func meanRows(dst *model.Sparse, parts []*model.Sparse, width, sw int) {
 	row := make([]float32, sw)
 	for _, k := range keys {
 		copy(row, sums[k])
+		n := float32(count[k])
+		if n > 1 && capped > 1 {
+			n /= min(n, capped)
+		}
 		for c := range width {
-			row[c] /= float32(count[k])
+			row[c] /= n
 		}
 		dst.Append(k, row)
 	}
