@@ -66,3 +66,51 @@ func TestAcceptanceClusterStopsOnHeldOutRows(t *testing.T) {
 		t.Errorf("the cluster's test log-loss %.4f is more than 1%% above one train's %.4f", peers[0].TestLogLoss, b.TestLogLoss)
 	}
 }
+
+// Issue 31: windows of 16 batches keep the lone peer's quality in sync
+// mode, because --combine auto caps a row's summed changes at 1.8 times
+// their mean (capped, node/train/combine.go): 4 peers end within 0.5% of
+// one train's test log-loss, where the plain sum of the same windows
+// overshoots the rows every worker moves and ends more than 2% above it.
+// Sync runs compute the same model whatever the machine's load.
+func TestAcceptanceLargeWindowsKeepQuality(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	dir := t.TempDir()
+	if code, _, stderr := gt(t, "gen", "--out", dir, "--rows", "200000", "--test-rows", "20000", "--features", "1048576", "--parts", "4"); code != 0 {
+		t.Fatalf("gen: exit %d: %s", code, stderr)
+	}
+	final := func(combine string, baseline bool) (cluster, alone float64) {
+		run := filepath.Join(t.TempDir(), "run")
+		code, out, errOut := runBinary(t, ".", 5*time.Minute, "cluster", "--peers", "4", "--dir", run,
+			"--epochs", "1", "--batch", "100", "--local-steps", "16", "--combine", combine, fmt.Sprintf("--baseline=%v", baseline),
+			"--train", filepath.Join(dir, "train-*.svm"), "--test", filepath.Join(dir, "test.svm"))
+		if code != 0 {
+			t.Fatalf("cluster --combine %s: exit %d\n%s\n%s", combine, code, out, tail(errOut, 3000))
+		}
+		r, err := report.ReadFile(filepath.Join(run, "peer-0.jsonl"))
+		if err != nil || r.Summary == nil {
+			t.Fatalf("--combine %s: peer 0's report: %v", combine, err)
+		}
+		cluster = float64(r.Summary.TestLogLoss)
+		if baseline {
+			b, err := report.ReadFile(filepath.Join(run, "baseline", "peer-0.jsonl"))
+			if err != nil || b.Summary == nil {
+				t.Fatalf("the baseline's report: %v", err)
+			}
+			alone = float64(b.Summary.TestLogLoss)
+		}
+		return cluster, alone
+	}
+	capped, alone := final("auto", true)
+	sum, _ := final("sum", false)
+	t.Logf("H = 16, 4 peers: auto (capped) %.4f (%+.2f%%), sum %.4f (%+.2f%%), one train %.4f",
+		capped, 100*(capped/alone-1), sum, 100*(sum/alone-1), alone)
+	if capped > alone*1.005 {
+		t.Errorf("4 peers with windows of 16 and --combine auto end at test log-loss %.4f, more than 0.5%% above one train's %.4f", capped, alone)
+	}
+	if sum < alone*1.02 {
+		t.Errorf("the plain sum of windows of 16 ends at %.4f, within 2%% of one train's %.4f: the test no longer shows what capping buys", sum, alone)
+	}
+}
