@@ -38,3 +38,20 @@ func TestCombineFor(t *testing.T) {
 		}
 	}
 }
+
+// TestJobEffectiveCombine: a peer's report start line keeps the combine
+// and window size the job used, so report.md shows "capped (given: auto)"
+// instead of the flag's "auto" alone.
+func TestJobEffectiveCombine(t *testing.T) {
+	m, err := model.New(model.Logreg, 1<<10, 2, 4, model.DefaultOptConfig(model.AdaGrad))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eff := jobEffective(Dist{Mode: train.Sync, LocalSteps: 16, AutoCombine: true, Combine: train.Sum}, m)
+	if eff["combine"] != "capped" || eff["local-steps"] != "16" {
+		t.Errorf("effective %v, want combine capped and local-steps 16", eff)
+	}
+	if eff := jobEffective(Dist{Mode: train.Async, LocalSteps: 8, AutoCombine: true, Combine: train.Mean}, m); eff["combine"] != "mean" {
+		t.Errorf("async: effective %v, want combine mean", eff)
+	}
+}

@@ -93,7 +93,7 @@ func RunAlone(ctx context.Context, cfg Config) (sgd.Summary, error) {
 	}
 	defer closeMetrics()
 	mt.SetInfo(metrics.Info{Topology: "single", Mode: "local", Version: cfg.Version})
-	rep, err := cfg.openReport("")
+	rep, err := cfg.openReport("", nil)
 	if err != nil {
 		return sgd.Summary{}, err
 	}
@@ -398,8 +398,10 @@ func warnSkipped(log zerolog.Logger, n int64) {
 	}
 }
 
-// openReport creates the report file (if asked for) and writes its start line.
-func (cfg Config) openReport(peerID string) (*report.Writer, error) {
+// openReport creates the report file (if asked for) and writes its start
+// line, with the settings in effect (effectiveSettings) and, for a peer of
+// a job, the job's (jobEffective).
+func (cfg Config) openReport(peerID string, job map[string]string) (*report.Writer, error) {
 	if cfg.Report == "" {
 		return nil, nil
 	}
@@ -407,7 +409,14 @@ func (cfg Config) openReport(peerID string) (*report.Writer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--report: %w", err)
 	}
-	w.Write(report.Start{Type: report.TypeStart, Time: time.Now().UTC().Format(time.RFC3339), PeerID: peerID, Version: cfg.Version, Config: cfg.Flags, Effective: effectiveSettings(cfg.Plan.Model)})
+	eff := effectiveSettings(cfg.Plan.Model)
+	for k, v := range job {
+		if eff == nil {
+			eff = map[string]string{}
+		}
+		eff[k] = v
+	}
+	w.Write(report.Start{Type: report.TypeStart, Time: time.Now().UTC().Format(time.RFC3339), PeerID: peerID, Version: cfg.Version, Config: cfg.Flags, Effective: eff})
 	return w, nil
 }
 

@@ -34,7 +34,7 @@ type running struct {
 // that follow the run, then the summary.
 func (p *peer) run(tcfg trainer.Config, testSet *trainer.TestSet) error {
 	log, ncfg := p.log, p.ncfg
-	rep, err := p.cfg.openReport(p.self)
+	rep, err := p.cfg.openReport(p.self, jobEffective(p.d, p.cfg.Plan.Model))
 	if err != nil {
 		return err
 	}

@@ -226,6 +226,17 @@ func effectiveSettings(m *model.Model) map[string]string {
 	return out
 }
 
+// jobEffective are the job's settings that --combine auto and
+// --local-steps auto resolve, as the report's start line keeps them, so
+// report.md shows the combine a job used (capped, mean or sum) beside the
+// flag's "auto".
+func jobEffective(d Dist, m *model.Model) map[string]string {
+	if m == nil {
+		return nil
+	}
+	return map[string]string{"combine": d.combineFor(m.Kind).String(), "local-steps": strconv.Itoa(max(1, d.LocalSteps))}
+}
+
 // memberStates is what waitAgreed reads of a node (an interface, so a test
 // can script the states).
 type memberStates interface {
