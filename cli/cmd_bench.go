@@ -38,7 +38,7 @@ func benchCmd() *command {
 		fs.StringVar(&f.out, "out", "", "output `DIR`: data/ (generated), runs/<configuration>/ (reports, logs), report.md,\nbench.json and the plots (default ./gossiptrain-runs/<time>-bench)")
 		fs.BoolVar(&f.stopOnError, "stop-on-error", false, "stop at the first configuration that fails (default: report it and go on)")
 		fs.Float64Var(&f.target, "target-logloss", 0, "time every configuration to this test `log-loss` (time to accuracy: the training seconds until\nit first gets there); 0 is one peer alone's final test log-loss plus 0.5% (with --peers 1,N)")
-		fs.IntVar(&f.evalPoints, "eval-points", 20, "evaluations of the test set along the way, for the curves and time to accuracy: `N` evenly\nspaced in the training examples (one peer of a cluster evaluates, so the others do not pay\nfor it; every peer evaluates at the end); --eval-every overrides")
+		fs.IntVar(&f.evalPoints, "eval-points", 20, "evaluations of the test set along the way, for the curves and time to accuracy: `N` evenly\nspaced in the training examples (one peer of a cluster evaluates, beside its training, so the\nothers do not pay for it; every peer evaluates at the end; a run alone pauses for its\nevaluations, and its times leave those pauses out); --eval-every overrides")
 		fs.IntVar(&f.repeat, "repeat", 1, "run the whole plan `N` times, interleaved (every configuration once, then all again), and print\neach configuration's examples/s and speedup in every repetition and their median (also in\nDIR/repeats.md): on a shared machine one run moves by 15% or more. report.md is the first\nrepetition's; the others are in DIR/repeats/<k>/")
 	})
 	c.group("VM emulation", f.cf.register)

@@ -124,7 +124,7 @@ func RunAlone(ctx context.Context, cfg Config) (sgd.Summary, error) {
 		},
 		Eval: func(e sgd.EvalPoint) {
 			logMetrics(log.Info(), e.Metrics).Str("examples", human.Count(float64(e.Examples))).Msg("evaluation")
-			rep.Write(report.Eval{Type: report.TypeEval, Examples: e.Examples, Seconds: e.Seconds, Epoch: e.Epoch, Metrics: reportMetrics(e.Metrics)})
+			rep.Write(report.Eval{Type: report.TypeEval, Examples: e.Examples, Seconds: e.Seconds, Paused: e.Paused, Epoch: e.Epoch, Metrics: reportMetrics(e.Metrics)})
 			mt.Eval(metrics.EvalFigures{LogLoss: e.LogLoss, Error: e.Error, AUC: e.AUC, Examples: e.Examples, Seconds: e.Seconds})
 		},
 	}
@@ -242,7 +242,7 @@ func (cfg Config) finishAlone(sum sgd.Summary, bad int64, sampler *report.Sample
 	}
 	warnSkipped(log, sum.SkippedNonFinite)
 	s := report.Summary{
-		Type: report.TypeSummary, Examples: sum.Examples, Seconds: sum.Seconds,
+		Type: report.TypeSummary, Examples: sum.Examples, Seconds: sum.Seconds, PausedSeconds: sum.EvalSeconds,
 		ExamplesPerSec: report.Num(sum.ExamplesPerSec), Epochs: sum.Epochs, Steps: sum.Steps,
 		KeptEpoch: sum.BestEpoch, HoldoutLogLoss: sum.HoldoutLoss,
 		Metrics:       reportMetrics(sum.Final),

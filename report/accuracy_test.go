@@ -69,3 +69,33 @@ func TestAddTimeToTarget(t *testing.T) {
 		t.Errorf("with target 0.45: ring/async at %v s, want 10", got)
 	}
 }
+
+// TestBenchLeavesOutPausedEvaluations: a run alone evaluates between its
+// steps, so its training time (examples/s, the curve's seconds, time to a
+// target) leaves out the seconds it paused for evaluations, as the report's
+// paused_seconds say; a peer's, which evaluates beside its training, is its
+// wall time.
+func TestBenchLeavesOutPausedEvaluations(t *testing.T) {
+	m := func(ll float64) Metrics {
+		return Metrics{TestExamples: 100, TestLogLoss: Num(ll), TestError: 0.2, TestAUC: 0.8, TestAccuracy: 0.8}
+	}
+	alone := &Run{
+		Evals:   []Eval{{Type: TypeEval, Examples: 500, Seconds: 5, Paused: 1, Metrics: m(0.5)}},
+		Summary: &Summary{Type: TypeSummary, Examples: 1000, Seconds: 10, PausedSeconds: 2, Metrics: m(0.4)},
+	}
+	p := benchPeer(alone)
+	if p.Seconds != 8 || float64(p.ExamplesPerSec) != 125 {
+		t.Errorf("alone: %v s, %v examples/s; want 8 s of training (10 less 2 paused) and 125/s", p.Seconds, p.ExamplesPerSec)
+	}
+	c := curve(alone, p, 1000)
+	if len(c) != 2 || c[0].Seconds != 4 || c[1].Seconds != 8 {
+		t.Errorf("alone: curve %+v; want points at 4 s and 8 s of training", c)
+	}
+	peer := &Run{
+		Evals:   []Eval{{Type: TypeEval, Examples: 500, Seconds: 5, Metrics: m(0.5)}},
+		Summary: &Summary{Type: TypeSummary, Examples: 1000, Seconds: 10, Metrics: m(0.4)},
+	}
+	if q := benchPeer(peer); q.Seconds != 10 || curve(peer, q, 1000)[0].Seconds != 5 {
+		t.Errorf("peer: %v s, curve %+v; want its wall time, 10 s and 5 s", q.Seconds, curve(peer, q, 1000))
+	}
+}

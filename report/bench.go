@@ -547,7 +547,7 @@ func benchPeer(r *Run) BenchPeer {
 	p := BenchPeer{PeerID: runPeerID(r), File: r.Path, Metrics: undefinedMetrics()}
 	if s := r.Summary; s != nil {
 		p.Finished = true
-		p.Examples, p.Seconds = s.Examples, s.Seconds
+		p.Examples, p.Seconds = s.Examples, s.Seconds-s.PausedSeconds // (training time: trainingSeconds)
 		p.Rounds = s.Rounds
 		if p.Rounds == 0 {
 			p.Rounds = s.Steps
@@ -579,7 +579,7 @@ func benchPeer(r *Run) BenchPeer {
 			if e.Examples > p.Examples {
 				p.Examples = e.Examples
 			}
-			p.Seconds = math.Max(p.Seconds, e.Seconds)
+			p.Seconds = math.Max(p.Seconds, e.Seconds-e.Paused)
 		}
 	}
 	p.ExamplesPerSec = ratio(float64(p.Examples), p.Seconds)
@@ -589,7 +589,15 @@ func benchPeer(r *Run) BenchPeer {
 	return p
 }
 
-// curve is the reference peer's test curve with all peers' examples.
+// trainingSeconds: a bench compares training time, so a run alone's
+// seconds leave out the evaluations it paused for (report.Eval's Paused,
+// Summary's PausedSeconds: it evaluates between steps, and on the whole
+// model, whose rows are cache misses), and a peer's are its wall time: one
+// peer of a cluster evaluates beside its training, which slows that peer
+// (and in sync every peer) and is counted against the cluster.
+
+// curve is the reference peer's test curve with all peers' examples, at
+// its training seconds (trainingSeconds).
 func curve(r *Run, p BenchPeer, total int64) []CurvePoint {
 	scale := 1.0
 	if p.Examples > 0 && total > 0 {
@@ -601,11 +609,11 @@ func curve(r *Run, p BenchPeer, total int64) []CurvePoint {
 	}
 	var last int64 = -1
 	for _, e := range r.Evals {
-		add(e.Examples, e.Seconds, e.Metrics)
+		add(e.Examples, e.Seconds-e.Paused, e.Metrics)
 		last = e.Examples
 	}
 	if s := r.Summary; s != nil && s.TestExamples > 0 && s.Examples > last {
-		add(s.Examples, s.Seconds, s.Metrics)
+		add(s.Examples, s.Seconds-s.PausedSeconds, s.Metrics)
 	}
 	return pts
 }

@@ -77,7 +77,11 @@ type Eval struct {
 	PeerID   string  `json:"peer_id,omitempty"`
 	Examples int64   `json:"examples"` // training examples this peer has processed so far
 	Seconds  float64 `json:"seconds"`  // since training started
-	Epoch    int     `json:"epoch"`
+	// Paused is how much of Seconds training waited for evaluations: a run
+	// alone evaluates between its steps; a peer evaluates beside its
+	// training (0). Training time is Seconds - Paused.
+	Paused float64 `json:"paused_seconds,omitempty"`
+	Epoch  int     `json:"epoch"`
 	Metrics
 }
 
@@ -122,10 +126,13 @@ type Resources struct {
 
 // Summary is the last line of a report.
 type Summary struct {
-	Type           string  `json:"type"` // "summary"
-	PeerID         string  `json:"peer_id,omitempty"`
-	Examples       int64   `json:"examples"`
-	Seconds        float64 `json:"seconds"`
+	Type     string  `json:"type"` // "summary"
+	PeerID   string  `json:"peer_id,omitempty"`
+	Examples int64   `json:"examples"`
+	Seconds  float64 `json:"seconds"`
+	// PausedSeconds is how much of Seconds training waited for
+	// evaluations (a run alone; a peer evaluates beside its training: 0).
+	PausedSeconds  float64 `json:"paused_seconds,omitempty"`
 	ExamplesPerSec Num     `json:"examples_per_sec"`
 	Epochs         int     `json:"epochs"`
 	// KeptEpoch is the epoch whose model was kept, the lowest held-out

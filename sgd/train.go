@@ -165,6 +165,10 @@ type EvalPoint struct {
 	Epoch    int     // 1-based epoch in progress (the last one for the final evaluation)
 	Examples int64   // training examples seen before this evaluation
 	Seconds  float64 // since Train started, when the evaluation finished
+	// Paused is how much of Seconds training waited for evaluations, this
+	// one included: Train evaluates between steps, so a run's training
+	// time at this point is Seconds - Paused.
+	Paused float64
 	Metrics
 }
 
@@ -744,7 +748,7 @@ func (t *trainer) evaluate() (err error) {
 	// Do not count evaluation time in the next progress window's rate.
 	t.lastProgress = t.lastProgress.Add(end.Sub(began))
 	if t.h.Eval != nil {
-		t.h.Eval(EvalPoint{Epoch: min(t.epoch+1, t.cfg.Epochs), Examples: t.sum.Examples, Seconds: end.Sub(t.start).Seconds(), Metrics: met})
+		t.h.Eval(EvalPoint{Epoch: min(t.epoch+1, t.cfg.Epochs), Examples: t.sum.Examples, Seconds: end.Sub(t.start).Seconds(), Paused: t.sum.EvalSeconds, Metrics: met})
 	}
 	return nil
 }
