@@ -531,9 +531,12 @@ func crashedIn(path, id string) bool {
 // end alike.
 func TestE2ECrashAndRestartSameIdentity(t *testing.T) {
 	flags := churnData(t)
-	// Six epochs: with two, the survivors ended their last rounds 0.3 s
-	// after the restarted peer asked to join (in CI).
-	r := newChurnRun(t, 4, append(flags, "--epochs", "6")...)
+	// Ten epochs (about 18 s): the crash is noticed after --dead-after
+	// (5 s) and the restart joins 1-3 s later; with two epochs the
+	// survivors ended their last rounds 0.3 s after the restarted peer
+	// asked to join (in CI), and with six (10.7 s) on a loaded machine
+	// 1.6 s after it was admitted, before it had a configuration.
+	r := newChurnRun(t, 4, append(flags, "--epochs", "10")...)
 	ps := r.startAll(4)
 	r.waitRound(ps[2], 40)
 	ps[2].cmd.Process.Kill()
