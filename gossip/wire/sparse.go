@@ -231,6 +231,10 @@ func (c *Codec) writeIndices(w *bitWriter, idx []uint32, lo int) error {
 	K := riceParam(c.gaps[:len(idx)], sum)
 	w.write(uint64(K), 5)
 	for _, g := range c.gaps[:len(idx)] {
+		if q := g >> K; q+1+uint64(K) <= 32 {
+			w.write((g&(1<<K-1))<<(q+1)|1<<q, uint(q)+1+K) // (rice's common case, inlined)
+			continue
+		}
 		w.rice(g, K)
 	}
 	return nil
@@ -533,9 +537,23 @@ func (c *Codec) readIndices(r *bitReader, idx []uint32) error {
 	div.init(L)
 	next := uint64(0)
 	for i := range idx {
-		g, ok := r.rice(K)
-		if !ok {
-			return fmt.Errorf("%w: truncated index %d", ErrMalformed, i)
+		if r.n < 32+K {
+			r.refill()
+		}
+		var g uint64
+		if tz := uint(bits.TrailingZeros64(r.acc)); tz+1+K <= r.n {
+			// The whole code is loaded (bits past n are the stream's
+			// next or zero, so a one below n ends the zeros): what
+			// rice reads, without its loop.
+			x := r.acc >> (tz + 1)
+			g = uint64(tz)<<K | x&(1<<K-1)
+			r.acc = x >> K
+			r.n -= tz + 1 + K
+		} else {
+			var ok bool
+			if g, ok = r.rice(K); !ok {
+				return fmt.Errorf("%w: truncated index %d", ErrMalformed, i)
+			}
 		}
 		kc := next + g
 		if kc >= space {
