@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -60,5 +61,57 @@ func BenchmarkSaveRead(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
+	})
+}
+
+// BenchmarkWideRows: what a sync owner does with a window's rows each
+// round, on a 2^24-row logreg model with AdaGrad (every page written
+// before): read ("append": the wide rows it answers, AppendWideRows)
+// and add ("add": AddDeltas of the summed changes) 13,000 rows spread at
+// random over the model, most of them cache misses.
+// go test ./model -run '^$' -bench WideRows
+func BenchmarkWideRows(b *testing.B) {
+	m := mustNew(b, Logreg, 1<<24, 0, 256, DefaultOptConfig(AdaGrad))
+	m.OwnAll()
+	for i := range m.W {
+		m.W[i] = 1e-3
+	}
+	for _, st := range m.State {
+		for i := range st {
+			st[i] = 1e-2
+		}
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	sets := make([]*Sparse, 16)
+	for i := range sets {
+		keys := make([]uint32, 13000)
+		for j := range keys {
+			keys[j] = rng.Uint32N(1 << 24)
+		}
+		slices.Sort(keys)
+		s := &Sparse{}
+		for _, k := range slices.Compact(keys) {
+			s.Append(k, []float32{1e-6, 1e-6})
+		}
+		sets[i] = s
+	}
+	b.Run("append", func(b *testing.B) {
+		var dst []float32
+		rows := 0
+		for i := 0; b.Loop(); i++ {
+			s := sets[i%len(sets)]
+			dst = m.AppendWideRows(dst[:0], s.Idx)
+			rows += s.Len()
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(rows), "ns/row")
+	})
+	b.Run("add", func(b *testing.B) {
+		rows := 0
+		for i := 0; b.Loop(); i++ {
+			s := sets[i%len(sets)]
+			m.AddDeltas(s)
+			rows += s.Len()
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(rows), "ns/row")
 	})
 }

@@ -1,7 +1,10 @@
 package model
 
 import (
+	"fmt"
 	"math"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -57,5 +60,45 @@ func TestAddDeltasSumsChanges(t *testing.T) {
 	m.Own(0)
 	if w := m.AppendWide(nil, 1); len(w) != 2 || w[1] != 0 { // row 1 is in shard 1, not owned
 		t.Errorf("AppendWide of a row not owned: %v, want its weight and zero state", w)
+	}
+}
+
+// TestAppendWideRows: the rows appended are AppendWide's, key by key, for
+// logreg with AdaGrad (rows of shards owned here and not), softmax and
+// FTRL, after what dst holds; a row out of range panics as AppendWide's.
+func TestAppendWideRows(t *testing.T) {
+	for _, c := range []struct {
+		kind    Kind
+		classes int
+		opt     OptKind
+	}{{Logreg, 2, AdaGrad}, {Logreg, 2, SGD}, {Logreg, 2, FTRL}, {Softmax, 3, AdaGrad}} {
+		m := mustNew(t, c.kind, 64, c.classes, 4, DefaultOptConfig(c.opt))
+		m.Own(0)
+		m.Own(2)
+		for i := range m.W {
+			m.W[i] = float32(i) / 7
+		}
+		for _, st := range m.State {
+			for i := range st {
+				st[i] = float32(i) / 3
+			}
+		}
+		keys := []uint32{0, 1, 2, 5, 6, 10, 33, 63, uint32(m.Bias())}
+		want := []float32{-1, -2}
+		for _, k := range keys {
+			want = m.AppendWide(want, k)
+		}
+		got := m.AppendWideRows([]float32{-1, -2}, keys)
+		if !slices.Equal(got, want) {
+			t.Errorf("%v %v: AppendWideRows %v, want %v", c.kind, c.opt, got, want)
+		}
+		func() {
+			defer func() {
+				if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "out of range") {
+					t.Errorf("%v %v: a row out of range: panic %v, want out of range", c.kind, c.opt, r)
+				}
+			}()
+			m.AppendWideRows(nil, []uint32{1, uint32(m.Layout.Features)})
+		}()
 	}
 }

@@ -1,7 +1,10 @@
 package wire
 
 import (
+	"bytes"
 	"container/heap"
+	"math"
+	"math/bits"
 	"math/rand/v2"
 	"testing"
 )
@@ -173,6 +176,97 @@ func TestHuffmanTableRejects(t *testing.T) {
 		var d huffDec
 		if err := d.readTable(&r, c.max); err == nil {
 			t.Errorf("%s: accepted", c.name)
+		}
+	}
+}
+
+// TestF32Stream: writeF32 writes exactly the stream of the format (code
+// table; per value the exponent's code, the sign, the mantissa, written
+// one field at a time here), with codes short enough to go out with the
+// value's other 24 bits in one write and codes too long for it (up to 11
+// bits), and readF32 reads every value back, at the stream's end too
+// (where fewer than a whole value's bits are left to load at once).
+func TestF32Stream(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	c := NewCodec(F32, None, DefaultLimits())
+	for trial := range 200 {
+		n := 1 + r.IntN(3000)
+		src := make([]float32, n)
+		for i := range src {
+			// Exponents geometric around 120 (codes from 1 to 11 bits),
+			// signs and mantissas at random.
+			e := uint32(120)
+			for e > 1 && r.IntN(trial%3+2) == 0 {
+				e--
+			}
+			if trial%5 == 0 {
+				e = uint32(r.IntN(255)) // every length in one message
+			}
+			src[i] = math.Float32frombits(r.Uint32()&0x807fffff | e<<23)
+		}
+		var got bitWriter
+		if err := c.writeF32(&got, src, 1, 0, false); err != nil {
+			t.Fatal(err)
+		}
+		stream := got.finish()
+		var want bitWriter
+		h := &c.huff // (as writeF32 left it: the code of src)
+		h.writeTable(&want)
+		for _, v := range src {
+			u := math.Float32bits(v)
+			h.put(&want, int(u>>23&0xff))
+			want.write(uint64(u>>31), 1)
+			want.write(uint64(u&0x7fffff), 23)
+		}
+		if !bytes.Equal(stream, want.finish()) {
+			t.Fatalf("trial %d: %d values: the stream differs from the format's", trial, n)
+		}
+		var rd bitReader
+		rd.reset(stream)
+		back := make([]float32, n)
+		if err := c.readF32(&rd, back, 1); err != nil {
+			t.Fatalf("trial %d: %v", trial, err)
+		}
+		for i := range src {
+			if math.Float32bits(back[i]) != math.Float32bits(src[i]) {
+				t.Fatalf("trial %d: value %d read %v, wrote %v", trial, i, back[i], src[i])
+			}
+		}
+		if !rd.rest() {
+			t.Fatalf("trial %d: bits left over", trial)
+		}
+	}
+}
+
+// TestRiceParam: the parameter is the cheapest of the candidates up to
+// the mean's bit length (at most 3 below it, at most 31), each costed on
+// its own (the smallest on a tie).
+func TestRiceParam(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	for trial := range 500 {
+		gaps := make([]uint64, 1+r.IntN(200))
+		sum := uint64(0)
+		scale := uint64(1) << r.IntN(34)
+		for i := range gaps {
+			gaps[i] = r.Uint64N(scale)
+			if trial%4 == 0 && r.IntN(10) == 0 {
+				gaps[i] = scale * 50 // outliers
+			}
+			sum += gaps[i]
+		}
+		k0 := bits.Len64(sum / uint64(len(gaps)))
+		best, bestCost := 0, uint64(math.MaxUint64) // (0 when no candidate is at most 31)
+		for k := max(0, k0-3); k <= min(k0, 31); k++ {
+			cost := uint64(len(gaps)) * uint64(k+1)
+			for _, g := range gaps {
+				cost += g >> k
+			}
+			if cost < bestCost {
+				best, bestCost = k, cost
+			}
+		}
+		if got := riceParam(gaps, sum); got != uint(best) {
+			t.Fatalf("trial %d: riceParam %d, want %d", trial, got, best)
 		}
 	}
 }

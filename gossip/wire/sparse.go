@@ -231,6 +231,10 @@ func (c *Codec) writeIndices(w *bitWriter, idx []uint32, lo int) error {
 	K := riceParam(c.gaps[:len(idx)], sum)
 	w.write(uint64(K), 5)
 	for _, g := range c.gaps[:len(idx)] {
+		if q := g >> K; q+1+uint64(K) <= 32 {
+			w.write((g&(1<<K-1))<<(q+1)|1<<q, uint(q)+1+K) // (rice's common case, inlined)
+			continue
+		}
 		w.rice(g, K)
 	}
 	return nil
@@ -280,17 +284,25 @@ func writeBitmap(w *bitWriter, bm *[64]uint64, b uint) {
 	}
 }
 
-// riceParam returns the Rice parameter with the fewest bits for gaps.
+// riceParam returns the Rice parameter with the fewest bits for gaps: the
+// smallest of the (up to 4) candidates k0-3 … k0 below the mean's bit
+// length k0 whose exact cost is least, every candidate's cost summed in
+// one pass over the gaps.
 func riceParam(gaps []uint64, sum uint64) uint {
 	n := uint64(len(gaps))
 	k0 := bits.Len64(sum / n)
+	lo, hi := max(0, k0-3), min(k0, 31)
+	var q [4]uint64 // q[j]: the sum of the gaps >> (lo+j)
+	s0, s1, s2, s3 := uint(lo), uint(lo+1), uint(lo+2), uint(lo+3)
+	for _, g := range gaps {
+		q[0] += g >> s0
+		q[1] += g >> s1
+		q[2] += g >> s2
+		q[3] += g >> s3
+	}
 	best, bestCost := uint(0), uint64(math.MaxUint64)
-	for k := max(0, k0-3); k <= min(k0, 31); k++ {
-		cost := n * uint64(k+1)
-		for _, g := range gaps {
-			cost += g >> uint(k)
-		}
-		if cost < bestCost {
+	for k := lo; k <= hi; k++ {
+		if cost := n*uint64(k+1) + q[k-lo]; cost < bestCost {
 			best, bestCost = uint(k), cost
 		}
 	}
@@ -315,7 +327,14 @@ func (c *Codec) writeF32(w *bitWriter, src []float32, width, lo int, fb bool) er
 	h.writeTable(w)
 	for _, v := range src {
 		u := math.Float32bits(v)
-		h.put(w, int(u>>23&0xff))
+		e := u >> 23 & 0xff
+		if l := uint(h.size[e]); l <= 8 {
+			// The exponent's code and the 24 bits after it in one
+			// write (at most 32 bits): the same stream, one call.
+			w.write(uint64(h.code[e])|uint64(u>>31|(u&0x7fffff)<<1)<<l, l+24)
+			continue
+		}
+		h.put(w, int(e))
 		w.write(uint64(u>>31|(u&0x7fffff)<<1), 24)
 	}
 	if fb {
@@ -518,9 +537,23 @@ func (c *Codec) readIndices(r *bitReader, idx []uint32) error {
 	div.init(L)
 	next := uint64(0)
 	for i := range idx {
-		g, ok := r.rice(K)
-		if !ok {
-			return fmt.Errorf("%w: truncated index %d", ErrMalformed, i)
+		if r.n < 32+K {
+			r.refill()
+		}
+		var g uint64
+		if tz := uint(bits.TrailingZeros64(r.acc)); tz+1+K <= r.n {
+			// The whole code is loaded (bits past n are the stream's
+			// next or zero, so a one below n ends the zeros): what
+			// rice reads, without its loop.
+			x := r.acc >> (tz + 1)
+			g = uint64(tz)<<K | x&(1<<K-1)
+			r.acc = x >> K
+			r.n -= tz + 1 + K
+		} else {
+			var ok bool
+			if g, ok = r.rice(K); !ok {
+				return fmt.Errorf("%w: truncated index %d", ErrMalformed, i)
+			}
 		}
 		kc := next + g
 		if kc >= space {
@@ -573,6 +606,18 @@ func (c *Codec) readF32(r *bitReader, val []float32, width int) error {
 	for i := range val {
 		if r.n < 35 {
 			r.refill()
+		}
+		if r.n >= 35 {
+			// A whole value is in acc (a code is at most 11 bits): no
+			// bound to check but the code's.
+			t := d.table[r.acc&d.mask]
+			if l := uint(t & 15); l != 0 && t>>4 != 0xff {
+				x := r.acc >> l
+				r.acc = x >> 24
+				r.n -= l + 24
+				val[i] = math.Float32frombits(uint32(x&1)<<31 | uint32(t>>4)<<23 | uint32(x>>1&0x7fffff))
+				continue
+			}
 		}
 		e, ok := d.decode(r)
 		if !ok {

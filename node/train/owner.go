@@ -1896,11 +1896,11 @@ func (o *owner) reply(k *contribution) {
 		}
 	default:
 		msg.Values = make([]float32, 0, len(k.want)*c.xw)
+		if c.xw != c.width {
+			msg.Values = c.m.AppendWideRows(msg.Values, k.want) // a window's rows carry their optimizer state
+			break
+		}
 		for _, key := range k.want {
-			if c.xw != c.width {
-				msg.Values = c.m.AppendWide(msg.Values, key) // a window's rows carry their optimizer state
-				continue
-			}
 			msg.Values = append(msg.Values, c.m.Row(key)...)
 		}
 	}

@@ -111,11 +111,13 @@ type workerLeave struct {
 // pushScratch is tryPush's scratch, kept between calls so a push allocates
 // nothing in steady state.
 type pushScratch struct {
-	split    []model.Sparse // per owner: handed to the requests
-	wantBuf  [][]uint32
-	posBuf   [][]int32
-	shardBuf [][]uint32
-	counts   []int
+	split     []model.Sparse // per owner: handed to the requests
+	wantBuf   [][]uint32
+	posBuf    [][]int32
+	shardBuf  [][]uint32
+	counts    []int
+	rowOwner  []uint32 // per key of the pushed batch: its owner's index
+	wantOwner []uint32 // per key of the wanted batch: its owner's index
 }
 
 type computedGrad struct {
@@ -438,8 +440,8 @@ func (w *worker) tryPush() bool {
 	owners, idx := w.owners(g.round, nil)
 	n := len(owners)
 	w.sizeParts(b, nb, g, idx, n)
-	examples, flags := w.splitGrad(b, g, cur, idx)
-	ws := w.nextWorkset(nb, next, idx, n)
+	examples, flags := w.splitGrad(b, g, cur)
+	ws := w.nextWorkset(nb, next, n)
 	w.sendPushes(owners, g, next, b, ws, examples, flags)
 	delete(w.ws, g.round)
 	w.dropBatch(g.round)
@@ -469,15 +471,13 @@ func (w *worker) sizeParts(b, nb *batch, g *computedGrad, idx []int, n int) {
 	w.scratch.counts = grow(w.scratch.counts, 2*n)
 	clear(w.scratch.counts)
 	rows, wants := w.scratch.counts[:n], w.scratch.counts[n:]
+	// Each key's owner is looked up once, here, for splitGrad and
+	// nextWorkset.
 	if b != nil && g.grad != nil {
-		for _, k := range b.keys {
-			rows[idx[c.shardOf(k)]]++
-		}
+		w.scratch.rowOwner = ownersOf(w.scratch.rowOwner, b.keys, idx, c.mask, rows)
 	}
 	if nb != nil && c.cfg.Gather == Need {
-		for _, k := range nb.keys {
-			wants[idx[c.shardOf(k)]]++
-		}
+		w.scratch.wantOwner = ownersOf(w.scratch.wantOwner, nb.keys, idx, c.mask, wants)
 	}
 	for i := range n {
 		w.scratch.split[i] = model.Sparse{Idx: make([]uint32, 0, rows[i]), Val: make([]float32, 0, rows[i]*width)}
@@ -493,7 +493,7 @@ func (w *worker) sizeParts(b, nb *batch, g *computedGrad, idx []int, n int) {
 // splitGrad splits round g's gradient (or window's changes) of batch b
 // into the owners' parts: the examples it counts, and FlagDone for a
 // worker with no batch left.
-func (w *worker) splitGrad(b *batch, g *computedGrad, cur *tconf, idx []int) (examples uint64, flags wire.CoreFlags) {
+func (w *worker) splitGrad(b *batch, g *computedGrad, cur *tconf) (examples uint64, flags wire.CoreFlags) {
 	c := w.c
 	width := c.xw
 	if b != nil && g.grad == nil {
@@ -516,9 +516,7 @@ func (w *worker) splitGrad(b *batch, g *computedGrad, cur *tconf, idx []int) (ex
 				}
 			}
 		}
-		for i, k := range b.keys {
-			w.scratch.split[idx[c.shardOf(k)]].Append(k, g.grad[i*width:(i+1)*width])
-		}
+		splitRows(w.scratch.split, b.keys, w.scratch.rowOwner, g.grad, width)
 		c.stats.Examples += examples
 	} else {
 		flags |= wire.FlagDone
@@ -526,10 +524,42 @@ func (w *worker) splitGrad(b *batch, g *computedGrad, cur *tconf, idx []int) (ex
 	return examples, flags
 }
 
+// ownersOf sets own[i] to the index idx gives the shard of keys[i] (its
+// owner's), counting each owner's keys in count, and returns own.
+func ownersOf(own, keys []uint32, idx []int, mask uint32, count []int) []uint32 {
+	own = grow(own, len(keys))
+	for i, k := range keys {
+		o := idx[k&mask]
+		own[i] = uint32(o)
+		count[o]++
+	}
+	return own
+}
+
+// splitRows appends row i of vals (width values) to the part of owner
+// own[i] as row keys[i]. The parts have room for their rows (sizeParts):
+// rows of 2 values (logreg's weight and AdaGrad's accumulator) are
+// assigned rather than copied.
+func splitRows(parts []model.Sparse, keys, own []uint32, vals []float32, width int) {
+	own = own[:len(keys)]
+	if width == 2 {
+		vals = vals[:2*len(keys)]
+		for i, k := range keys {
+			p := &parts[own[i]]
+			p.Idx = append(p.Idx, k)
+			p.Val = append(p.Val, vals[2*i], vals[2*i+1])
+		}
+		return
+	}
+	for i, k := range keys {
+		parts[own[i]].Append(k, vals[i*width:(i+1)*width])
+	}
+}
+
 // nextWorkset is the workset that waits for the values of round next's
 // batch nb (a barrier only without one), with each owner's wanted keys
 // in pushScratch; nil for a leaver that stops before next.
-func (w *worker) nextWorkset(nb *batch, next uint64, idx []int, n int) *workset {
+func (w *worker) nextWorkset(nb *batch, next uint64, n int) *workset {
 	c := w.c
 	width := c.xw
 	var ws *workset
@@ -537,10 +567,11 @@ func (w *worker) nextWorkset(nb *batch, next uint64, idx []int, n int) *workset 
 		ws = &workset{round: next, keys: nb.keys, pending: n, through: Final}
 		if c.cfg.Gather == Need {
 			ws.vals = make([]float32, len(nb.keys)*width)
+			want, pos := w.scratch.wantBuf, w.scratch.posBuf
 			for i, k := range nb.keys {
-				o := idx[c.shardOf(k)]
-				w.scratch.wantBuf[o] = append(w.scratch.wantBuf[o], k)
-				w.scratch.posBuf[o] = append(w.scratch.posBuf[o], int32(i))
+				o := w.scratch.wantOwner[i]
+				want[o] = append(want[o], k)
+				pos[o] = append(pos[o], int32(i))
 			}
 		}
 	} else if !w.stoppedAt(next) {

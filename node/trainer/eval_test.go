@@ -104,3 +104,35 @@ func BenchmarkEvaluator(b *testing.B) {
 		}
 	})
 }
+
+// TestReadAll: the test set read in batches is the rows as they were, in
+// order, weights included (rows of weight 1 in batches before the first
+// weighted row read with weight 1), for sets of less than a batch, of
+// whole batches and of a part batch more.
+func TestReadAll(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	for _, rows := range []int{1, 999, 1000, 2500} {
+		for _, weighted := range []bool{false, true} {
+			var want data.Batch
+			for i := range rows {
+				for k := range uint32(1 + r.IntN(5)) {
+					want.Add(k*1000+uint32(r.IntN(1000)), r.Float32())
+				}
+				w := float32(1)
+				if weighted && i >= rows*3/4 {
+					w = 0.5 // (only in the last batch)
+				}
+				want.EndRowWeighted(float32(r.IntN(2)), w)
+			}
+			got, err := readAll(&memSource{b: &want})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got.Labels, want.Labels) || !slices.Equal(got.Offsets, want.Offsets) ||
+				!slices.Equal(got.Indices, want.Indices) || !slices.Equal(got.Values, want.Values) || !slices.Equal(got.Weights, want.Weights) {
+				t.Errorf("%d rows (weighted %v): read %d rows, %d nonzeros, %d weights; want %d, %d, %d",
+					rows, weighted, got.Rows(), got.NNZ(), len(got.Weights), want.Rows(), want.NNZ(), len(want.Weights))
+			}
+		}
+	}
+}

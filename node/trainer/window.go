@@ -77,23 +77,27 @@ func unionKeys(scratch *[2][]uint32, batches []*sgd.Prepared) []uint32 {
 	return slices.Clone(a)
 }
 
-// mergeKeys appends the union of ascending x and y to dst.
+// mergeKeys appends the union of ascending x and y to dst. Its loop has
+// no branch on which key is smaller, a coin toss that a branch predictor
+// loses: with one, windows of 4 batches of bench's data took 2.4 times as
+// long to merge (BenchmarkUnionKeys). TestMergeKeys pins the result.
 func mergeKeys(dst, x, y []uint32) []uint32 {
-	i, j := 0, 0
-	for i < len(x) && j < len(y) {
-		switch {
-		case x[i] < y[j]:
-			dst = append(dst, x[i])
+	n := len(dst)
+	dst = slices.Grow(dst, len(x)+len(y))[:n+len(x)+len(y)]
+	out := dst[n:]
+	i, j, o := 0, 0, 0
+	for i < len(x) && j < len(y) && o < len(out) {
+		a, b := x[i], y[j]
+		out[o] = min(a, b)
+		o++
+		if a <= b {
 			i++
-		case y[j] < x[i]:
-			dst = append(dst, y[j])
-			j++
-		default:
-			dst = append(dst, x[i])
-			i++
+		}
+		if b <= a {
 			j++
 		}
 	}
-	dst = append(dst, x[i:]...)
-	return append(dst, y[j:]...)
+	o += copy(out[o:], x[i:])
+	o += copy(out[o:], y[j:])
+	return dst[:n+o]
 }
