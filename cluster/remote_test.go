@@ -13,8 +13,9 @@ import (
 )
 
 // fakeSSH puts an ssh and an scp on PATH that record their argument lists
-// in the returned file (one invocation a line, arguments separated by
-// \x1f) and then do what the real ones would, on this machine: ssh runs
+// in the returned directory (one file an invocation, named by the time it
+// started, arguments separated by \x1f; a file each, because Prepare runs
+// the hosts' commands at once and appends to one file interleave) and then do what the real ones would, on this machine: ssh runs
 // the command with sh in home (the host's login directory), scp copies
 // with cp -p. Both parse their options as OpenSSH does and need "--"
 // before the destination and the files: without it they fail, as a host
@@ -22,7 +23,7 @@ import (
 func fakeSSH(t *testing.T, home string) string {
 	t.Helper()
 	bin := t.TempDir()
-	calls := filepath.Join(t.TempDir(), "calls")
+	calls := t.TempDir()
 	// The options that take a value: ssh's -p is the port, scp's -P.
 	opts := func(withValue string) string {
 		return `while [ $# -gt 0 ]; do
@@ -35,7 +36,7 @@ func fakeSSH(t *testing.T, home string) string {
 done
 `
 	}
-	record := `printf '%s\037' "$(basename "$0")" "$@" >> "$FAKE_SSH_CALLS"; printf '\n' >> "$FAKE_SSH_CALLS"
+	record := `printf '%s\037' "$(basename "$0")" "$@" > "$FAKE_SSH_CALLS/$(date +%s%N).$$"
 `
 	ssh := "#!/bin/sh\n" + record + opts("-o|-p|-F|-J|-i") + `shift # the destination
 export SSH_CONNECTION="127.0.0.1 50000 127.0.0.1 22"
@@ -62,16 +63,21 @@ exec cp -p "$@" "$dest"
 	return calls
 }
 
-// readCalls returns every recorded invocation: tool, then its arguments.
-func readCalls(t *testing.T, path string) [][]string {
+// readCalls returns every recorded invocation in the order they started:
+// tool, then its arguments.
+func readCalls(t *testing.T, dir string) [][]string {
 	t.Helper()
-	b, err := os.ReadFile(path)
+	entries, err := os.ReadDir(dir) // sorted by name: the start times have equal widths
 	if err != nil {
 		t.Fatal(err)
 	}
 	var calls [][]string
-	for _, line := range strings.Split(strings.TrimSuffix(string(b), "\n"), "\n") {
-		calls = append(calls, strings.Split(strings.TrimSuffix(line, "\x1f"), "\x1f"))
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		calls = append(calls, strings.Split(strings.TrimSuffix(string(b), "\x1f"), "\x1f"))
 	}
 	return calls
 }
