@@ -1,13 +1,16 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -34,7 +37,7 @@ type LocalConfig struct {
 	Baseline bool
 	// Target is the test log-loss the runs are timed to (0: the lone
 	// peer's final plus 0.5%); EvalPoints the evaluations along the way
-	// of a generated data set's run (--eval-every overrides).
+	// (--eval-every overrides; not known for compressed training data).
 	Target     float64
 	EvalPoints int
 	Caps       Caps
@@ -149,6 +152,17 @@ func (cfg LocalConfig) data() (localData, error) {
 		d.meta = d.split.meta
 		d.trainAll = "--train=" + tf.Value("train")
 		d.pass = append(d.pass, d.trainAll)
+		if !tf.Set("eval-every") && cfg.EvalPoints > 0 {
+			files, _, err := infer.Expand(patterns, "train")
+			if err != nil {
+				return d, err
+			}
+			if rows := rowsOf(files, d.meta); rows > 0 {
+				d.evalEvery(tf, rows, cfg)
+			} else {
+				cfg.Log.Warn().Int("eval_points", cfg.EvalPoints).Msg("the rows of --train are not known (compressed, IDX, a cache or a stream): no evaluations along the way, so the time to accuracy is the end's; give --eval-every N (examples of a peer) for a curve")
+			}
+		}
 		return d, nil
 	}
 	gen := DefaultData()
@@ -164,24 +178,85 @@ func (cfg LocalConfig) data() (localData, error) {
 	d.pass = append(d.pass, extra...)
 	d.local = append(d.local, extra...)
 	if !tf.Set("eval-every") && cfg.EvalPoints > 0 {
-		// --eval-points evaluations along the way, and the final
-		// one: the curves of report.md and the time to accuracy.
-		// They count a peer's own examples; peer 0 alone evaluates
-		// along the way (PeerArgs).
-		ep, err := strconv.Atoi(tf.Value("epochs"))
-		if tf.Value("epochs") == "auto" {
-			// What each peer runs for --epochs auto with --holdout off;
-			// with held-out rows the peers stop on them, most often
-			// about as early.
-			ep, err = infer.DistEpochs, nil
-		}
-		if err == nil && ep > 0 {
-			d.pass = append(d.pass, "--eval-every="+strconv.FormatInt(max(m.Rows*int64(ep)/int64(cfg.Peers)/int64(cfg.EvalPoints), 1), 10))
-			d.baselineEval = max(m.Rows*int64(ep)/int64(cfg.EvalPoints), 1)
-		}
+		d.evalEvery(tf, m.Rows, cfg)
 	}
 	d.split, err = splitData(m.Files, cfg.Peers)
 	return d, err
+}
+
+// evalEvery spaces --eval-points evaluations along the way, and the final
+// one, over rows training rows: the curves of report.md and the time to
+// accuracy. They count a peer's own examples; peer 0 alone evaluates along
+// the way (PeerArgs).
+func (d *localData) evalEvery(tf TrainFlags, rows int64, cfg LocalConfig) {
+	ep, err := strconv.Atoi(tf.Value("epochs"))
+	if tf.Value("epochs") == "auto" {
+		// What each peer runs for --epochs auto with --holdout off;
+		// with held-out rows the peers stop on them, most often
+		// about as early.
+		ep, err = infer.DistEpochs, nil
+	}
+	if err == nil && ep > 0 {
+		d.pass = append(d.pass, "--eval-every="+strconv.FormatInt(max(rows*int64(ep)/int64(cfg.Peers)/int64(cfg.EvalPoints), 1), 10))
+		d.baselineEval = max(rows*int64(ep)/int64(cfg.EvalPoints), 1)
+	}
+}
+
+// rowsOf is about the number of training rows in files, for spacing
+// evaluations: the generator's count when the files are all of its set
+// (meta), else the lines of plain text files; 0 when neither is known
+// (compressed files, IDX, a cache, a stream). TestClusterEvalPointsOnUserData.
+func rowsOf(files []string, meta *data.GenMeta) int64 {
+	if meta != nil && len(files) == len(meta.Files) {
+		all := true
+		for _, f := range files {
+			all = all && slices.ContainsFunc(meta.Files, func(g string) bool { return filepath.Base(g) == filepath.Base(f) })
+		}
+		if all {
+			return meta.Rows
+		}
+	}
+	var rows int64
+	buf := make([]byte, 1<<20)
+	for _, name := range files {
+		if data.IsStream(name) {
+			return 0
+		}
+		if f, err := data.DetectFormat(name); err != nil || f == data.FormatIDX || f == data.FormatCache {
+			return 0
+		}
+		n, ok := countLines(name, buf)
+		if !ok {
+			return 0
+		}
+		rows += n
+	}
+	return rows
+}
+
+// countLines counts the newlines of a plain (not compressed) file; ok is
+// false for a compressed one or when it cannot be read.
+func countLines(name string, buf []byte) (n int64, ok bool) {
+	f, err := os.Open(name)
+	if err != nil {
+		return 0, false
+	}
+	defer f.Close()
+	first := true
+	for {
+		k, err := f.Read(buf)
+		if first && k >= 4 && (bytes.HasPrefix(buf[:k], []byte{0x1f, 0x8b}) || bytes.HasPrefix(buf[:k], []byte{0x28, 0xb5, 0x2f, 0xfd})) {
+			return 0, false // gzip or zstd
+		}
+		first = first && k == 0
+		n += int64(bytes.Count(buf[:k], []byte{'\n'}))
+		if err == io.EOF {
+			return n, true
+		}
+		if err != nil {
+			return 0, false
+		}
+	}
 }
 
 // generatedFlags are the --test and --dim of a generated data set, unless
