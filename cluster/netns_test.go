@@ -168,10 +168,20 @@ func TestNetNSRate(t *testing.T) {
 			}
 		}
 	}
-	mbit, _ := transfer(t, nw, 6<<20) // about a second at 50 Mbit/s
-	t.Logf("%d Mbit/s link carried %.1f Mbit/s of TCP payload", rateMbit, mbit)
-	if mbit < 0.8*rateMbit || mbit > 1.05*rateMbit {
-		t.Errorf("measured %.1f Mbit/s on a %d Mbit/s link: want 80%% to 105%% of it", mbit, rateMbit)
+	// A busy machine can only slow the two processes down (the -race run
+	// in CI once measured 75% of the rate), never speed the link up, so
+	// the best of up to three transfers counts; none may exceed the rate.
+	best := 0.0
+	for try := 0; try < 3 && best < 0.8*rateMbit; try++ {
+		mbit, _ := transfer(t, nw, 6<<20) // about a second at 50 Mbit/s
+		t.Logf("%d Mbit/s link carried %.1f Mbit/s of TCP payload", rateMbit, mbit)
+		if mbit > 1.05*rateMbit {
+			t.Errorf("measured %.1f Mbit/s on a %d Mbit/s link: more than 105%% of it", mbit, rateMbit)
+		}
+		best = max(best, mbit)
+	}
+	if best < 0.8*rateMbit {
+		t.Errorf("measured at best %.1f Mbit/s on a %d Mbit/s link in three transfers: want 80%% to 105%% of it", best, rateMbit)
 	}
 	if err := nw.close(); err != nil {
 		t.Fatal(err)
