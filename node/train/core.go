@@ -98,7 +98,10 @@ const (
 
 // Ready is what the core decided since the last Ready: what to send, what
 // to compute, what to write, what happened. Its slices are the driver's to
-// keep.
+// keep, but for Messages: the slice of envelopes is valid until the next
+// call of Ready, which fills its array again (the envelopes' messages are
+// the driver's to keep). A slice per Ready was the most frequent
+// allocation of a round (TestWindowRoundAllocations).
 type Ready struct {
 	Messages []Envelope
 	// Compute, when not nil, is the next gradient to compute.
@@ -167,6 +170,7 @@ type Core struct {
 	o  owner
 
 	rd        Ready
+	spare     []Envelope // the Messages of the Ready before the last, to fill again
 	stats     Stats
 	finished  map[string]bool // members that sent CoreFinished
 	finishing bool            // Finish was called
@@ -334,6 +338,10 @@ func (c *Core) Receive(from string, msg *wire.Core) {
 
 // Batch gives the core the next batch: the sorted distinct rows it touches
 // and its examples (> 0). Batches are numbered by rounds in the order given.
+// The core keeps keys until the batch's round is pushed, and never writes
+// to them: the caller hands them over and must not change them afterwards
+// (a copy here was a tenth of a windowed round's allocated bytes,
+// BenchmarkWindowRound).
 func (c *Core) Batch(keys []uint32, examples int) {
 	if c.lingering() {
 		return
@@ -352,7 +360,12 @@ func (c *Core) EndOfData() {
 }
 
 // Computed gives the gradient of ComputeReq round (len(Keys)*Width values,
-// the sum over the batch's examples) and its summed loss. A nil gradient
+// the sum over the batch's examples) and its summed loss. The core keeps
+// grad until the round's push is sent, which copies it, and always before
+// it asks for the next gradient: the driver may compute the next
+// ComputeReq's into the same slice. The driver is done with the request's
+// Weights once it calls Computed: the core writes the next round's values
+// into them. A nil gradient
 // says the batch contributes nothing (the driver dropped it: its gradient
 // was not finite): the round's push carries no rows and no examples, so
 // owners divide by the other workers' examples only.
@@ -452,7 +465,9 @@ func (c *Core) membersFinished(all bool) bool {
 // Ready returns what the core decided since the last call.
 func (c *Core) Ready() Ready {
 	rd := c.rd
-	c.rd = Ready{}
+	clear(c.spare) // (the driver is done with them: drop the messages)
+	c.rd = Ready{Messages: c.spare[:0]}
+	c.spare = rd.Messages
 	return rd
 }
 

@@ -221,6 +221,7 @@ type ownerScratch struct {
 	sum, tmp  model.Sparse
 	seen      map[uint64]struct{} // applyRound's scratch: members with a contribution
 	roundList []uint64            // applySync's scratch: the rounds waiting, in order
+	list      []uint32            // applyGroups' scratch: the ready shards
 	trim      trimmer             // applyGroup's scratch with Combine Trimmed
 }
 
@@ -692,7 +693,11 @@ func (o *owner) contribOf(from string, msg *wire.Core, set shardSet, moved []uin
 	c := o.c
 	k := &contribution{from: from, member: msg.Member, req: msg.Req, op: msg.Op, flags: msg.Flags, round: msg.Round,
 		through: msg.Through, examples: msg.Examples, set: set, since: c.tick, narrowed: narrowed}
-	k.shards = set.list(nil)
+	if len(moved) == 0 && strictlyAscending(msg.Shards) {
+		k.shards = msg.Shards // the set's list (msgShards checked them), kept as msg.Want is
+	} else {
+		k.shards = set.list(make([]uint32, 0, set.count()))
+	}
 	k.want = msg.Want // kept, not copied: Receive's caller hands msg over
 	if len(moved) > 0 {
 		k.rows = filterRows(&msg.Rows, k.shards, c.xw, c.mask)
@@ -706,6 +711,16 @@ func (o *owner) contribOf(from string, msg *wire.Core, set shardSet, moved []uin
 		k.rows = msg.Rows
 	}
 	return k
+}
+
+// strictlyAscending reports whether l is ascending without repeats.
+func strictlyAscending(l []uint32) bool {
+	for i := 1; i < len(l); i++ {
+		if l[i] <= l[i-1] {
+			return false
+		}
+	}
+	return true
 }
 
 // routesHere reports whether this peer answers for shard s in msg: sync,
@@ -1298,7 +1313,7 @@ func (o *owner) applyRound(r uint64) bool {
 	if len(o.sync.lostOK) == 0 && o.fresh.empty() && o.someMissing(ra, t) {
 		return false
 	}
-	var required []Member
+	required := make([]Member, 0, len(t.Members))
 	for _, m := range t.Members {
 		if !c.cs.crashed[m.ID] {
 			required = append(required, m)
@@ -1453,11 +1468,11 @@ func (o *owner) narrowReady(r uint64, ready shardSet, required []Member, cover m
 // stack, as BenchmarkRound's allocations show.)
 func (o *owner) applyGroups(r uint64, t *tconf, ra *roundAcc, ready shardSet, cover map[uint64]shardSet) {
 	c := o.c
-	members := make([]Member, 0, len(t.Members))
-	members = append(members, t.Members...)
+	members := t.Members
 	var groups []shardSet
 	var keys []string
-	for _, s := range ready.list(nil) {
+	o.bufs.list = ready.list(o.bufs.list[:0])
+	for _, s := range o.bufs.list {
 		key := make([]byte, 0, len(members))
 		for _, m := range members {
 			if cs := cover[m.ID]; cs != nil && cs.has(int(s)) {
@@ -1581,7 +1596,7 @@ func (o *owner) applyGroup(r uint64, t *tconf, ra *roundAcc, g shardSet) {
 	if contributors < len(t.Members) {
 		c.stats.Degraded++
 	}
-	shards := g.list(nil)
+	shards := g.list(make([]uint32, 0, g.count())) // (the trace may keep it)
 	o.beforeApply(r, shards)
 	if n > 0 && o.bufs.sum.Len() > 0 {
 		c.applyRows(&o.bufs.sum, n, int64(r))
@@ -1616,7 +1631,7 @@ func (o *owner) applyGroup(r uint64, t *tconf, ra *roundAcc, g shardSet) {
 	}
 	// Forward to the replicas of these shards.
 	byPeer := map[string][]uint32{}
-	for _, s := range g.list(nil) {
+	for _, s := range shards {
 		for _, h := range t.owners[s] {
 			if h != c.cfg.Self && !o.crashedPeer(t, h) {
 				byPeer[h] = append(byPeer[h], s)

@@ -60,14 +60,14 @@ const (
 // gen` (the data of the bench command: click-like, 39 fields, Zipf
 // popularity): the sorted distinct rows each touches, with the bias row,
 // as a worker's Preparer gives them to its core.
-func benchBatches(b *testing.B, seed uint64, n int) [][]uint32 {
+func benchBatches(b testing.TB, seed uint64, n int, dim uint64) [][]uint32 {
 	cfg := data.DefaultGenConfig()
-	cfg.Rows, cfg.TestRows, cfg.Features, cfg.Fields, cfg.Seed = int64(n*benchBatch), 0, benchDim, benchFields, seed
+	cfg.Rows, cfg.TestRows, cfg.Features, cfg.Fields, cfg.Seed = int64(n*benchBatch), 0, dim, benchFields, seed
 	meta, err := data.Generate(b.TempDir(), cfg, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
-	src, err := data.Open(meta.Files, data.Options{Dim: benchDim})
+	src, err := data.Open(meta.Files, data.Options{Dim: dim})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -79,7 +79,7 @@ func benchBatches(b *testing.B, seed uint64, n int) [][]uint32 {
 		if err != nil || k != benchBatch {
 			b.Fatalf("batch %d: %d rows, %v", i, k, err)
 		}
-		keys := append(slices.Clone(batch.Indices), benchDim) // the bias row
+		keys := append(slices.Clone(batch.Indices), uint32(dim)) // the bias row
 		slices.Sort(keys)
 		out[i] = slices.Compact(keys)
 	}
@@ -102,17 +102,44 @@ type benchMsg struct {
 }
 
 func benchRound(b *testing.B, mode train.Mode, n, h int, values wire.Values) {
+	rn := newRoundNet(b, mode, n, h, values, benchDim)
+	// Warm up: every peer's first rounds pull values no push asked for.
+	rn.runTo(8)
+	start := rn.round()
+	b.ReportAllocs()
+	b.ResetTimer()
+	rn.runTo(start + uint64(b.N))
+	b.StopTimer()
+	rounds := float64(rn.round() - start)
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/(rounds*float64(n*benchBatch*h)), "ns/example")
+	b.ReportMetric(0, "ns/op")
+}
+
+// roundNet is N peers of a fault-free run exchanging every message through
+// the wire codec, as BenchmarkRound describes, driven on one goroutine.
+type roundNet struct {
+	tb    testing.TB
+	h     int // batches a round
+	lim   wire.Limits
+	peers map[string]*benchPeer
+	order []*benchPeer
+	dec   *wire.Codec
+	bufs  [][]byte // encoded messages delivered: their buffers, to encode into again (as gossip.CoreLink pools them)
+	queue []benchMsg
+	head  int
+}
+
+func newRoundNet(tb testing.TB, mode train.Mode, n, h int, values wire.Values, dim uint64) *roundNet {
 	lim := wire.DefaultLimits()
 	lim.MaxMessage = 64 << 20
 	lim.MaxRows, lim.MaxValues = 1<<24, 1<<26
+	rn := &roundNet{tb: tb, h: max(1, h), lim: lim, peers: map[string]*benchPeer{}, dec: wire.NewCodec(wire.F32, wire.None, lim)}
 	var members []train.Member
-	peers := map[string]*benchPeer{}
-	var order []*benchPeer
 	for i := range n {
 		name := fmt.Sprintf("peer%02d", i)
-		p := &benchPeer{name: name, batches: windows(benchBatches(b, uint64(i+1), 64), h), enc: wire.NewCodec(values, wire.None, lim)}
-		peers[name] = p
-		order = append(order, p)
+		p := &benchPeer{name: name, batches: windows(benchBatches(tb, uint64(i+1), 64, dim), h), enc: wire.NewCodec(values, wire.None, lim)}
+		rn.peers[name] = p
+		rn.order = append(rn.order, p)
 		members = append(members, train.Member{Peer: name, ID: train.MemberID(name, 1)})
 	}
 	slices.SortFunc(members, func(a, c train.Member) int {
@@ -123,10 +150,10 @@ func benchRound(b *testing.B, mode train.Mode, n, h int, values wire.Values) {
 	})
 	rc := ring.DefaultConfig()
 	rc.Shards = benchShards
-	for _, p := range order {
-		m, err := model.New(model.Logreg, benchDim, 2, benchShards, model.DefaultOptConfig(model.AdaGrad))
+	for _, p := range rn.order {
+		m, err := model.New(model.Logreg, dim, 2, benchShards, model.DefaultOptConfig(model.AdaGrad))
 		if err != nil {
-			b.Fatal(err)
+			tb.Fatal(err)
 		}
 		m.W = make([]float32, m.Layout.Len())
 		cfg := train.DefaultConfig()
@@ -137,101 +164,109 @@ func benchRound(b *testing.B, mode train.Mode, n, h int, values wire.Values) {
 		cfg.Limits = lim
 		cfg.Limits.Features = m.Layout.Features
 		if p.core, err = train.New(cfg); err != nil {
-			b.Fatal(err)
+			tb.Fatal(err)
 		}
 	}
-	dec := wire.NewCodec(wire.F32, wire.None, lim)
-	var queue []benchMsg
-	var head int
-	drain := func(p *benchPeer) {
-		for {
-			rd := p.core.Ready()
-			for _, e := range rd.Messages {
-				if e.To == p.name {
-					queue = append(queue, benchMsg{from: p.name, to: e.To, self: e.Msg})
-					continue
-				}
-				body, flags, err := p.enc.CoreBody(e.Msg)
-				if err != nil {
-					b.Fatal(err)
-				}
-				m, err := p.enc.AppendCorePart(nil, wire.Header{Job: "bench", Sender: p.name, Parts: 1}, flags, body)
-				if err != nil {
-					b.Fatal(err)
-				}
-				queue = append(queue, benchMsg{from: p.name, to: e.To, msg: m})
+	for _, p := range rn.order {
+		rn.drain(p)
+	}
+	return rn
+}
+
+// round is the first peer's round.
+func (rn *roundNet) round() uint64 { return rn.order[0].core.Round() }
+
+// runTo delivers messages (and ticks when none is left) until the first
+// peer is at round r.
+func (rn *roundNet) runTo(r uint64) {
+	for rn.round() < r {
+		if !rn.step() {
+			for _, p := range rn.order {
+				p.core.Tick()
+				rn.drain(p)
 			}
-			if rd.Err != nil {
-				b.Fatal(rd.Err)
-			}
-			for p.core.WantBatches() > 0 {
-				k := p.batches[p.next%len(p.batches)]
-				p.next++
-				p.core.Batch(k, benchBatch*h)
-			}
-			if c := rd.Compute; c != nil {
-				if cap(p.grad) < len(c.Weights) {
-					p.grad = make([]float32, len(c.Weights))
-					for i := range p.grad {
-						p.grad[i] = 1e-3
-					}
-				}
-				p.core.Computed(c.Round, p.grad[:len(c.Weights)], 0.5)
+		}
+	}
+}
+
+// drain queues what p's core decided: its messages (encoded, but to
+// itself), its batches, its gradients (fixed), until it decides nothing.
+func (rn *roundNet) drain(p *benchPeer) {
+	tb := rn.tb
+	for {
+		rd := p.core.Ready()
+		for _, e := range rd.Messages {
+			if e.To == p.name {
+				rn.queue = append(rn.queue, benchMsg{from: p.name, to: e.To, self: e.Msg})
 				continue
 			}
-			if len(rd.Messages) == 0 {
-				return
+			body, flags, err := p.enc.CoreBody(e.Msg)
+			if err != nil {
+				tb.Fatal(err)
 			}
+			var buf []byte
+			if n := len(rn.bufs); n > 0 {
+				buf, rn.bufs = rn.bufs[n-1][:0], rn.bufs[:n-1]
+			}
+			m, err := p.enc.AppendCorePart(buf, wire.Header{Job: "bench", Sender: p.name, Parts: 1}, flags, body)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			rn.queue = append(rn.queue, benchMsg{from: p.name, to: e.To, msg: m})
+		}
+		if rd.Err != nil {
+			tb.Fatal(rd.Err)
+		}
+		for p.core.WantBatches() > 0 {
+			k := p.batches[p.next%len(p.batches)]
+			p.next++
+			p.core.Batch(k, benchBatch*rn.h)
+		}
+		if c := rd.Compute; c != nil {
+			if cap(p.grad) < len(c.Weights) {
+				p.grad = make([]float32, len(c.Weights))
+				for i := range p.grad {
+					p.grad[i] = 1e-3
+				}
+			}
+			p.core.Computed(c.Round, p.grad[:len(c.Weights)], 0.5)
+			continue
+		}
+		if len(rd.Messages) == 0 {
+			return
 		}
 	}
-	step := func() bool {
-		if head == len(queue) {
-			return false
-		}
-		m := queue[head]
-		head++
-		if head > 4096 {
-			queue, head = append(queue[:0], queue[head:]...), 0
-		}
-		p := peers[m.to]
-		if m.self != nil {
-			p.core.Receive(m.from, m.self)
-			drain(p)
-			return true
-		}
-		msg := new(wire.Core) // handed over to Receive, as gossip.CoreLink does
-		h, body, err := dec.CoreChunk(m.msg)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := dec.DecodeCoreBody(h, body, lim.MaxMessage, msg); err != nil {
-			b.Fatal(err)
-		}
-		p.core.Receive(m.from, msg)
-		drain(p)
+}
+
+// step delivers the next message queued; false when none is.
+func (rn *roundNet) step() bool {
+	tb := rn.tb
+	if rn.head == len(rn.queue) {
+		return false
+	}
+	m := rn.queue[rn.head]
+	rn.head++
+	if rn.head > 4096 {
+		rn.queue, rn.head = append(rn.queue[:0], rn.queue[rn.head:]...), 0
+	}
+	p := rn.peers[m.to]
+	if m.self != nil {
+		p.core.Receive(m.from, m.self)
+		rn.drain(p)
 		return true
 	}
-	for _, p := range order {
-		drain(p)
+	msg := new(wire.Core) // handed over to Receive, as gossip.CoreLink does
+	h, body, err := rn.dec.CoreChunk(m.msg)
+	if err != nil {
+		tb.Fatal(err)
 	}
-	// Warm up: every peer's first rounds pull values no push asked for.
-	for order[0].core.Round() < 8 && step() {
+	if err := rn.dec.DecodeCoreBody(h, body, rn.lim.MaxMessage, msg); err != nil {
+		tb.Fatal(err)
 	}
-	start := order[0].core.Round()
-	b.ReportAllocs()
-	b.ResetTimer()
-	for order[0].core.Round() < start+uint64(b.N) {
-		if !step() {
-			for _, p := range order {
-				p.core.Tick()
-				drain(p)
-			}
-		}
-	}
-	b.StopTimer()
-	rounds := float64(order[0].core.Round() - start)
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/(rounds*float64(n*benchBatch*h)), "ns/example")
-	b.ReportMetric(0, "ns/op")
+	rn.bufs = append(rn.bufs, m.msg) // (msg holds copies)
+	p.core.Receive(m.from, msg)
+	rn.drain(p)
+	return true
 }
 
 // windows groups batches' keys h at a time (the union of each group's).

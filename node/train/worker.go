@@ -118,6 +118,9 @@ type pushScratch struct {
 	counts    []int
 	rowOwner  []uint32 // per key of the pushed batch: its owner's index
 	wantOwner []uint32 // per key of the wanted batch: its owner's index
+	owners    []string // the owners of the pushed round
+	idx       []int    // per shard, its owner's index in owners
+	vals      []float32
 }
 
 type computedGrad struct {
@@ -163,11 +166,14 @@ func (w *worker) wantBatches() int {
 	return max(0, n)
 }
 
+// addBatch numbers the next batch. It keeps keys, not a copy: Core.Batch's
+// caller hands them over (the trainer's windows are a copy made for the
+// core, node/trainer unionKeys).
 func (w *worker) addBatch(keys []uint32, examples int) {
 	if w.ended || examples <= 0 {
 		return
 	}
-	w.batches = append(w.batches, &batch{round: w.nextRnd, keys: slices.Clone(keys), examples: examples})
+	w.batches = append(w.batches, &batch{round: w.nextRnd, keys: keys, examples: examples})
 	w.nextRnd++
 }
 
@@ -214,11 +220,10 @@ func (w *worker) routeOf(s int, r uint64) string {
 }
 
 // owners returns the distinct owners round r routes shards to, sorted, and
-// per shard the index of its owner.
-func (w *worker) owners(r uint64, idx []int) ([]string, []int) {
+// per shard the index of its owner, appended to os[:0] and idx[:0].
+func (w *worker) owners(r uint64, os []string, idx []int) ([]string, []int) {
 	c := w.c
-	var os []string
-	idx = idx[:0]
+	os, idx = os[:0], idx[:0]
 	for s := range c.shards {
 		o := w.routeOf(s, r)
 		i := slices.Index(os, o)
@@ -437,7 +442,15 @@ func (w *worker) tryPush() bool {
 	if w.stoppedAt(next) {
 		nb = nil
 	}
-	owners, idx := w.owners(g.round, nil)
+	if old := w.ws[g.round]; old != nil && old.pending == 0 {
+		// Its values are free for the next workset's: the driver is done
+		// with them (it gave the gradient computed from them, or never had
+		// them), and no request is left to write them (pending counts
+		// them until answered; a leaver's done push may leave some).
+		w.scratch.vals = old.vals
+	}
+	owners, idx := w.owners(g.round, w.scratch.owners, w.scratch.idx)
+	w.scratch.owners, w.scratch.idx = owners, idx
 	n := len(owners)
 	w.sizeParts(b, nb, g, idx, n)
 	examples, flags := w.splitGrad(b, g, cur)
@@ -463,14 +476,20 @@ func (w *worker) sizeParts(b, nb *batch, g *computedGrad, idx []int, n int) {
 	width := c.xw // (a window's rows are wide: weights and optimizer state)
 	// Each owner's part of the push goes into slices of its own, sized by
 	// a count first: the requests keep them (for resends), so nothing is
-	// copied twice (BenchmarkWindowRound).
+	// copied twice (BenchmarkWindowRound). The parts are cut from one
+	// slice per kind, each part's capacity its own count (three-index
+	// slices: an append past it cannot reach the next part), so a push
+	// allocates five slices whatever its owners (TestWindowRoundAllocations).
+	// They are not reused: the requests and the messages sent keep them
+	// until the owners answer (and this peer's own owner keeps its part's
+	// rows and shards in its contribution until the round is applied).
 	w.scratch.split = grow(w.scratch.split, n)
 	w.scratch.wantBuf = grow(w.scratch.wantBuf, n)
 	w.scratch.posBuf = grow(w.scratch.posBuf, n)
 	w.scratch.shardBuf = grow(w.scratch.shardBuf, n)
-	w.scratch.counts = grow(w.scratch.counts, 2*n)
+	w.scratch.counts = grow(w.scratch.counts, 3*n)
 	clear(w.scratch.counts)
-	rows, wants := w.scratch.counts[:n], w.scratch.counts[n:]
+	rows, wants, shards := w.scratch.counts[:n], w.scratch.counts[n:2*n], w.scratch.counts[2*n:]
 	// Each key's owner is looked up once, here, for splitGrad and
 	// nextWorkset.
 	if b != nil && g.grad != nil {
@@ -479,15 +498,33 @@ func (w *worker) sizeParts(b, nb *batch, g *computedGrad, idx []int, n int) {
 	if nb != nil && c.cfg.Gather == Need {
 		w.scratch.wantOwner = ownersOf(w.scratch.wantOwner, nb.keys, idx, c.mask, wants)
 	}
+	for s := range c.shards {
+		shards[idx[s]]++
+	}
+	nr, nw := sum(rows), sum(wants)
+	keys, vals := make([]uint32, nr), make([]float32, nr*width)
+	want, pos := make([]uint32, nw), make([]int32, nw)
+	shardList := make([]uint32, c.shards)
 	for i := range n {
-		w.scratch.split[i] = model.Sparse{Idx: make([]uint32, 0, rows[i]), Val: make([]float32, 0, rows[i]*width)}
-		w.scratch.wantBuf[i] = make([]uint32, 0, wants[i])
-		w.scratch.posBuf[i] = make([]int32, 0, wants[i])
-		w.scratch.shardBuf[i] = nil
+		w.scratch.split[i] = model.Sparse{Idx: keys[:0:rows[i]], Val: vals[: 0 : rows[i]*width]}
+		keys, vals = keys[rows[i]:], vals[rows[i]*width:]
+		w.scratch.wantBuf[i], w.scratch.posBuf[i] = want[:0:wants[i]], pos[:0:wants[i]]
+		want, pos = want[wants[i]:], pos[wants[i]:]
+		w.scratch.shardBuf[i] = shardList[:0:shards[i]]
+		shardList = shardList[shards[i]:]
 	}
 	for s := range c.shards {
 		w.scratch.shardBuf[idx[s]] = append(w.scratch.shardBuf[idx[s]], uint32(s))
 	}
+}
+
+// sum is the sum of counts.
+func sum(counts []int) int {
+	n := 0
+	for _, k := range counts {
+		n += k
+	}
+	return n
 }
 
 // splitGrad splits round g's gradient (or window's changes) of batch b
@@ -566,7 +603,8 @@ func (w *worker) nextWorkset(nb *batch, next uint64, n int) *workset {
 	if nb != nil && !w.stoppedAt(next) {
 		ws = &workset{round: next, keys: nb.keys, pending: n, through: Final}
 		if c.cfg.Gather == Need {
-			ws.vals = make([]float32, len(nb.keys)*width)
+			ws.vals = reuse(w.scratch.vals, len(nb.keys)*width)
+			w.scratch.vals = nil
 			want, pos := w.scratch.wantBuf, w.scratch.posBuf
 			for i, k := range nb.keys {
 				o := w.scratch.wantOwner[i]
@@ -622,7 +660,7 @@ func (w *worker) pullRound(r uint64) {
 	// owner cannot apply it before this worker contributes, and a shard
 	// handed over at round r arrives there as of exactly that point.
 	vr := r
-	owners, idx := w.owners(vr, nil)
+	owners, idx := w.owners(vr, nil, nil)
 	if c.cfg.Gather == Full {
 		// The first round reads the read copy: it must hold every shard
 		// as of the start (a joiner copies it).
@@ -980,9 +1018,9 @@ func (w *worker) serveFetches() bool {
 			through = Final
 		}
 		vr := w.clock
-		owners, idx := w.owners(vr, nil)
+		owners, idx := w.owners(vr, nil, nil)
 		if !w.final && c.cfg.Mode != Sync {
-			owners, idx = w.owners(0, nil)
+			owners, idx = w.owners(0, nil, nil)
 		}
 		if f.hashes || f.all {
 			for i, o := range owners {
@@ -1082,6 +1120,17 @@ func sortRows(rows *model.Sparse, width int) {
 		out.Append(rows.Idx[i], rows.Val[i*width:(i+1)*width])
 	}
 	*rows = out
+}
+
+// reuse returns buf cleared and resliced to n elements when it has room
+// for them, else a new slice of n zeros.
+func reuse[T any](buf []T, n int) []T {
+	if cap(buf) < n {
+		return make([]T, n)
+	}
+	buf = buf[:n]
+	clear(buf)
+	return buf
 }
 
 func grow[T any](s []T, n int) []T {

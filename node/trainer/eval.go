@@ -19,7 +19,7 @@ import (
 type evaluator struct {
 	keys    []uint32     // the model rows to fetch, ascending: the test set's features, then the rows past Dim (bias, an MLP's W2 and b2)
 	compact *model.Model // those rows, feature k at its position in keys
-	rows    data.Batch   // the test set, re-indexed
+	rows    []data.Batch // the test set, re-indexed, in the parts it was read in (readAll)
 	ev      sgd.Evaluator
 }
 
@@ -56,10 +56,14 @@ func newEvaluator(m *model.Model, test func() (data.Source, error)) (*evaluator,
 	if e.rows, err = readAll(src); err != nil {
 		return nil, fmt.Errorf("test set: %w", err)
 	}
-	if e.rows.Rows() == 0 {
+	if e.numRows() == 0 {
 		return nil, fmt.Errorf("test set: %w", sgd.ErrNoData)
 	}
-	e.keys = compactIndices(e.rows.Indices, m.Dim)
+	idx := make([][]uint32, len(e.rows))
+	for i := range e.rows {
+		idx[i] = e.rows[i].Indices
+	}
+	e.keys = compactIndices(idx, m.Dim)
 	feats := e.keys
 	for k := uint32(m.Dim); uint64(k) < m.Layout.Features; k++ {
 		e.keys = append(e.keys, k)
@@ -76,37 +80,40 @@ func newEvaluator(m *model.Model, test func() (data.Source, error)) (*evaluator,
 	return e, nil
 }
 
-// readAll reads every row of src into one batch. It keeps each batch it
-// reads in slices of the batch's size, then copies them into slices of
-// the whole set's size: appending batch after batch to one growing batch
-// allocated five times the test set (a large slice grows by a quarter)
-// and copied it about four times, most of a capped peer's time building
-// its evaluator (BenchmarkEvaluator/build).
-func readAll(src data.Source) (data.Batch, error) {
+// numRows is the number of rows of the test set.
+func (e *evaluator) numRows() int {
+	n := 0
+	for i := range e.rows {
+		n += e.rows[i].Rows()
+	}
+	return n
+}
+
+// readAll reads every row of src, in batches of up to 1,000 rows, each
+// copied once from the reader's batch into slices of its own size, which
+// are the test set from then on. Appending batch after batch to one
+// growing batch allocated five times the test set (a large slice grows by
+// a quarter) and copied it about four times; copying the parts into one
+// batch of the whole set's size copied it twice (BenchmarkEvaluator/build;
+// TestReadAll pins the rows).
+func readAll(src data.Source) ([]data.Batch, error) {
 	var parts []data.Batch
 	var b data.Batch
-	rows, nnz, weighted := 0, 0, false
 	for {
 		n, err := src.Next(&b, 1000)
 		if n > 0 {
 			part := sizedBatch(b.Rows(), b.NNZ(), len(b.Weights) > 0)
 			part.AppendRows(&b)
 			parts = append(parts, part)
-			rows, nnz, weighted = rows+b.Rows(), nnz+b.NNZ(), weighted || len(b.Weights) > 0
 		}
 		if err == io.EOF {
 			break
 		}
 		if err != nil {
-			return data.Batch{}, err
+			return nil, err
 		}
 	}
-	all := sizedBatch(rows, nnz, weighted)
-	for i := range parts {
-		all.AppendRows(&parts[i])
-		parts[i] = data.Batch{}
-	}
-	return all, nil
+	return parts, nil
 }
 
 // sizedBatch is an empty batch with room for rows rows of nnz nonzeros
@@ -140,7 +147,7 @@ func (e *evaluator) evaluate(values []float32, batch int) (sgd.Metrics, error) {
 		_ = k
 		copy(e.compact.Row(row), values[i*w:(i+1)*w])
 	}
-	return e.ev.Evaluate(e.compact, &memSource{b: &e.rows}, batch)
+	return e.ev.Evaluate(e.compact, &partsSource{parts: e.rows}, batch)
 }
 
 // memSource reads a batch held in memory.
@@ -170,28 +177,75 @@ func (s *memSource) Next(b *data.Batch, max int) (int, error) {
 func (s *memSource) Stats() data.Stats { return data.Stats{Rows: int64(s.pos)} }
 func (s *memSource) Close() error      { return nil }
 
-// compactIndices numbers the distinct values of idx densely in ascending
-// order: it returns them sorted and replaces each index by its rank among
-// them. Every index is below dim. With a dim no larger than 64 times the
-// indices it marks them in a bitmap of dim bits and ranks by popcount, in
-// linear time; a peer builds its evaluator while it starts training, and
-// sorting a test set's 780,000 indices (20,000 Criteo-like rows) and
-// searching each took about a fifth of a second of a capped peer's CPU.
-// Larger dims sort.
-func compactIndices(idx []uint32, dim uint64) []uint32 {
-	if dim == 0 || dim > 64*uint64(len(idx))+64 {
-		feats := slices.Clone(idx)
+// partsSource reads batches held in memory one after the other, as one
+// set of rows (a batch it returns may span two of them).
+type partsSource struct {
+	parts []data.Batch
+	part  int // the part being read
+	pos   int // the next row of parts[part]
+	rows  int // rows read
+}
+
+func (s *partsSource) Next(b *data.Batch, max int) (int, error) {
+	b.Reset()
+	n := 0
+	for s.part < len(s.parts) && n < max {
+		p := &s.parts[s.part]
+		if s.pos == p.Rows() {
+			s.part, s.pos = s.part+1, 0
+			continue
+		}
+		idx, val := p.Row(s.pos)
+		for i, k := range idx {
+			b.Add(k, val[i])
+		}
+		b.EndRowWeighted(p.Labels[s.pos], p.Weight(s.pos))
+		s.pos++
+		n++
+	}
+	s.rows += n
+	if n == 0 {
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+func (s *partsSource) Stats() data.Stats { return data.Stats{Rows: int64(s.rows)} }
+func (s *partsSource) Close() error      { return nil }
+
+// compactIndices numbers the distinct values of the slices of idx densely
+// in ascending order: it returns them sorted and replaces each index by
+// its rank among them. Every index is below dim. With a dim no larger than
+// 64 times the indices it marks them in a bitmap of dim bits and ranks by
+// popcount, in linear time; a peer builds its evaluator while it starts
+// training, and sorting a test set's 780,000 indices (20,000 Criteo-like
+// rows) and searching each took about a fifth of a second of a capped
+// peer's CPU. Larger dims sort.
+func compactIndices(idx [][]uint32, dim uint64) []uint32 {
+	n := 0
+	for _, x := range idx {
+		n += len(x)
+	}
+	if dim == 0 || dim > 64*uint64(n)+64 {
+		feats := make([]uint32, 0, n)
+		for _, x := range idx {
+			feats = append(feats, x...)
+		}
 		slices.Sort(feats)
 		feats = slices.Compact(feats)
-		for i, k := range idx {
-			j, _ := slices.BinarySearch(feats, k)
-			idx[i] = uint32(j)
+		for _, x := range idx {
+			for i, k := range x {
+				j, _ := slices.BinarySearch(feats, k)
+				x[i] = uint32(j)
+			}
 		}
 		return feats
 	}
 	words := make([]uint64, (dim+63)/64)
-	for _, k := range idx {
-		words[k>>6] |= 1 << (k & 63)
+	for _, x := range idx {
+		for _, k := range x {
+			words[k>>6] |= 1 << (k & 63)
+		}
 	}
 	ranks := make([]uint32, len(words)) // set bits in the words before
 	var feats []uint32
@@ -201,9 +255,11 @@ func compactIndices(idx []uint32, dim uint64) []uint32 {
 			feats = append(feats, uint32(w)<<6|uint32(bits.TrailingZeros64(b)))
 		}
 	}
-	for i, k := range idx {
-		w := k >> 6
-		idx[i] = ranks[w] + uint32(bits.OnesCount64(words[w]&(1<<(k&63)-1)))
+	for _, x := range idx {
+		for i, k := range x {
+			w := k >> 6
+			x[i] = ranks[w] + uint32(bits.OnesCount64(words[w]&(1<<(k&63)-1)))
+		}
 	}
 	return feats
 }

@@ -11,7 +11,7 @@ import (
 
 // compactIndices gives what sorting, deduplicating and searching gives,
 // in both of its ways (bitmap ranks for a dim up to 64 per index, sorting
-// above).
+// above), over the indices of several parts as over one.
 func TestCompactIndices(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	for _, tc := range []struct {
@@ -26,7 +26,15 @@ func TestCompactIndices(t *testing.T) {
 		slices.Sort(want)
 		want = slices.Compact(want)
 		orig := slices.Clone(idx)
-		got := compactIndices(idx, tc.dim)
+		var parts [][]uint32 // cut at random
+		for rest := idx; ; {
+			k := r.IntN(len(rest) + 1)
+			parts = append(parts, rest[:k])
+			if rest = rest[k:]; len(rest) == 0 {
+				break
+			}
+		}
+		got := compactIndices(parts, tc.dim)
 		if !slices.Equal(got, want) {
 			t.Fatalf("n %d dim %d: features %v, want %v", tc.n, tc.dim, got, want)
 		}
@@ -56,7 +64,7 @@ func BenchmarkCompactIndices(b *testing.B) {
 		b.Run(way.name, func(b *testing.B) {
 			for b.Loop() {
 				copy(idx, src)
-				compactIndices(idx, way.dim)
+				compactIndices([][]uint32{idx}, way.dim)
 			}
 		})
 	}
@@ -108,7 +116,9 @@ func BenchmarkEvaluator(b *testing.B) {
 // TestReadAll: the test set read in batches is the rows as they were, in
 // order, weights included (rows of weight 1 in batches before the first
 // weighted row read with weight 1), for sets of less than a batch, of
-// whole batches and of a part batch more.
+// whole batches and of a part batch more; and read back in batches of any
+// size (partsSource, what the evaluator reads), the batches are those of
+// the rows read as one batch.
 func TestReadAll(t *testing.T) {
 	r := rand.New(rand.NewPCG(11, 12))
 	for _, rows := range []int{1, 999, 1000, 2500} {
@@ -124,9 +134,34 @@ func TestReadAll(t *testing.T) {
 				}
 				want.EndRowWeighted(float32(r.IntN(2)), w)
 			}
-			got, err := readAll(&memSource{b: &want})
+			parts, err := readAll(&memSource{b: &want})
 			if err != nil {
 				t.Fatal(err)
+			}
+			var got data.Batch
+			for i := range parts {
+				if parts[i].Rows() > 1000 || cap(parts[i].Indices) != parts[i].NNZ() {
+					t.Errorf("%d rows (weighted %v): part %d of %d rows, %d nonzeros in room for %d", rows, weighted, i, parts[i].Rows(), parts[i].NNZ(), cap(parts[i].Indices))
+				}
+				got.AppendRows(&parts[i])
+			}
+			for _, max := range []int{1, 300, 1000, 4000} {
+				ps, ms := &partsSource{parts: parts}, &memSource{b: &want}
+				var a, b data.Batch
+				for k := 0; ; k++ {
+					n, err := ps.Next(&a, max)
+					m, err2 := ms.Next(&b, max)
+					if n != m || err != err2 || !slices.Equal(a.Labels, b.Labels) || !slices.Equal(a.Offsets, b.Offsets) ||
+						!slices.Equal(a.Indices, b.Indices) || !slices.Equal(a.Values, b.Values) || !slices.Equal(a.Weights, b.Weights) {
+						t.Fatalf("%d rows (weighted %v), batches of %d: batch %d of the parts has %d rows (%v), of the rows as one batch %d (%v)", rows, weighted, max, k, n, err, m, err2)
+					}
+					if err != nil {
+						break
+					}
+				}
+				if s := ps.Stats().Rows; s != int64(rows) {
+					t.Errorf("%d rows: the parts' source says %d read", rows, s)
+				}
 			}
 			if !slices.Equal(got.Labels, want.Labels) || !slices.Equal(got.Offsets, want.Offsets) ||
 				!slices.Equal(got.Indices, want.Indices) || !slices.Equal(got.Values, want.Values) || !slices.Equal(got.Weights, want.Weights) {

@@ -61,7 +61,7 @@ func (r *run) holdBatch(b prepared) bool {
 		case b.held == nil:
 			r.t.log.Warn().Int("holdout", r.t.cfg.Holdout).Msg("--holdout: this peer's part has fewer rows than --holdout, so none was held out: it runs every epoch (--epochs)")
 		default:
-			h.ev, h.rows = b.held, int64(b.held.rows.Rows())
+			h.ev, h.rows = b.held, int64(b.held.numRows())
 			r.t.log.Debug().Int64("holdout_rows", h.rows).Msg("held-out rows kept")
 		}
 		return true

@@ -639,7 +639,9 @@ func (r *run) takeBatch(b prepared) {
 		n := int64(b.p.Examples())
 		r.nextPos = Position{Epoch: b.epoch, Rows: b.row + n, Examples: r.nextPos.Examples + n}
 		r.given++
-		r.core.Batch(b.p.Keys, b.p.Examples())
+		// A copy: the core keeps the keys until the round is pushed
+		// (train.Core.Batch), and b.p goes back to the reader once computed.
+		r.core.Batch(slices.Clone(b.p.Keys), b.p.Examples())
 	}
 }
 
@@ -1187,6 +1189,10 @@ func (r *run) compute(ctx context.Context) {
 	w := sgd.NewWorker(r.t.m, r.t.cfg.Threads)
 	defer w.Close()
 	var wd *sgd.Window
+	// Every gradient (a window's changes) goes into out: the core copies
+	// the one it was given before it asks for the next (train.Core.Computed),
+	// so one slice serves the run instead of one a round.
+	var out []float32
 	for {
 		select {
 		case <-ctx.Done():
@@ -1198,7 +1204,8 @@ func (r *run) compute(ctx context.Context) {
 				if wd == nil {
 					wd = sgd.NewWindow(r.t.m, w)
 				}
-				delta := make([]float32, len(j.weights)) // the core keeps it until the round is pushed
+				out = zeroed(out, len(j.weights))
+				delta := out
 				loss, bad := wd.Run(j.win.batches, j.win.keys, j.weights, delta, int64(j.round)*int64(r.win.h), j.workers)
 				if bad != nil {
 					bad.Epoch = j.pos.Epoch + 1
@@ -1210,7 +1217,8 @@ func (r *run) compute(ctx context.Context) {
 				}
 				continue
 			}
-			grad := make([]float32, len(j.weights)) // the core keeps it until the round is pushed
+			out = zeroed(out, len(j.weights))
+			grad := out
 			loss := w.Compute(j.p, j.weights, grad)
 			bad := sgd.CheckFinite(j.p, grad, loss)
 			if bad != nil {
@@ -1223,6 +1231,16 @@ func (r *run) compute(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// zeroed returns buf resliced to n zeros, reallocated when too small.
+func zeroed(buf []float32, n int) []float32 {
+	if cap(buf) < n {
+		return make([]float32, n)
+	}
+	buf = buf[:n]
+	clear(buf)
+	return buf
 }
 
 // preparedPool keeps the batches compute is done with for the reader to

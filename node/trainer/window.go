@@ -64,7 +64,8 @@ func (w *windower) flush() *window {
 }
 
 // unionKeys returns the union of the batches' keys (each ascending),
-// ascending, in a new slice (the core keeps it): merged batch by batch
+// ascending, in a new slice, which the core keeps without a copy of its
+// own and nothing writes to (train.Core.Batch): merged batch by batch
 // into scratch, which it reuses (a sort of every key was a tenth of a
 // capped peer's time with windows of 16).
 func unionKeys(scratch *[2][]uint32, batches []*sgd.Prepared) []uint32 {
