@@ -292,7 +292,13 @@ type View struct {
 }
 
 // Enter probes the view's members until it knows how this peer enters the
-// run; it asks again every retry while the coordinator has not decided.
+// run; it asks again while the coordinator has not decided, first after an
+// eighth of retry, then after twice as long each time up to retry: the
+// coordinator decides within a probe or two of the others, and every peer's
+// training clock runs from its own entry, so a peer that waited a whole
+// retry (250 ms for a job peer) to see the decision started that much
+// later than the coordinator, and the cluster's time to accuracy carried
+// it (TestEnterAsksAgainSoon).
 // view returns the membership's current view (it may change meanwhile). A
 // coordinator starts a run only once at least minPeers peers (itself
 // included) answer.
@@ -303,6 +309,7 @@ func (s *Starter) Enter(ctx context.Context, view func() View, minPeers int, ret
 		s.tr.Serve(StartProtocol, s.serve)
 	}
 	s.mu.Unlock()
+	wait := max(retry/8, time.Millisecond)
 	for {
 		v := view()
 		answers := s.probe(ctx, v)
@@ -363,8 +370,9 @@ func (s *Starter) Enter(ctx context.Context, view func() View, minPeers int, ret
 		select {
 		case <-ctx.Done():
 			return Entry{}, ctx.Err()
-		case <-time.After(retry):
+		case <-time.After(wait):
 		}
+		wait = min(2*wait, retry)
 	}
 }
 

@@ -312,3 +312,42 @@ func TestStarterWithResumeAndNoCheckpointJoinsARunUnderWay(t *testing.T) {
 		t.Fatalf("a --resume peer without checkpoints enters with %+v, %v: want to join through peer-a", e, err)
 	}
 }
+
+// A peer that probed before the coordinator decided asks again soon, not
+// only after the whole retry: the members a coordinator starts with enter
+// the run within a fraction of retry of it (each peer's training clock
+// runs from its own entry).
+func TestEnterAsksAgainSoon(t *testing.T) {
+	net := newNet(t)
+	peers := []string{"peer-a", "peer-b", "peer-c"}
+	incs := []uint64{1, 1, 1}
+	view := viewOf(peers, incs)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const retry = 2 * time.Second
+	entered := make([]time.Time, len(peers))
+	errs := make([]error, len(peers))
+	var wg sync.WaitGroup
+	for i, p := range peers {
+		s := NewStarter(net.NewNode(p), "job", p, train.MemberID(p, incs[i]), zerolog.Nop())
+		wg.Go(func() {
+			if i == 0 { // the coordinator (the smallest ID) comes last
+				time.Sleep(300 * time.Millisecond)
+			}
+			_, errs[i] = s.Enter(ctx, view, len(peers), retry)
+			entered[i] = time.Now()
+		})
+	}
+	wg.Wait()
+	for i := range peers {
+		if errs[i] != nil {
+			t.Fatalf("%s: %v", peers[i], errs[i])
+		}
+		// Probing at 0, retry/8, 3·retry/8 (then 7·retry/8, …): the first
+		// probe after the coordinator's decision at about 300 ms is at
+		// 750 ms. Asking again only after retry entered 1.7 s after it.
+		if late := entered[i].Sub(entered[0]); late > retry/2 {
+			t.Errorf("%s entered %v after the coordinator, want within %v", peers[i], late, retry/2)
+		}
+	}
+}
