@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"compress/gzip"
 	"os"
 	"path/filepath"
@@ -99,5 +100,21 @@ func TestClusterEvalPointsOnUserData(t *testing.T) {
 	}
 	if slices.ContainsFunc(d.pass, func(a string) bool { return strings.HasPrefix(a, "--eval-every=") && a != "--eval-every=50" }) || d.baselineEval != 0 {
 		t.Errorf("with --eval-every 50 given: %q, baseline %d; want the user's flag alone", d.pass, d.baselineEval)
+	}
+}
+
+// A training file larger than countSample is not read through: its lines
+// are estimated from its first countSample bytes, within a few percent
+// for rows of even length.
+func TestCountLinesEstimatesLargeFiles(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "big.svm")
+	line := []byte("1 3:1 17:1 254:0.5 9000:1\n")
+	rows := int64(3*countSample/len(line)) + 1234
+	if err := os.WriteFile(p, bytes.Repeat(line, int(rows)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	n, ok := countLines(p, make([]byte, 1<<20))
+	if !ok || n < rows*97/100 || n > rows*103/100 {
+		t.Errorf("countLines of %d rows: %d, %v; want within 3%%", rows, n, ok)
 	}
 }
