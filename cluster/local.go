@@ -252,8 +252,8 @@ func countLines(name string, buf []byte) (n int64, ok bool) {
 	var read int64
 	for read < countSample {
 		k, err := f.Read(buf)
-		if read == 0 && k >= 4 && (bytes.HasPrefix(buf[:k], []byte{0x1f, 0x8b}) || bytes.HasPrefix(buf[:k], []byte{0x28, 0xb5, 0x2f, 0xfd})) {
-			return 0, false // gzip or zstd
+		if read == 0 && data.IsCompressed(name, buf[:k]) {
+			return 0, false
 		}
 		read += int64(k)
 		n += int64(bytes.Count(buf[:k], []byte{'\n'}))

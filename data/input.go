@@ -87,6 +87,13 @@ func compressionOfInput(path string, head []byte) compression {
 	return compNone
 }
 
+// IsCompressed reports whether an input whose first bytes are head is
+// read through a decompressor (by its name or its magic number), as Open
+// reads it.
+func IsCompressed(path string, head []byte) bool {
+	return compressionOfInput(path, head) != compNone
+}
+
 // openStream opens path ("-" is standard input) and the decompressor its
 // name or its first bytes ask for, adding the bytes read to *nread.
 func openStream(path string, nread *int64) (*stream, error) {
