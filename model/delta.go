@@ -137,6 +137,37 @@ func (m *Model) AddDeltas(d *Sparse) {
 	}
 }
 
+// AddWeightDeltas adds rows of weight changes (Layout.Width values per
+// row, valid rows of owned shards, finite values) to the weights alone:
+// windows whose workers keep their own optimizer state (node/train,
+// Config.LocalState) push only their weights' changes. FTRL, whose
+// weights are computed from its state, has none to add to. It allocates
+// nothing.
+func (m *Model) AddWeightDeltas(d *Sparse) {
+	width := m.Layout.Width
+	if len(d.Val) != len(d.Idx)*width {
+		panic(fmt.Sprintf("model: AddWeightDeltas with %d values for %d rows of width %d", len(d.Val), len(d.Idx), width))
+	}
+	if m.Opt.Kind == FTRL {
+		panic("model: AddWeightDeltas on an FTRL model: its weights follow from its state")
+	}
+	ri := m.rowIndex()
+	if width == 1 {
+		for i, k := range d.Idx {
+			off, _, _ := ri.row(k)
+			ri.w[off] += d.Val[i]
+		}
+		return
+	}
+	for i, k := range d.Idx {
+		off, _, _ := ri.row(k)
+		w := ri.w[off : off+width]
+		for c, v := range d.Val[i*width : (i+1)*width] {
+			w[c] += v
+		}
+	}
+}
+
 // ftrlWeight is FTRL-Proximal's weight for state z, n (applyFTRL).
 func ftrlWeight(z, n, l1, alpha, beta float64) float32 {
 	switch {

@@ -220,6 +220,15 @@ type Config struct {
 	// workers' changes (model.AddDeltas). 0 and 1 push a gradient every
 	// batch. Needs Gather Need.
 	LocalSteps int
+	// LocalState, with windows of local steps, keeps the optimizer state
+	// with the workers: each worker's driver keeps its own state for the
+	// rows it trains (the driver does: ComputeReq's Weights are then
+	// plain rows, and Computed's answer their weights' changes), owners
+	// answer and add weights only (model.AddWeightDeltas) and their own
+	// state stays as it was. Windows then carry half the values with
+	// AdaGrad. Needs LocalSteps > 1 and an optimizer other than FTRL,
+	// whose weights follow from its state.
+	LocalState bool
 	// Trace, when set, is told of every apply and shard handoff (the
 	// simulator audits them); it must not call the core.
 	Trace func(TraceEvent)
@@ -294,6 +303,10 @@ func (c Config) Validate() error {
 		return bad("windows of local steps need gather need: a full read copy holds no optimizer state")
 	case c.LocalSteps > 1 && c.Combine == Trimmed:
 		return bad("combine trimmed trims gradients of one batch; windows of local steps push changes")
+	case c.LocalState && c.LocalSteps <= 1:
+		return bad("optimizer state kept by the workers needs windows of local steps (LocalSteps > 1)")
+	case c.LocalState && c.Model.Opt.Kind == model.FTRL:
+		return bad("optimizer state kept by the workers: FTRL's weights follow from its state, which the owners must hold")
 	case c.LocalSteps <= 1 && (c.Combine == Mean || c.Combine == Capped):
 		return bad("combine %v combines windows' changes: it needs LocalSteps > 1", c.Combine)
 	case c.Combine != Sum && c.Combine != Trimmed && c.Combine != Mean && c.Combine != Capped:

@@ -197,7 +197,7 @@ func New(cfg Config) (*Core, error) {
 		cfg.Guard.MaxRowGrad = DefaultMaxRowGrad(m.Kind)
 	}
 	c := &Core{
-		cfg: cfg, m: m, width: m.Layout.Width, xw: m.StateWidth(cfg.LocalSteps > 1), shards: m.Layout.Shards, mask: uint32(m.Layout.Shards - 1),
+		cfg: cfg, m: m, width: m.Layout.Width, xw: m.StateWidth(cfg.LocalSteps > 1 && !cfg.LocalState), shards: m.Layout.Shards, mask: uint32(m.Layout.Shards - 1),
 		alive: map[uint64]bool{}, finished: map[string]bool{},
 	}
 	if cfg.Start == 0 || cfg.Initial == nil {
@@ -722,9 +722,14 @@ func (c *Core) isPrimary(s int) bool {
 // applyRows applies contributions to owned rows: gradients summed over
 // examples take an optimizer step (round r's, for SGD's schedule); with
 // windows of local steps the rows are the workers' summed changes, added
-// (model.AddDeltas).
+// (model.AddDeltas; model.AddWeightDeltas when the workers keep the
+// optimizer state, Config.LocalState).
 func (c *Core) applyRows(rows *model.Sparse, examples uint64, step int64) {
 	if c.cfg.LocalSteps > 1 {
+		if c.cfg.LocalState {
+			c.m.AddWeightDeltas(rows)
+			return
+		}
 		c.m.AddDeltas(rows)
 		return
 	}
