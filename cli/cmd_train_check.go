@@ -257,6 +257,15 @@ func checkDistFlags(tf *trainFlags) (job.Dist, error) {
 	if s.Combine == train.Trimmed && s.Mode != train.Sync {
 		return s, usageErr("combine", "trimmed needs --mode sync: ssp and async owners apply each push as it comes, with nothing to trim against")
 	}
+	switch d.optimizerState {
+	case "auto", "owners", "workers":
+		s.OptimizerState = d.optimizerState
+	default:
+		return s, usageErr("optimizer-state", "%q: want auto, owners or workers", d.optimizerState)
+	}
+	if d.optimizerState == "workers" && strings.EqualFold(tf.m.optimizer, "ftrl") {
+		return s, usageErr("optimizer-state", "workers: ftrl's weights follow from its state (z and n), which the owners must hold; use --optimizer adagrad or --optimizer-state owners")
+	}
 	if d.reportRounds < 1 {
 		return s, usageErr("report-rounds", "want at least 1, got %d", d.reportRounds)
 	}

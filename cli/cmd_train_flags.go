@@ -218,6 +218,7 @@ type distFlags struct {
 	waitTimeout     time.Duration
 	maxRowGrad      string
 	combine         string
+	optimizerState  string
 	localSteps      string
 }
 
@@ -235,6 +236,7 @@ func (f *distFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.maxRowGrad, "max-row-grad", "auto", "owners drop a pushed gradient row whose L2 norm is over this `bound` times its push's examples\n(a worker's bug or an overflow must not wreck the shared model): auto is 10 for logreg and\nsoftmax (honest rows of unit-scaled features stay under 1) and 1000 for the mlp; off turns\nit off. Raise it for features of large raw values (distributed runs do not --scale): owners\nlog every row they drop. Every peer of the job uses the same value")
 	fs.StringVar(&f.localSteps, "local-steps", "auto", "`H` batches a worker trains on its own copy of the rows they touch before it exchanges: a\nround is then a window of H batches, and each row's change travels once a window instead of a\ngradient every batch (fewer, larger messages: less CPU per example on the message path,\nstaler values). 1 exchanges every batch; auto is 4 in sync mode and 8 in ssp and async\n(measured: docs/scaling.md), and 1 with --gather full. Every peer of the job uses the same")
 	fs.StringVar(&f.combine, "combine", "auto", "how owners combine a round's contributions: sum (gradients: the mean over every example, as\none worker would; windows: every worker's changes added, each window trained as if the others'\nsquared gradients counted), capped (windows: as sum, but a row moves at most 1.8 times the\nmean change of the workers that touched it, so rows they all move do not overshoot), mean\n(windows: per row, the mean of the changes of the workers that touched it), or trimmed\n(gradients, sync: per coordinate, the trimmed mean of the workers that touched a row: one\nfaulty worker in four cannot move it beyond the others' range; costs some quality). auto is,\nin sync mode, sum for windows of up to 4 batches and capped for larger ones and the mlp's;\nmean for windows in ssp and async; sum without windows (measured: docs/scaling.md)")
+	fs.StringVar(&f.optimizerState, "optimizer-state", "auto", "where windows of local steps keep adagrad's per-weight sums: owners (a window fetches each\nrow with its sums and pushes their change: the whole job's sums, kept in checkpoints, taken\nover by a peer that joins) or workers (each worker keeps the sums of the rows it trains;\nwindows carry weights only, half the values, and a peer that joins or restarts starts its\nsums from zero). auto is workers for the mlp, whose every example touches every hidden row,\nand owners otherwise (measured: docs/scaling.md). Every peer of the job uses the same")
 }
 
 // distributed reports whether train runs as a peer of a cluster.

@@ -38,6 +38,10 @@ func TestWindowFlags(t *testing.T) {
 		{[]string{"--local-steps", "4", "--gather", "full"}, 0, 0, "--local-steps: windows of local steps need --gather need"},
 		{[]string{"--local-steps", "0"}, 0, 0, "--local-steps: \"0\""},
 		{[]string{"--combine", "median"}, 0, 0, "--combine: \"median\""},
+		{[]string{"--optimizer-state", "workers"}, 4, train.Sum, ""},
+		{[]string{"--optimizer-state", "owners"}, 4, train.Sum, ""},
+		{[]string{"--optimizer-state", "peers"}, 0, 0, "--optimizer-state: \"peers\": want auto, owners or workers"},
+		{[]string{"--optimizer", "ftrl", "--optimizer-state", "workers"}, 0, 0, "--optimizer-state: workers: ftrl's weights follow from its state"},
 	}
 	for _, tc := range cases {
 		c, tf := newTrainCommand()

@@ -55,3 +55,51 @@ func TestJobEffectiveCombine(t *testing.T) {
 		t.Errorf("async: effective %v, want combine mean", eff)
 	}
 }
+
+// TestLocalStateFor pins where a job's windows keep the optimizer state
+// (localStateFor, --optimizer-state): auto keeps AdaGrad's sums with the
+// workers for an MLP and with the owners for a sparse linear model; the
+// flag's value when given; never without windows or AdaGrad state to
+// keep; and the report's start line says which.
+func TestLocalStateFor(t *testing.T) {
+	mk := func(kind model.Kind, opt model.OptKind) *model.Model {
+		var m *model.Model
+		var err error
+		if kind == model.MLP {
+			m, err = model.NewMLP(64, 10, 16, 4, model.DefaultOptConfig(opt), 1)
+		} else {
+			m, err = model.New(kind, 1<<10, 2, 4, model.DefaultOptConfig(opt))
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	for _, tc := range []struct {
+		kind  model.Kind
+		opt   model.OptKind
+		h     int
+		given string
+		want  bool
+	}{
+		{model.MLP, model.AdaGrad, 8, "auto", true},
+		{model.Logreg, model.AdaGrad, 4, "auto", false},
+		{model.Softmax, model.AdaGrad, 4, "auto", false},
+		{model.Logreg, model.AdaGrad, 4, "workers", true},
+		{model.MLP, model.AdaGrad, 8, "owners", false},
+		{model.MLP, model.AdaGrad, 1, "auto", false},
+		{model.Logreg, model.AdaGrad, 1, "workers", false},
+		{model.MLP, model.SGD, 8, "auto", false},
+		{model.Logreg, model.FTRL, 4, "auto", false},
+	} {
+		m := mk(tc.kind, tc.opt)
+		d := Dist{Mode: train.Sync, LocalSteps: tc.h, AutoCombine: true, OptimizerState: tc.given}
+		if got := d.localStateFor(m); got != tc.want {
+			t.Errorf("%v, %v, H = %d, --optimizer-state %s: workers keep the state %v, want %v", tc.kind, tc.opt, tc.h, tc.given, got, tc.want)
+		}
+		want := map[bool]string{true: "workers", false: "owners"}[tc.want]
+		if eff := jobEffective(d, m); eff["optimizer-state"] != want {
+			t.Errorf("%v, %v, H = %d, --optimizer-state %s: the report says %q, want %q", tc.kind, tc.opt, tc.h, tc.given, eff["optimizer-state"], want)
+		}
+	}
+}

@@ -47,6 +47,9 @@ type Dist struct {
 	// AutoCombine is --combine auto: the model's kind decides too
 	// (combineFor).
 	AutoCombine bool
+	// OptimizerState is --optimizer-state: where windows keep the
+	// optimizer state, "workers", "owners" or "auto" (localStateFor).
+	OptimizerState string
 	// InitSeed is the mlp's --init-seed, which every peer shares.
 	InitSeed uint64
 	// ReportRounds writes a round line every that many rounds.
@@ -81,6 +84,40 @@ func (d Dist) combineFor(k model.Kind) train.Combine {
 		return train.Capped
 	}
 	return train.Sum
+}
+
+// localStateFor reports whether the workers keep the optimizer state of
+// windows of local steps for model m (train.Config.LocalState): the
+// windows then carry weights only. Only AdaGrad has state to keep
+// (FTRL's weights follow from its state, which the command line refuses
+// with --optimizer-state workers). --optimizer-state auto keeps it with
+// the workers for an MLP: every example touches every hidden row, so each
+// of N workers' own AdaGrad sums is an N-th of the whole, which is what a
+// window trains from either way, and its dense windows carry half the
+// values (measured: docs/scaling.md, "Where the optimizer state lives").
+// A sparse model's rows are touched unevenly, and a worker's own state
+// of a model larger than its share would cost it the memory sharding
+// saves, so it stays with the owners.
+func (d Dist) localStateFor(m *model.Model) bool {
+	if d.LocalSteps <= 1 || m.Opt.Kind != model.AdaGrad {
+		return false
+	}
+	switch d.OptimizerState {
+	case "workers":
+		return true
+	case "owners":
+		return false
+	}
+	return m.Kind == model.MLP
+}
+
+// optimizerStateName is where the windows of a job of model m keep the
+// optimizer state, as the report and the hello name it.
+func (d Dist) optimizerStateName(m *model.Model) string {
+	if d.localStateFor(m) {
+		return "workers"
+	}
+	return "owners"
 }
 
 // maxRowGrad is the bound on a pushed gradient row's norm per example for
@@ -296,6 +333,7 @@ func (p *peer) trainerConfig() (trainer.Config, error) {
 	core.Limits = p.lim
 	core.Guard.MaxExamples, core.Guard.MaxRowGrad, core.Combine = cfg.Batch*max(1, d.LocalSteps), d.MaxRowGrad, d.combineFor(m.Kind)
 	core.LocalSteps = d.LocalSteps
+	core.LocalState = d.localStateFor(m)
 	if m.Kind == model.MLP {
 		// A shard lost with every holder restarts from the MLP's initial
 		// weights (a linear model's are zeros).

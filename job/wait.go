@@ -166,7 +166,8 @@ func jobSpec(m *model.Model, d Dist, batch int) node.Spec {
 		{Flag: "batch", Value: strconv.Itoa(batch)},
 		{Flag: "max-row-grad", Value: strconv.FormatFloat(d.maxRowGrad(m.Kind), 'g', -1, 64)},
 		{Flag: "combine", Value: d.combineFor(m.Kind).String()},
-		{Flag: "local-steps", Value: strconv.Itoa(max(1, d.LocalSteps))}}
+		{Flag: "local-steps", Value: strconv.Itoa(max(1, d.LocalSteps))},
+		{Flag: "optimizer-state", Value: d.optimizerStateName(m)}}
 	if d.Mode == train.SSP {
 		spec = append(spec, node.SpecItem{Flag: "staleness", Value: strconv.Itoa(d.Staleness)})
 	}
@@ -226,15 +227,17 @@ func effectiveSettings(m *model.Model) map[string]string {
 	return out
 }
 
-// jobEffective are the job's settings that --combine auto and
-// --local-steps auto resolve, as the report's start line keeps them, so
-// report.md shows the combine a job used (capped, mean or sum) beside the
+// jobEffective are the job's settings that --combine auto,
+// --local-steps auto and --optimizer-state auto resolve, as the report's
+// start line keeps them, so report.md shows the combine a job used
+// (capped, mean or sum) and where its optimizer state lived beside the
 // flag's "auto".
 func jobEffective(d Dist, m *model.Model) map[string]string {
 	if m == nil {
 		return nil
 	}
-	return map[string]string{"combine": d.combineFor(m.Kind).String(), "local-steps": strconv.Itoa(max(1, d.LocalSteps))}
+	return map[string]string{"combine": d.combineFor(m.Kind).String(), "local-steps": strconv.Itoa(max(1, d.LocalSteps)),
+		"optimizer-state": d.optimizerStateName(m)}
 }
 
 // memberStates is what waitAgreed reads of a node (an interface, so a test

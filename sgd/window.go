@@ -26,10 +26,18 @@ type Window struct {
 	kind  model.Kind
 	opt   model.OptConfig
 	dim   uint64 // the global model's features: rows >= dim are its extra rows
+	rows  uint64 // the global model's rows (Layout.Features)
 
 	local    *model.Model // capacity local features, then the extra rows
 	capacity int
 	extra    int
+
+	// keep is the optimizer state of every row this worker trained, by
+	// global row (width·StatePerWeight values a row), when the window
+	// keeps it (KeepState); nil otherwise. Allocated at the first window:
+	// pages of rows never trained stay unmapped.
+	keep      []float32
+	keepState bool
 
 	pos     []uint32 // a batch's keys as local rows
 	weights []float32
@@ -44,14 +52,33 @@ func NewWindow(m *model.Model, w *Worker) *Window {
 	if w.shape != s {
 		panic(fmt.Sprintf("sgd: a Window for %+v with a worker for %+v", s, w.shape))
 	}
-	return &Window{w: w, shape: s, kind: m.Kind, opt: m.Opt, dim: m.Dim, extra: s.extraRows()}
+	return &Window{w: w, shape: s, kind: m.Kind, opt: m.Opt, dim: m.Dim, rows: m.Layout.Features, extra: s.extraRows()}
 }
 
-// Run trains batches, in order, from the wide rows of keys: keys are the
-// union of the batches' keys (ascending), wide holds their rows as
-// model.AppendWide gives them (weights, then optimizer state), and batch h
+// KeepState makes the window keep the optimizer state of the rows it
+// trains itself, from window to window, instead of taking it with the
+// rows (node/train, Config.LocalState): Run's rows are then plain rows
+// (weights only) and so are the changes it returns. The state starts at
+// zero, each row's at the first window that trains it, and counts this
+// worker's gradients only: with AdaGrad, N workers that share a row's
+// examples each hold about an N-th of the sum one peer taking all their
+// steps would (which the windows without KeepState start from, G/N), so
+// Run takes it as it is and keeps the rate LR/√N. The state is this
+// worker's alone: a peer that joins a run, or restarts, starts from zero.
+// FTRL, whose weights follow from its state, cannot keep it (panics).
+func (wd *Window) KeepState() {
+	if wd.opt.Kind == model.FTRL {
+		panic("sgd: a Window cannot keep FTRL's state: its weights follow from it")
+	}
+	wd.keepState = true
+}
+
+// Run trains batches, in order, from the rows of keys: keys are the
+// union of the batches' keys (ascending), rows holds their rows as
+// model.AppendWide gives them (weights, then optimizer state; the weights
+// alone when the window keeps the state, KeepState), and batch h
 // takes SGD step step0+h. It writes each row's change (its value after the
-// last batch minus wide's) into delta, shaped as wide, and returns the
+// last batch minus rows') into delta, shaped as rows, and returns the
 // batches' summed log-loss (each batch's at the weights it was trained on).
 // A batch whose gradient or loss is not finite (CheckFinite) takes no step
 // and adds no loss; the first such is returned (the others train on).
@@ -67,12 +94,20 @@ func NewWindow(m *model.Model, w *Worker) *Window {
 // Σg², which the owners sum to G's change. SGD needs nothing: N workers'
 // steps of one start add up, to first order, to one peer's N·H steps, and
 // FTRL's weight is computed from its summed z and n.
-func (wd *Window) Run(batches []*Prepared, keys []uint32, wide, delta []float32, step0 int64, workers int) (loss float64, bad *NonFiniteError) {
+func (wd *Window) Run(batches []*Prepared, keys []uint32, rows, delta []float32, step0 int64, workers int) (loss float64, bad *NonFiniteError) {
 	width := wd.shape.width
 	spw := wd.opt.Kind.StatePerWeight()
-	sw := width * (1 + spw)
-	if len(wide) != len(keys)*sw || len(delta) != len(wide) {
-		panic(fmt.Sprintf("sgd: Window.Run with %d wide and %d delta floats for %d rows of width %d", len(wide), len(delta), len(keys), sw))
+	sw := width * (1 + spw) // the floats of a row in rows and delta
+	keep := wd.keepState && spw > 0
+	if keep {
+		sw = width
+		if wd.keep == nil {
+			wd.keep = make([]float32, int(wd.rows)*width*spw)
+		}
+	}
+	sr := width * spw // a row's state
+	if len(rows) != len(keys)*sw || len(delta) != len(rows) {
+		panic(fmt.Sprintf("sgd: Window.Run with %d row and %d delta floats for %d rows of width %d", len(rows), len(delta), len(keys), sw))
 	}
 	feats := 0
 	for feats < len(keys) && uint64(keys[feats]) < wd.dim {
@@ -86,14 +121,21 @@ func (wd *Window) Run(batches []*Prepared, keys []uint32, wide, delta []float32,
 		scale = 1 / float32(workers)
 		m.Opt.LR = wd.opt.LR / math.Sqrt(float64(workers))
 	}
+	if keep {
+		scale = 1 // (this worker's own sum: KeepState)
+	}
 	// Load: row i of keys into its local row.
 	for i, k := range keys {
 		lr := wd.localRow(k, i)
-		copy(m.Row(lr), wide[i*sw:i*sw+width])
+		copy(m.Row(lr), rows[i*sw:i*sw+width])
 		if spw > 0 {
-			j := int(lr) * width * spw
-			st := m.State[0][j : j+width*spw]
-			copy(st, wide[i*sw+width:(i+1)*sw])
+			j := int(lr) * sr
+			st := m.State[0][j : j+sr]
+			if keep {
+				copy(st, wd.keep[int(k)*sr:int(k+1)*sr])
+				continue
+			}
+			copy(st, rows[i*sw+width:(i+1)*sw])
 			if scale != 1 {
 				for c := range st {
 					st[c] *= scale
@@ -140,13 +182,17 @@ func (wd *Window) Run(batches []*Prepared, keys []uint32, wide, delta []float32,
 		lr := wd.localRow(k, i)
 		row := m.Row(lr)
 		for c := range width {
-			delta[i*sw+c] = row[c] - wide[i*sw+c]
+			delta[i*sw+c] = row[c] - rows[i*sw+c]
 		}
 		if spw > 0 {
-			j := int(lr) * width * spw
-			st := m.State[0][j : j+width*spw]
+			j := int(lr) * sr
+			st := m.State[0][j : j+sr]
+			if keep {
+				copy(wd.keep[int(k)*sr:int(k+1)*sr], st)
+				continue
+			}
 			for c := range st {
-				delta[i*sw+width+c] = st[c] - wide[i*sw+width+c]*scale
+				delta[i*sw+width+c] = st[c] - rows[i*sw+width+c]*scale
 			}
 		}
 	}

@@ -140,3 +140,98 @@ func TestWindowAllocs(t *testing.T) {
 		t.Errorf("Window.Run allocates %v times a window, want 0", n)
 	}
 }
+
+// TestWindowKeepsState: a window that keeps the optimizer state itself
+// (KeepState) carries it from window to window, so one worker's windows,
+// each fetched as plain rows and added back as weight changes
+// (model.AddWeightDeltas), give the model a lone peer gets by taking the
+// same steps on its whole model; the owners' state is never touched.
+// Without the state kept, the second window would restart AdaGrad's sums
+// from zero and take larger steps.
+func TestWindowKeepsState(t *testing.T) {
+	for _, kind := range []model.Kind{model.Logreg, model.Softmax, model.MLP} {
+		for _, ok := range []model.OptKind{model.SGD, model.AdaGrad} {
+			t.Run(fmt.Sprintf("%v/%v", kind, ok), func(t *testing.T) {
+				rng := rand.New(rand.NewPCG(uint64(kind)+10, uint64(ok)))
+				opt := model.DefaultOptConfig(ok)
+				opt.L2 = 1e-3
+				start := windowModel(t, rng, kind, opt)
+				classes := max(2, start.Classes)
+				const h, windows = 3, 4
+				pr := NewPreparer(start)
+				w := NewWorker(start, 2)
+				defer w.Close()
+				lone, owners := start.Clone(), start.Clone()
+				win := NewWindow(start, w)
+				win.KeepState()
+				for r := range windows {
+					var batches []*Prepared
+					var keys []uint32
+					for range h {
+						p := new(Prepared)
+						pr.Prepare(batchOf(randomRows(rng, 20, 300, 8, classes)), p)
+						batches = append(batches, p)
+						keys = append(keys, p.Keys...)
+					}
+					slices.Sort(keys)
+					keys = slices.Compact(keys)
+					step0 := int64(r * h)
+					for i, p := range batches {
+						weights := make([]float32, len(p.Keys)*lone.Layout.Width)
+						Gather(lone, p.Keys, weights)
+						grad := make([]float32, len(weights))
+						w.Compute(p, weights, grad)
+						w.Apply(lone, &model.Sparse{Idx: p.Keys, Val: grad}, p.Examples(), step0+int64(i))
+					}
+					rows := make([]float32, len(keys)*owners.Layout.Width)
+					Gather(owners, keys, rows)
+					delta := make([]float32, len(rows))
+					if _, bad := win.Run(batches, keys, rows, delta, step0, 1); bad != nil {
+						t.Fatal(bad)
+					}
+					owners.AddWeightDeltas(&model.Sparse{Idx: keys, Val: delta})
+				}
+				for k := range uint32(start.Layout.Features) {
+					a, b := lone.Row(k), owners.Row(k)
+					for c := range a {
+						if d := math.Abs(float64(a[c]) - float64(b[c])); d > 1e-5*(1+math.Abs(float64(a[c]))) {
+							t.Fatalf("row %d value %d: lone peer %v, windows keeping their state %v", k, c, a[c], b[c])
+						}
+					}
+					if !slices.Equal(start.AppendWide(nil, k)[start.Layout.Width:], owners.AppendWide(nil, k)[start.Layout.Width:]) {
+						t.Fatalf("row %d: the owners' optimizer state changed", k)
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestWindowKeepStateAllocs: a window keeping its state allocates it once
+// and nothing after.
+func TestWindowKeepStateAllocs(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	m := windowModel(t, rng, model.Logreg, model.DefaultOptConfig(model.AdaGrad))
+	pr := NewPreparer(m)
+	w := NewWorker(m, 1)
+	defer w.Close()
+	var batches []*Prepared
+	var keys []uint32
+	for range 4 {
+		p := new(Prepared)
+		pr.Prepare(batchOf(randomRows(rng, 50, 300, 8, 2)), p)
+		batches = append(batches, p)
+		keys = append(keys, p.Keys...)
+	}
+	slices.Sort(keys)
+	keys = slices.Compact(keys)
+	rows := make([]float32, len(keys))
+	Gather(m, keys, rows)
+	delta := make([]float32, len(rows))
+	win := NewWindow(m, w)
+	win.KeepState()
+	win.Run(batches, keys, rows, delta, 0, 4)
+	if n := testing.AllocsPerRun(20, func() { win.Run(batches, keys, rows, delta, 0, 4) }); n != 0 {
+		t.Errorf("Window.Run keeping its state allocates %v times a window, want 0", n)
+	}
+}

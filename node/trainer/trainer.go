@@ -1203,6 +1203,9 @@ func (r *run) compute(ctx context.Context) {
 				// the rows' changes pushed.
 				if wd == nil {
 					wd = sgd.NewWindow(r.t.m, w)
+					if r.t.cfg.Core.LocalState {
+						wd.KeepState() // (the workers keep the optimizer state: plain rows)
+					}
 				}
 				out = zeroed(out, len(j.weights))
 				delta := out
