@@ -58,7 +58,8 @@ func TestJobEffectiveCombine(t *testing.T) {
 
 // TestLocalStateFor pins where a job's windows keep the optimizer state
 // (localStateFor, --optimizer-state): auto keeps AdaGrad's sums with the
-// workers for an MLP and with the owners for a sparse linear model; the
+// workers for an MLP (unless the job writes checkpoints, which hold the
+// owners' state) and with the owners for a sparse linear model; the
 // flag's value when given; never without windows or AdaGrad state to
 // keep; and the report's start line says which.
 func TestLocalStateFor(t *testing.T) {
@@ -80,22 +81,25 @@ func TestLocalStateFor(t *testing.T) {
 		opt   model.OptKind
 		h     int
 		given string
+		ckpt  string
 		want  bool
 	}{
-		{model.MLP, model.AdaGrad, 8, "auto", true},
-		{model.Logreg, model.AdaGrad, 4, "auto", false},
-		{model.Softmax, model.AdaGrad, 4, "auto", false},
-		{model.Logreg, model.AdaGrad, 4, "workers", true},
-		{model.MLP, model.AdaGrad, 8, "owners", false},
-		{model.MLP, model.AdaGrad, 1, "auto", false},
-		{model.Logreg, model.AdaGrad, 1, "workers", false},
-		{model.MLP, model.SGD, 8, "auto", false},
-		{model.Logreg, model.FTRL, 4, "auto", false},
+		{model.MLP, model.AdaGrad, 8, "auto", "", true},
+		{model.MLP, model.AdaGrad, 8, "auto", "ckpt", false},
+		{model.MLP, model.AdaGrad, 8, "workers", "ckpt", true},
+		{model.Logreg, model.AdaGrad, 4, "auto", "", false},
+		{model.Softmax, model.AdaGrad, 4, "auto", "", false},
+		{model.Logreg, model.AdaGrad, 4, "workers", "", true},
+		{model.MLP, model.AdaGrad, 8, "owners", "", false},
+		{model.MLP, model.AdaGrad, 1, "auto", "", false},
+		{model.Logreg, model.AdaGrad, 1, "workers", "", false},
+		{model.MLP, model.SGD, 8, "auto", "", false},
+		{model.Logreg, model.FTRL, 4, "auto", "", false},
 	} {
 		m := mk(tc.kind, tc.opt)
-		d := Dist{Mode: train.Sync, LocalSteps: tc.h, AutoCombine: true, OptimizerState: tc.given}
+		d := Dist{Mode: train.Sync, LocalSteps: tc.h, AutoCombine: true, OptimizerState: tc.given, CheckpointDir: tc.ckpt}
 		if got := d.localStateFor(m); got != tc.want {
-			t.Errorf("%v, %v, H = %d, --optimizer-state %s: workers keep the state %v, want %v", tc.kind, tc.opt, tc.h, tc.given, got, tc.want)
+			t.Errorf("%v, %v, H = %d, --optimizer-state %s, --checkpoint-dir %q: workers keep the state %v, want %v", tc.kind, tc.opt, tc.h, tc.given, tc.ckpt, got, tc.want)
 		}
 		want := map[bool]string{true: "workers", false: "owners"}[tc.want]
 		if eff := jobEffective(d, m); eff["optimizer-state"] != want {

@@ -95,9 +95,11 @@ func (d Dist) combineFor(k model.Kind) train.Combine {
 // of N workers' own AdaGrad sums is an N-th of the whole, which is what a
 // window trains from either way, and its dense windows carry half the
 // values (measured: docs/scaling.md, "Where the optimizer state lives").
-// A sparse model's rows are touched unevenly, and a worker's own state
-// of a model larger than its share would cost it the memory sharding
-// saves, so it stays with the owners.
+// Not when the job writes checkpoints: they hold the owners' state, not
+// the workers', and a resumed sync run must go on exactly. A sparse
+// model's rows are touched unevenly, and a worker's own state of a model
+// larger than its share would cost it the memory sharding saves, so it
+// stays with the owners.
 func (d Dist) localStateFor(m *model.Model) bool {
 	if d.LocalSteps <= 1 || m.Opt.Kind != model.AdaGrad {
 		return false
@@ -108,7 +110,7 @@ func (d Dist) localStateFor(m *model.Model) bool {
 	case "owners":
 		return false
 	}
-	return m.Kind == model.MLP
+	return m.Kind == model.MLP && d.CheckpointDir == ""
 }
 
 // optimizerStateName is where the windows of a job of model m keep the
@@ -334,6 +336,9 @@ func (p *peer) trainerConfig() (trainer.Config, error) {
 	core.Guard.MaxExamples, core.Guard.MaxRowGrad, core.Combine = cfg.Batch*max(1, d.LocalSteps), d.MaxRowGrad, d.combineFor(m.Kind)
 	core.LocalSteps = d.LocalSteps
 	core.LocalState = d.localStateFor(m)
+	if core.LocalState && p.entry.Resume > 0 {
+		log.Warn().Msg("--optimizer-state workers: checkpoints hold the owners' shards, not the workers' own AdaGrad sums, so this worker's start from zero: the run goes on from the checkpoint's weights with larger steps at first, not exactly as it would have (--optimizer-state owners resumes exactly)")
+	}
 	if m.Kind == model.MLP {
 		// A shard lost with every holder restarts from the MLP's initial
 		// weights (a linear model's are zeros).
