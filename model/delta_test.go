@@ -102,3 +102,91 @@ func TestAppendWideRows(t *testing.T) {
 		}()
 	}
 }
+
+// TestAddWeightDeltasChangesWeightsOnly: windows whose workers keep the
+// optimizer state (node/train, Config.LocalState) push weight changes
+// only. Added to a model, each row of the changes moves its weights by
+// them (float32 sums, exactly) and no other row's; the optimizer state of
+// every row stays as it was, for logreg (width 1, its loop of its own)
+// and wider rows (softmax, an MLP), with AdaGrad and SGD. Changes of the
+// wrong width panic, and so does an FTRL model, whose weights follow
+// from its state.
+func TestAddWeightDeltasChangesWeightsOnly(t *testing.T) {
+	softmax := func(t *testing.T, opt OptConfig) *Model { return mustNew(t, Softmax, 20, 3, 4, opt) }
+	cases := []struct {
+		name string
+		opt  OptKind
+		new  func(*testing.T, OptConfig) *Model
+	}{
+		{"logreg", AdaGrad, func(t *testing.T, opt OptConfig) *Model { return mustNew(t, Logreg, 20, 2, 4, opt) }},
+		{"logreg", SGD, func(t *testing.T, opt OptConfig) *Model { return mustNew(t, Logreg, 20, 2, 4, opt) }},
+		{"softmax", AdaGrad, softmax},
+		{"mlp", AdaGrad, func(t *testing.T, opt OptConfig) *Model {
+			m, err := NewMLP(20, 3, 5, 4, opt, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return m
+		}},
+	}
+	for _, tc := range cases {
+		m := tc.new(t, DefaultOptConfig(tc.opt))
+		m.OwnAll()
+		for i := range m.W {
+			m.W[i] = float32(i%13)/8 - 0.75
+		}
+		for _, st := range m.State {
+			for i := range st {
+				st[i] = float32(i%7) / 4
+			}
+		}
+		width := m.Layout.Width
+		keys := []uint32{0, 3, 7, m.Bias()} // (rows of three of the four shards)
+		var d Sparse
+		for i, k := range keys {
+			row := make([]float32, width)
+			for c := range row {
+				row[c] = float32(i+1)*0.125 - float32(c)*0.0625
+			}
+			d.Append(k, row)
+		}
+		got := m.Clone()
+		got.AddWeightDeltas(&d)
+		for k := range uint32(m.Layout.Features) {
+			want := slices.Clone(m.Row(k))
+			if i := slices.Index(keys, k); i >= 0 {
+				for c := range want {
+					want[c] += d.Val[i*width+c]
+				}
+			}
+			if g := got.Row(k); !slices.Equal(g, want) {
+				t.Errorf("%s %v: row %d weights %v, want %v", tc.name, tc.opt, k, g, want)
+			}
+		}
+		for s := range m.State {
+			if !slices.Equal(got.State[s], m.State[s]) {
+				t.Errorf("%s %v: shard %d's optimizer state changed: %v, was %v", tc.name, tc.opt, s, got.State[s], m.State[s])
+			}
+		}
+		wantPanic(t, fmt.Sprintf("%s %v: changes one value short", tc.name, tc.opt), "AddWeightDeltas with", func() {
+			got.AddWeightDeltas(&Sparse{Idx: d.Idx, Val: d.Val[:len(d.Val)-1]})
+		})
+	}
+	f := mustNew(t, Logreg, 20, 2, 4, DefaultOptConfig(FTRL))
+	f.OwnAll()
+	wantPanic(t, "ftrl", "FTRL", func() {
+		f.AddWeightDeltas(&Sparse{Idx: []uint32{1}, Val: []float32{0.5}})
+	})
+}
+
+// wantPanic calls f and reports an error unless it panics with a message
+// that contains sub.
+func wantPanic(t *testing.T, what, sub string, f func()) {
+	t.Helper()
+	defer func() {
+		if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), sub) {
+			t.Errorf("%s: panic %v, want one that says %q", what, r, sub)
+		}
+	}()
+	f()
+}

@@ -42,11 +42,15 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of testda
 //	peers N [mode=sync|ssp|async] [voters=V] [replicas=R] [data=B]
 //	        [keys=K] [examples=E] [gather=need|full] [staleness=S]
 //	        [retry=T] [codec=on|off] [fetch=auto|off]
+//	        [opt=sgd|adagrad] [local=H] [localstate=on|off]
 //	    start p0..pN-1, which bootstrap one run together, all alive.
 //	    Shard s's holders are members[s mod n], members[s+1 mod n], ...
 //	    (R of them, sorted peer names); 64 rows in 4 shards (row k is in
-//	    shard k mod 4). Each peer has B batches (then the end of its data)
-//	    of K rows and E examples: batch i of peer j touches rows
+//	    shard k mod 4), trained with opt (default sgd); local=H makes a
+//	    batch a window of H local steps (Config.LocalSteps), whose
+//	    optimizer state the workers keep with localstate=on
+//	    (Config.LocalState). Each peer has B batches (then the end of its
+//	    data) of K rows and E examples: batch i of peer j touches rows
 //	    (7j + 5i + 11m) mod 64, m < K. Messages go through the wire
 //	    codec unless codec=off. With fetch=auto (the default) a peer told
 //	    its values are final fetches its shards' hashes and then says it
@@ -286,6 +290,14 @@ type scNet struct {
 	holds    []scFilter
 	cuts     []scFilter
 	batchIdx map[string]int
+	opt      model.OptKind
+	local    int  // Config.LocalSteps
+	locState bool // Config.LocalState
+	// onSend and onCompute, when set, are told of every message queued
+	// (not cut) and every compute request a core makes (for tests that
+	// drive scNet from Go).
+	onSend    func(scMsg)
+	onCompute func(*scProc, *ComputeReq)
 }
 
 func (sn *scNet) command(f []string) (string, error) {
@@ -623,8 +635,9 @@ func (sn *scNet) start(pos []string, kv map[string]string) error {
 	if err != nil || n < 1 {
 		return fmt.Errorf("peers %q: not a count", pos[0])
 	}
-	ints := map[string]*int{"voters": &sn.voters, "replicas": &sn.replicas, "keys": &sn.keys, "examples": &sn.examples, "retry": &sn.retry, "staleness": &sn.stale}
+	ints := map[string]*int{"voters": &sn.voters, "replicas": &sn.replicas, "keys": &sn.keys, "examples": &sn.examples, "retry": &sn.retry, "staleness": &sn.stale, "local": &sn.local}
 	sn.voters, sn.replicas, sn.keys, sn.examples, sn.retry, sn.stale = 5, 1, 3, 10, 20, 2
+	sn.opt = model.SGD
 	data := 0
 	ints["data"] = &data
 	sn.mode, sn.gather, sn.auto = Sync, Need, true
@@ -651,6 +664,20 @@ func (sn *scNet) start(pos []string, kv map[string]string) error {
 			}
 		case "fetch":
 			sn.auto = v != "off"
+		case "opt":
+			switch v {
+			case "sgd":
+				sn.opt = model.SGD
+			case "adagrad":
+				sn.opt = model.AdaGrad
+			default:
+				return fmt.Errorf("opt=%q: sgd or adagrad", v)
+			}
+		case "localstate":
+			if v != "on" && v != "off" {
+				return fmt.Errorf("localstate=%q: on or off", v)
+			}
+			sn.locState = v == "on"
 		default:
 			p := ints[k]
 			if p == nil {
@@ -713,12 +740,13 @@ func (sn *scNet) newProc(name string, initial []Member, contact string, data int
 	if old := sn.procs[name]; old != nil {
 		p.compute = old.compute
 	}
-	m, err := model.New(model.Logreg, 64, 2, 4, model.DefaultOptConfig(model.SGD))
+	m, err := model.New(model.Logreg, 64, 2, 4, model.DefaultOptConfig(sn.opt))
 	if err != nil {
 		return err
 	}
 	cfg := DefaultConfig()
 	cfg.Self, cfg.ID, cfg.Mode, cfg.Gather, cfg.Model = name, p.id, sn.mode, sn.gather, m
+	cfg.LocalSteps, cfg.LocalState = sn.local, sn.locState
 	if sn.mode == SSP {
 		cfg.Staleness = sn.stale
 	}
@@ -789,6 +817,9 @@ func (sn *scNet) handle(p *scProc) {
 		}
 		if rd.Compute != nil {
 			busy = true
+			if sn.onCompute != nil {
+				sn.onCompute(p, rd.Compute)
+			}
 			p.held = rd.Compute
 			if p.compute != "hold" {
 				sn.answer(p)
@@ -890,6 +921,9 @@ func (sn *scNet) send(from string, e Envelope) {
 	}
 	sn.seq++
 	sm.seq = sn.seq
+	if sn.onSend != nil {
+		sn.onSend(sm)
+	}
 	sn.queue = append(sn.queue, sm)
 }
 

@@ -36,8 +36,10 @@
 //     rows (frequent low features, as in click data) labelled by a planted
 //     model, cut into batches (or windows of LocalSteps batches), the
 //     gradients and window changes computed the way sgd computes them
-//     (float64 sums in example order), and the model of a serial run of the
-//     same rounds;
+//     (float64 sums in example order; with LocalState each process trains
+//     its windows with its own AdaGrad accumulators and returns the
+//     weights' changes alone), and the model of a serial run of the same
+//     rounds;
 //   - the accounting (accounting.go): the bytes (as the wire codec encodes
 //     them) and messages each peer receives, the training traffic per peer
 //     and per op, and the parts of its bytes (Parts); it is told every

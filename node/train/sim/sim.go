@@ -38,8 +38,14 @@ type Options struct {
 	// batches (train.Config.LocalSteps): workers train them on their own
 	// copy (window) and push the changes.
 	LocalSteps int
+	// LocalState, with windows, has each worker keep its own optimizer
+	// state (train.Config.LocalState): a process trains its windows with
+	// its own AdaGrad accumulators (zeros when it starts: a restarted or
+	// joining peer has none), fetches and pushes weights only, and the
+	// owners add the weights' changes alone.
+	LocalState bool
 	// Combine is how owners combine a sync round (train.Config.Combine):
-	// with windows, Sum or Mean.
+	// with windows, Sum, Mean or Capped.
 	Combine train.Combine
 	Faults  Faults
 	// MaxTicks bounds a run (a liveness failure past it).
@@ -149,6 +155,9 @@ type proc struct {
 	core   *train.Core
 	m      *model.Model // the core's model: its shards and read copy
 	feed                // its peer's rows
+	// acc is the optimizer state its driver keeps with LocalState: AdaGrad's
+	// accumulator of every row of the model, from zeros when it starts.
+	acc []float32
 	// running: a live process; crashed; done: its core finished (left:
 	// by a leave); removed while alive (it restarts); refused: stopped by
 	// a refusal, alone, or without a quorum.
@@ -251,6 +260,7 @@ func (s *sim) coreConfig(p *proc) train.Config {
 	// gradients never reach them; the serial reference applies G2 too.
 	cfg.Guard.MaxExamples = s.w.perRound() // (MaxRowGrad: the kind's default)
 	cfg.LocalSteps = s.o.LocalSteps
+	cfg.LocalState = s.o.LocalState
 	cfg.Combine = s.o.Combine
 	pp := p
 	cfg.Trace = func(e train.TraceEvent) { s.onTrace(pp, e) }
@@ -340,7 +350,10 @@ func (s *sim) computeDue(p *proc) {
 	}
 	req := p.compute
 	p.compute = nil
-	g, loss := s.w.gradient(p.rows, req.Round-p.core.FirstRound(), req)
+	if s.o.LocalState && p.acc == nil {
+		p.acc = s.w.newState()
+	}
+	g, loss := s.w.gradient(p.rows, req.Round-p.core.FirstRound(), req, p.acc)
 	p.core.Computed(req.Round, g, loss)
 	s.handle(p)
 }

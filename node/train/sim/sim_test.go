@@ -209,6 +209,24 @@ func mixes() []mix {
 			}
 		}
 	}
+	// Windows whose workers keep the optimizer state (Options.LocalState):
+	// weights only on the wire, each process's own accumulators, combined
+	// as the command line's auto does for logreg windows of 4 (the sum in
+	// sync, the mean in ssp and async).
+	for _, mode := range []train.Mode{train.Sync, train.SSP, train.Async} {
+		comb := train.Sum
+		if mode != train.Sync {
+			comb = train.Mean
+		}
+		for _, name := range []string{"clean", "chaos"} {
+			f := mixesByNameIn(out)[fmt.Sprintf("%s/%s", mode, name)].opts
+			add(fmt.Sprintf("h4-local/%s/%s", mode, name), 20, func(seed uint64) Options {
+				o := f(seed)
+				o.LocalSteps, o.LocalState, o.Combine = 4, true, comb
+				return o
+			})
+		}
+	}
 	return out
 }
 

@@ -22,6 +22,7 @@ type workload struct {
 	seed                             uint64
 	dim, rows, batch, fields, epochs int
 	shards, localSteps               int
+	localState                       bool // Options.LocalState
 	combine                          train.Combine
 	planted                          []float64 // weights per feature, bias last
 	at                               []int32   // logregGrad's scratch
@@ -45,7 +46,7 @@ type feed struct {
 // newWorkload draws the planted model from r (the run's first draws).
 func newWorkload(o Options, r *rng) *workload {
 	w := &workload{seed: o.Seed, dim: o.Dim, rows: o.Rows, batch: o.Batch, fields: o.Fields, epochs: o.Epochs,
-		shards: o.Shards, localSteps: o.LocalSteps, combine: o.Combine}
+		shards: o.Shards, localSteps: o.LocalSteps, localState: o.LocalState, combine: o.Combine}
 	w.planted = make([]float64, o.Dim+1)
 	w.at = make([]int32, o.Dim+1)
 	for i := range w.planted {
@@ -105,6 +106,10 @@ func (w *workload) newModel() *model.Model {
 	return m
 }
 
+// newState is a worker's own optimizer state (LocalState) as it starts:
+// a zero AdaGrad accumulator for every row of the model.
+func (w *workload) newState() []float32 { return make([]float32, w.dim+1) }
+
 // next cuts f's next batch (a round's rows): its keys and row count, or
 // n 0 once every row of every epoch was handed out.
 func (w *workload) next(f *feed) (keys []uint32, n int) {
@@ -161,11 +166,12 @@ func (w *workload) batchRows(all []row, i uint64) []row {
 
 // gradient answers a compute request for the batch i of a peer's rows all:
 // the logistic regression gradient on the working set, as sgd computes it
-// (per row, float64 sums in example order), or a window's changes.
-func (w *workload) gradient(all []row, i uint64, req *train.ComputeReq) ([]float32, float64) {
+// (per row, float64 sums in example order), or a window's changes; acc is
+// the process's own optimizer state with LocalState (nil otherwise).
+func (w *workload) gradient(all []row, i uint64, req *train.ComputeReq, acc []float32) ([]float32, float64) {
 	rows := w.batchRows(all, i)
 	if w.localSteps > 1 {
-		return w.window(rows, req.Keys, req.Weights, int64(req.Round)*int64(w.localSteps), req.Workers)
+		return w.window(rows, req.Keys, req.Weights, int64(req.Round)*int64(w.localSteps), req.Workers, acc)
 	}
 	return logregGrad(rows, req.Keys, req.Weights, uint32(w.dim), w.at)
 }
@@ -176,7 +182,13 @@ func (w *workload) gradient(all []row, i uint64, req *train.ComputeReq) ([]float
 // summed loss. The local copy is a whole model of the simulator's small
 // dimension; its steps are model.Apply's, the owners' own, with AdaGrad's
 // accumulator seen by workers workers as sgd.Window sees it.
-func (w *workload) window(rows []row, keys []uint32, wide []float32, step0 int64, workers int) ([]float32, float64) {
+//
+// With acc (LocalState: the worker keeps its own state) the rows fetched
+// are plain (vals, a weight a row) and the accumulators are the worker's
+// own, not scaled (they sum its own steps alone), at the rate for workers
+// as above; the accumulators go back into acc and the change returned is
+// the weights' alone.
+func (w *workload) window(rows []row, keys []uint32, vals []float32, step0 int64, workers int, acc []float32) ([]float32, float64) {
 	m := w.newModel()
 	m.OwnAll()
 	sw := m.StateWidth(true)
@@ -185,9 +197,17 @@ func (w *workload) window(rows []row, keys []uint32, wide []float32, step0 int64
 		scale = 1 / float32(workers)
 		m.Opt.LR /= math.Sqrt(float64(workers))
 	}
-	in := model.Sparse{Idx: keys, Val: slices.Clone(wide)}
-	for i := range keys {
-		in.Val[i*sw+1] *= scale // (logreg, AdaGrad: weight, accumulator)
+	var in model.Sparse
+	if acc != nil {
+		in.Idx, in.Val = keys, make([]float32, 0, len(keys)*sw)
+		for i, k := range keys {
+			in.Val = append(in.Val, vals[i], acc[k]) // (logreg, AdaGrad: weight, accumulator)
+		}
+	} else {
+		in = model.Sparse{Idx: keys, Val: slices.Clone(vals)}
+		for i := range keys {
+			in.Val[i*sw+1] *= scale // (logreg, AdaGrad: weight, accumulator)
+		}
 	}
 	m.AddDeltas(&in) // onto zeros: the rows as fetched
 	var loss float64
@@ -202,7 +222,17 @@ func (w *workload) window(rows []row, keys []uint32, wide []float32, step0 int64
 		loss += l
 		m.Apply(&model.Sparse{Idx: bk, Val: g}, len(b), step0+int64(h))
 	}
-	delta := make([]float32, 0, len(wide))
+	if acc != nil {
+		delta := make([]float32, len(keys))
+		var wide []float32
+		for i, k := range keys {
+			wide = m.AppendWide(wide[:0], k)
+			delta[i] = wide[0] - in.Val[i*sw]
+			acc[k] = wide[1]
+		}
+		return delta, loss
+	}
+	delta := make([]float32, 0, len(vals))
 	for i, k := range keys {
 		delta = m.AppendWide(delta, k)
 		for c := range sw {
@@ -215,7 +245,10 @@ func (w *workload) window(rows []row, keys []uint32, wide []float32, step0 int64
 // serial trains the rounds of the peers whose rows are peers (in member
 // order) one after the other on one model, as one process would: each
 // round's contributions summed in member order through the owners' guards
-// (G2), then applied (or, with windows, added, averaged by Mean).
+// (G2), then applied (or, with windows, added, averaged by Mean). With
+// LocalState each peer trains its windows with its own accumulators, kept
+// from window to window, and the model takes the weights' changes alone
+// (model.AddWeightDeltas).
 func (w *workload) serial(peers [][]row) *model.Model {
 	m := w.newModel()
 	for sh := range w.shards {
@@ -225,11 +258,19 @@ func (w *workload) serial(peers [][]row) *model.Model {
 	bound := train.DefaultMaxRowGrad(m.Kind)
 	var sum, tmp, guard model.Sparse
 	var parts []*model.Sparse
+	xw := m.StateWidth(true) // a window's rows: wide, or the weights alone with LocalState
+	accs := make([][]float32, len(peers))
+	if w.localState {
+		xw = m.Layout.Width
+		for i := range accs {
+			accs[i] = w.newState()
+		}
+	}
 	for r := range rounds {
 		sum.Reset()
 		parts = parts[:0]
 		n := 0
-		for _, all := range peers {
+		for pi, all := range peers {
 			rows := w.batchRows(all, uint64(r))
 			if len(rows) == 0 {
 				continue
@@ -237,23 +278,27 @@ func (w *workload) serial(peers [][]row) *model.Model {
 			keys := w.batchKeys(rows)
 			if w.localSteps > 1 {
 				// A window: each worker's changes from the same start,
-				// summed in member order, then added (model.AddDeltas).
-				var wide []float32
+				// summed in member order, then added (model.AddDeltas, or
+				// model.AddWeightDeltas with LocalState).
+				var vals []float32
 				for _, k := range keys {
-					wide = m.AppendWide(wide, k)
+					if w.localState {
+						vals = append(vals, m.Row(k)...)
+					} else {
+						vals = m.AppendWide(vals, k)
+					}
 				}
 				workers := len(peers) // (summed changes: each counts the others' steps)
 				if w.combine == train.Mean {
 					workers = 1 // (averaged changes: a lone peer's steps)
 				}
-				d, _ := w.window(rows, keys, wide, int64(r)*int64(w.localSteps), workers)
+				d, _ := w.window(rows, keys, vals, int64(r)*int64(w.localSteps), workers, accs[pi])
 				part := model.Sparse{Idx: keys, Val: d}
-				sw := m.StateWidth(true)
-				kept, _ := train.GuardRows(&part, sw, 1, bound*bound*float64(w.localSteps), &guard)
+				kept, _ := train.GuardRows(&part, xw, 1, bound*bound*float64(w.localSteps), &guard)
 				if w.combine == train.Mean || w.combine == train.Capped {
 					parts = append(parts, &model.Sparse{Idx: slices.Clone(kept.Idx), Val: slices.Clone(kept.Val)})
 				}
-				tmp.Add(&sum, kept, sw)
+				tmp.Add(&sum, kept, xw)
 				sum, tmp = tmp, sum
 				n += len(rows)
 				continue
@@ -272,11 +317,15 @@ func (w *workload) serial(peers [][]row) *model.Model {
 		if n > 0 && w.localSteps > 1 {
 			switch w.combine {
 			case train.Mean:
-				meanRows(&sum, parts, m.Layout.Width, m.StateWidth(true), 1)
+				meanRows(&sum, parts, m.Layout.Width, xw, 1)
 			case train.Capped:
-				meanRows(&sum, parts, m.Layout.Width, m.StateWidth(true), train.CappedFactor)
+				meanRows(&sum, parts, m.Layout.Width, xw, train.CappedFactor)
 			}
-			m.AddDeltas(&sum)
+			if w.localState {
+				m.AddWeightDeltas(&sum)
+			} else {
+				m.AddDeltas(&sum)
+			}
 		} else if n > 0 {
 			m.Apply(&sum, n, int64(r))
 		}

@@ -68,3 +68,55 @@ func TestLogregGrad(t *testing.T) {
 		}
 	}
 }
+
+// TestLocalStateWindow: a window whose worker keeps its own state
+// (Options.LocalState) is the window of wide rows with that state in
+// place of the fetched one: from plain weights and the worker's
+// accumulators, at the rate for two workers, it returns one value a row,
+// the wide window's weight change (the same loss), and leaves in the
+// worker's state the accumulators the wide window ends with (its change
+// added), rows outside the window untouched; the wide window's fetched
+// accumulators are scaled by 1/workers (twice the worker's here), the
+// worker's own are not.
+func TestLocalStateWindow(t *testing.T) {
+	o := Options{Seed: 3, Dim: 60, Rows: 40, Batch: 5, Fields: 4, Epochs: 1, Shards: 4, LocalSteps: 4, LocalState: true}
+	w := newWorkload(o, &rng{s: 4})
+	rows := w.batchRows(w.data("peer00"), 1)
+	keys := w.batchKeys(rows)
+	acc := w.newState()
+	for k := range acc {
+		acc[k] = float32(k%5) * 0.25
+	}
+	vals := make([]float32, len(keys))
+	var wide []float32
+	for i, k := range keys {
+		vals[i] = float32(int(k)%7-3) * 0.125
+		wide = append(wide, vals[i], 2*acc[k])
+	}
+	own := slices.Clone(acc)
+	dl, ll := w.window(rows, keys, vals, 4, 2, own)
+	dw, lw := w.window(rows, keys, wide, 4, 2, nil)
+	if len(dl) != len(keys) || ll != lw {
+		t.Fatalf("local state: %d values for %d rows, loss %v; want one a row and the wide window's loss %v", len(dl), len(keys), ll, lw)
+	}
+	grew := 0
+	for i, k := range keys {
+		if dl[i] != dw[2*i] {
+			t.Errorf("row %d: weight change %v, the wide window's %v", k, dl[i], dw[2*i])
+		}
+		if d := own[k] - acc[k]; d != dw[2*i+1] {
+			t.Errorf("row %d: accumulator changed by %v, the wide window's by %v", k, d, dw[2*i+1])
+		}
+		if own[k] > acc[k] {
+			grew++
+		}
+	}
+	if grew == 0 {
+		t.Error("no accumulator grew")
+	}
+	for k := range acc {
+		if !slices.Contains(keys, uint32(k)) && own[k] != acc[k] {
+			t.Errorf("row %d, outside the window: accumulator %v, was %v", k, own[k], acc[k])
+		}
+	}
+}
