@@ -154,7 +154,7 @@ func (a *agreement) init(c *Core) error {
 	}
 	rn, err := raft.NewRawNode(&raft.Config{
 		ID: c.cfg.ID, Storage: a.store,
-		HeartbeatTick: c.cfg.HeartbeatTicks,
+		HeartbeatTick: c.cfg.Raft.HeartbeatTicks,
 		ElectionTick:  1 << 30, // elections are this core's (see above)
 		MaxSizePerMsg: 256 << 10, MaxInflightMsgs: 64,
 		PreVote: true, DisableProposalForwarding: true, StepDownOnRemoval: true,
@@ -193,7 +193,7 @@ func (a *agreement) next() uint64 {
 
 // newWait draws the silence after which this peer campaigns.
 func (a *agreement) newWait() {
-	base := uint64(a.c.cfg.ElectionTicks * a.c.cfg.RaftEvery)
+	base := uint64(a.c.cfg.Raft.ElectionTicks * a.c.cfg.Raft.Every)
 	a.wait = base + a.next()%base
 }
 
@@ -206,7 +206,7 @@ func (a *agreement) isVoter() bool { return slices.Contains(a.voters, a.c.cfg.ID
 // tick advances raft's clock and campaigns after a silent leader.
 func (a *agreement) tick() {
 	c := a.c
-	if a.sub++; a.sub >= c.cfg.RaftEvery {
+	if a.sub++; a.sub >= c.cfg.Raft.Every {
 		a.sub = 0
 		a.rn.Tick()
 	}

@@ -146,7 +146,7 @@ func (a *agreement) inLease() bool {
 	if a.isLeader() {
 		return true
 	}
-	return a.lead != 0 && a.c.tick-a.heard < uint64(a.c.cfg.ElectionTicks*a.c.cfg.RaftEvery)
+	return a.lead != 0 && a.c.tick-a.heard < uint64(a.c.cfg.Raft.ElectionTicks*a.c.cfg.Raft.Every)
 }
 
 // fitsLog checks an append against the local log (A5).

@@ -188,13 +188,8 @@ type Config struct {
 	// Voters bounds the raft voters; the other members are learners, so
 	// agreement costs the same with hundreds of peers.
 	Voters int
-	// RaftEvery is how many core ticks make one raft tick; the raft leader
-	// beats every HeartbeatTicks raft ticks, and a follower that has heard
-	// nothing from a leader for ElectionTicks raft ticks (plus a jitter of up
-	// to as many, from Seed) campaigns.
-	RaftEvery      int
-	HeartbeatTicks int
-	ElectionTicks  int
+	// Raft is how often the configuration agreement's raft ticks.
+	Raft RaftTiming
 	// RetryTicks is how long a request waits for its answer before it is
 	// sent again (doubling each time, up to 8x).
 	RetryTicks int
@@ -237,6 +232,17 @@ type Config struct {
 	InitShard func(m *model.Model, s int)
 }
 
+// RaftTiming is the configuration agreement's clock: Every core ticks
+// make one raft tick; the raft leader beats every HeartbeatTicks raft
+// ticks, and a follower that has heard nothing from a leader for
+// ElectionTicks raft ticks (plus a jitter of up to as many, from
+// Config.Seed) campaigns.
+type RaftTiming struct {
+	Every          int
+	HeartbeatTicks int
+	ElectionTicks  int
+}
+
 // GuardConfig bounds what an owner accepts of a push (guard.go, rules G1
 // and G2): a push that claims more examples than a job's batch, or a row
 // that moves more than a bound, is refused or dropped.
@@ -265,9 +271,7 @@ func DefaultConfig() Config {
 		// A raft tick of 100ms (10 core ticks), a heartbeat every tick and
 		// an election after 1-2s of silence: etcd's defaults scaled to a
 		// LAN, well under membership's dead-after of 5s.
-		RaftEvery:      10,
-		HeartbeatTicks: 1,
-		ElectionTicks:  10,
+		Raft: RaftTiming{Every: 10, HeartbeatTicks: 1, ElectionTicks: 10},
 		// 2s: a round trip plus a round's apply on a loaded peer, many
 		// times over; the message layer repairs ordinary losses long before.
 		RetryTicks: 200,
@@ -315,8 +319,8 @@ func (c Config) Validate() error {
 		return bad("combine trimmed needs sync mode: ssp and async owners apply each push as it comes, with nothing to trim against")
 	case c.Voters < 1:
 		return bad("voters %d, want >= 1", c.Voters)
-	case c.RaftEvery < 1 || c.HeartbeatTicks < 1 || c.ElectionTicks <= c.HeartbeatTicks:
-		return bad("raft ticks: every %d, heartbeat %d, election %d", c.RaftEvery, c.HeartbeatTicks, c.ElectionTicks)
+	case c.Raft.Every < 1 || c.Raft.HeartbeatTicks < 1 || c.Raft.ElectionTicks <= c.Raft.HeartbeatTicks:
+		return bad("raft ticks: every %d, heartbeat %d, election %d", c.Raft.Every, c.Raft.HeartbeatTicks, c.Raft.ElectionTicks)
 	case c.RetryTicks < 1:
 		return bad("retry ticks %d", c.RetryTicks)
 	case c.CheckpointTicks < 0:

@@ -755,7 +755,7 @@ func (sn *scNet) newProc(name string, initial []Member, contact string, data int
 	cfg.Initial, cfg.Contact = initial, contact
 	cfg.Contacts = sn.contacts(name, contact, initial == nil)
 	cfg.Voters, cfg.Seed = sn.voters, uint64(index+1)
-	cfg.RaftEvery, cfg.RetryTicks = 1, sn.retry
+	cfg.Raft.Every, cfg.RetryTicks = 1, sn.retry
 	cfg.Limits.Features = m.Layout.Features
 	c, err := New(cfg)
 	if err != nil {

@@ -49,7 +49,7 @@ func ckptRun(t *testing.T, tweak func(i int, cfg *Config), stop func() bool) ([]
 		cfg.Job = "ckpt-test"
 		// A leader (who schedules checkpoints) within the first rounds of
 		// a run that lasts a few hundred 1ms ticks.
-		cfg.Core.RaftEvery, cfg.Core.ElectionTicks = 1, 5
+		cfg.Core.Raft.Every, cfg.Core.Raft.ElectionTicks = 1, 5
 		tweak(i, &cfg)
 		tr, err := New(cfg, Hooks{}, link{ml, name})
 		if err != nil {

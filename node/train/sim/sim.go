@@ -250,7 +250,7 @@ func (s *sim) coreConfig(p *proc) train.Config {
 	cfg.Model = p.m
 	cfg.Place = s.place()
 	cfg.RetryTicks = 100
-	cfg.RaftEvery = 5
+	cfg.Raft.Every = 5
 	cfg.Seed = s.o.Seed
 	cfg.Limits.MaxMessage = 64 << 20
 	cfg.Limits.MaxRows = 1 << 24
