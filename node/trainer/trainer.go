@@ -55,7 +55,9 @@ type Config struct {
 	Patience   int
 	HoldoutTol float64
 	// EvalEvery evaluates every so many training examples of this peer; 0
-	// only at the end. EvalBatch is the evaluation's batch size.
+	// only at the end. In sync mode each evaluation along the way pauses
+	// this peer's worker (pause.go). EvalBatch is the evaluation's batch
+	// size.
 	EvalEvery int64
 	EvalBatch int
 	// Threads computes a batch's gradient with up to this many goroutines.
@@ -112,6 +114,10 @@ type Config struct {
 	// The round's push carries no rows and no examples (train.Core.Computed
 	// with no gradient): owners divide by the other workers' examples.
 	NonFinite sgd.NonFinite
+	// observe, when set (tests: TestSyncEvaluationPausesTraining), is
+	// called on the goroutine doing the work as a gradient's computation
+	// or an evaluation of the test set begins (done false) and ends.
+	observe func(w work, done bool)
 }
 
 // DefaultConfig returns the defaults.
@@ -200,7 +206,19 @@ type Summary struct {
 	LastCheckpoint    uint64
 	// ResumedAt is the checkpoint round this run resumed from (0: none).
 	ResumedAt uint64
-	Core      train.Stats
+	// TrainingSeconds is the time from Run's start to the end of the
+	// run's last round (train.EvFinal), nothing subtracted: Seconds less
+	// the end of the run (the final fetches and evaluation, the model's
+	// hash, the agreement to finish). 0 when the run did not get there
+	// for this peer (it left, failed or was stopped).
+	TrainingSeconds float64
+	// PausedSeconds is how much of TrainingSeconds this peer's training
+	// waited for its evaluations along the way: in sync mode an
+	// evaluation pauses the worker (pause.go); in ssp and async it runs
+	// beside training, and this is 0. EvalSeconds (sgd.Summary) is every
+	// evaluation's duration, the final one and the held-out rows' too.
+	PausedSeconds float64
+	Core          train.Stats
 }
 
 // Errors.
@@ -236,6 +254,14 @@ type Trainer struct {
 	core *train.Core
 	now  func() time.Time
 }
+
+// work is what Config.observe is told of.
+type work uint8
+
+const (
+	workCompute work = iota + 1 // a gradient (or a window's changes)
+	workEval                    // an evaluation of the test set
+)
 
 type delivery struct {
 	from string
@@ -416,6 +442,8 @@ type run struct {
 	evalBusy     bool
 	evalDone     chan evalResult
 	evalSec      float64
+	pause        pauseState // sync: evaluations pause the worker (pause.go)
+	trainSec     float64    // Summary.TrainingSeconds, set at train.EvFinal
 	final        bool
 	pending      map[uint64]bool // end-of-run fetches not answered yet
 	finalEval    *sgd.Metrics
@@ -682,6 +710,7 @@ func (r *run) computed(res computeDone) {
 	r.progSteps++
 	r.waiting = true
 	r.askedAt = r.t.now()
+	r.startPausedEval()
 	if res.win != nil {
 		for _, p := range res.win.batches {
 			r.free.put(p)
@@ -780,7 +809,12 @@ func (r *run) handle() error {
 				r.waitSec += now.Sub(r.askedAt).Seconds()
 			}
 			r.waiting = false
-			r.jobs <- computeJob{round: c.Round, p: p, win: win, pos: r.pos[i], weights: c.Weights, workers: c.Workers}
+			j := computeJob{round: c.Round, p: p, win: win, pos: r.pos[i], weights: c.Weights, workers: c.Workers}
+			if r.pause.on {
+				r.pause.held = &j // given to compute when the evaluation ends (pause.go)
+			} else {
+				r.jobs <- j
+			}
 		}
 		for _, e := range rd.Events {
 			r.event(e)
@@ -840,6 +874,7 @@ func (r *run) event(e train.Event) {
 		}
 	case train.EvFinal:
 		r.final = true
+		r.trainSec = t.now().Sub(r.start).Seconds()
 		if r.failErr != nil {
 			// A peer that failed needs no final values: it says it is
 			// done, and goes once it holds no shard (Run).
@@ -873,7 +908,7 @@ func (r *run) fetched(f *train.FetchResult) {
 		if r.evalBusy {
 			r.finalValues = f.Values // after the periodic evaluation running now
 		} else {
-			r.startEval(f.Values, true)
+			r.startEval(f.Values, true, r.examples)
 		}
 	case fetchHash:
 		delete(r.pending, f.ID)
@@ -896,7 +931,7 @@ func (r *run) fetched(f *train.FetchResult) {
 		r.fetchedModel = true
 	default:
 		if f.ID == r.evalID && r.evalBusy {
-			r.startEval(f.Values, false)
+			r.periodicValues(f.Values)
 		}
 	}
 }
@@ -921,14 +956,22 @@ func (r *run) maybeEval() {
 	r.core.Fetch(r.evalID, r.ev.keys, false)
 }
 
-// startEval evaluates fetched values on their own goroutine.
-func (r *run) startEval(values []float32, final bool) {
+// startEval evaluates fetched values, which came when this worker had
+// trained ex examples, on their own goroutine.
+func (r *run) startEval(values []float32, final bool, ex int64) {
 	r.evalBusy = true
-	ex := r.examples
+	observe := r.t.cfg.observe
 	go func() {
+		if observe != nil {
+			observe(workEval, false)
+		}
 		at := time.Now()
 		m, err := r.ev.evaluate(values, r.t.cfg.EvalBatch)
-		r.evalDone <- evalResult{final: final, metrics: m, err: err, examples: ex, seconds: time.Since(at).Seconds()}
+		sec := time.Since(at).Seconds()
+		if observe != nil {
+			observe(workEval, true)
+		}
+		r.evalDone <- evalResult{final: final, metrics: m, err: err, examples: ex, seconds: sec}
 	}()
 }
 
@@ -936,8 +979,9 @@ func (r *run) evalFinished(e evalResult) {
 	t := r.t
 	r.evalBusy = false
 	r.evalSec += e.seconds
+	r.endPause()
 	if r.finalValues != nil {
-		r.startEval(r.finalValues, true)
+		r.startEval(r.finalValues, true, r.examples)
 		r.finalValues = nil
 	}
 	if e.err != nil {
@@ -951,7 +995,7 @@ func (r *run) evalFinished(e evalResult) {
 		r.finalEval = &e.metrics
 	}
 	if t.hooks.Eval != nil {
-		t.hooks.Eval(sgd.EvalPoint{Epoch: r.epoch + 1, Examples: e.examples, Seconds: t.now().Sub(r.start).Seconds(), Metrics: e.metrics})
+		t.hooks.Eval(sgd.EvalPoint{Epoch: r.epoch + 1, Examples: e.examples, Seconds: t.now().Sub(r.start).Seconds(), Paused: r.pause.sec, Metrics: e.metrics})
 	}
 }
 
@@ -1034,6 +1078,8 @@ func (r *run) waitingText() string {
 		return "the other peers to finish the run"
 	case r.final:
 		return "the final values and evaluation"
+	case r.pause.held != nil:
+		return fmt.Sprintf("round %d: this peer's evaluation (training pauses while it evaluates)", r.core.Round())
 	case !r.waiting:
 		return fmt.Sprintf("round %d: its gradient being computed", r.core.Round())
 	}
@@ -1078,9 +1124,14 @@ func (r *run) summary() Summary {
 		s.MaxStaleness = int64(s.Core.MaxStaleness)
 	}
 	s.Examples, s.Steps, s.Epochs, s.Seconds, s.EvalSeconds = r.examples, r.rounds, r.epoch+1, sec, r.evalSec
+	s.TrainingSeconds, s.PausedSeconds = r.trainSec, r.pause.sec
 	s.SkippedNonFinite = r.skipped
 	s.HoldoutRows, s.HoldoutLoss, s.Converged = r.held.rows, r.held.losses, r.held.stopped
-	if train := sec - r.evalSec; train > 0 {
+	train := sec
+	if r.trainSec > 0 {
+		train = r.trainSec
+	}
+	if train -= r.pause.sec; train > 0 {
 		s.ExamplesPerSec = float64(r.examples) / train
 	}
 	if r.examples > 0 {
@@ -1198,6 +1249,11 @@ func (r *run) compute(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case j := <-r.jobs:
+			observe := r.t.cfg.observe
+			if observe != nil {
+				observe(workCompute, false)
+			}
+			var res computeDone
 			if j.win != nil {
 				// A window: its batches trained on the wide rows fetched,
 				// the rows' changes pushed.
@@ -1213,22 +1269,22 @@ func (r *run) compute(ctx context.Context) {
 				if bad != nil {
 					bad.Epoch = j.pos.Epoch + 1
 				}
-				select {
-				case r.results <- computeDone{round: j.round, grad: delta, loss: loss, examples: j.win.examples, win: j.win, bad: bad}:
-				case <-ctx.Done():
-					return
+				res = computeDone{round: j.round, grad: delta, loss: loss, examples: j.win.examples, win: j.win, bad: bad}
+			} else {
+				out = zeroed(out, len(j.weights))
+				grad := out
+				loss := w.Compute(j.p, j.weights, grad)
+				bad := sgd.CheckFinite(j.p, grad, loss)
+				if bad != nil {
+					bad.Epoch, bad.FirstRow = j.pos.Epoch+1, j.pos.Rows+1
 				}
-				continue
+				res = computeDone{round: j.round, grad: grad, loss: loss, examples: j.p.Examples(), p: j.p, bad: bad}
 			}
-			out = zeroed(out, len(j.weights))
-			grad := out
-			loss := w.Compute(j.p, j.weights, grad)
-			bad := sgd.CheckFinite(j.p, grad, loss)
-			if bad != nil {
-				bad.Epoch, bad.FirstRow = j.pos.Epoch+1, j.pos.Rows+1
+			if observe != nil {
+				observe(workCompute, true)
 			}
 			select {
-			case r.results <- computeDone{round: j.round, grad: grad, loss: loss, examples: j.p.Examples(), p: j.p, bad: bad}:
+			case r.results <- res:
 			case <-ctx.Done():
 				return
 			}
