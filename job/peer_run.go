@@ -150,7 +150,7 @@ func (p *peer) hooks(r *running) trainer.Hooks {
 	}
 	hooks.Eval = func(e sgd.EvalPoint) {
 		logMetrics(log.Info(), e.Metrics).Str("examples", human.Count(float64(e.Examples))).Msg("evaluation")
-		rep.Write(report.Eval{Type: report.TypeEval, PeerID: self, Examples: e.Examples, Seconds: e.Seconds, Epoch: e.Epoch, Metrics: reportMetrics(e.Metrics)})
+		rep.Write(report.Eval{Type: report.TypeEval, PeerID: self, Examples: e.Examples, Seconds: e.Seconds, Paused: e.Paused, Epoch: e.Epoch, Metrics: reportMetrics(e.Metrics)})
 		ef := metrics.EvalFigures{LogLoss: e.LogLoss, Error: e.Error, AUC: e.AUC, Examples: e.Examples, Seconds: e.Seconds}
 		mt.Eval(ef)
 		dash.Eval(ef)
@@ -272,6 +272,7 @@ func (p *peer) summary(sum trainer.Summary, bad int64, linkRejected uint64, bwIn
 	cfg, d, ncfg := p.cfg, p.d, p.ncfg
 	return report.Summary{
 		Type: report.TypeSummary, PeerID: p.self, Examples: sum.Examples, Seconds: sum.Seconds,
+		PausedSeconds: sum.PausedSeconds, TrainingSeconds: sum.TrainingSeconds,
 		ExamplesPerSec: report.Num(sum.ExamplesPerSec), Epochs: sum.Epochs, Steps: sum.Steps,
 		HoldoutLogLoss: sum.HoldoutLoss, // KeptEpoch 0: the model is the last epoch's
 		Metrics:        reportMetrics(sum.Final),

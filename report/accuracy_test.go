@@ -1,6 +1,7 @@
 package report
 
 import (
+	"fmt"
 	"math"
 	"testing"
 )
@@ -73,8 +74,8 @@ func TestAddTimeToTarget(t *testing.T) {
 // TestBenchLeavesOutPausedEvaluations: a run alone evaluates between its
 // steps, so its training time (examples/s, the curve's seconds, time to a
 // target) leaves out the seconds it paused for evaluations, as the report's
-// paused_seconds say; a peer's, which evaluates beside its training, is its
-// wall time.
+// paused_seconds say; a peer's report without training_seconds or
+// paused_seconds (an older one) is its wall time.
 func TestBenchLeavesOutPausedEvaluations(t *testing.T) {
 	m := func(ll float64) Metrics {
 		return Metrics{TestExamples: 100, TestLogLoss: Num(ll), TestError: 0.2, TestAUC: 0.8, TestAccuracy: 0.8}
@@ -97,5 +98,61 @@ func TestBenchLeavesOutPausedEvaluations(t *testing.T) {
 	}
 	if q := benchPeer(peer); q.Seconds != 10 || curve(peer, q, 1000)[0].Seconds != 5 {
 		t.Errorf("peer: %v s, curve %+v; want its wall time, 10 s and 5 s", q.Seconds, curve(peer, q, 1000))
+	}
+}
+
+// TestBenchSyncLeavesOutTheRunsPauses: a peer's training time ends at the
+// run's last round (training_seconds), and in a sync run every peer waited
+// for the peer that paused to evaluate, so the run's largest pauses are
+// left out of every peer's time, once: the configuration's seconds are the
+// slowest peer's training seconds less those pauses, and its curve ends at
+// that time. In async the evaluating peer paused nobody else: the others
+// keep their time.
+func TestBenchSyncLeavesOutTheRunsPauses(t *testing.T) {
+	const paused = 2.0
+	specs := func(mode string) []peerSpec {
+		var out []peerSpec
+		for i, sec := range [][2]float64{{12, 10}, {12.5, 10.5}, {11, 9.8}} { // seconds, training seconds
+			s := peerSpec{id: fmt.Sprintf("%s%d", mode[:1], i+1), topology: "ring", mode: mode, batch: 100,
+				examples: 1000, seconds: sec[0], training: sec[1], rounds: 10, hash: "cccc"}
+			if i == 0 {
+				s.paused, s.evalErr = paused, []float64{0.3, 0.2} // the peer that evaluates
+			}
+			out = append(out, s)
+		}
+		return out
+	}
+	runs := writeFixture(t, t.TempDir(), append(specs("sync"), specs("async")...))
+	cfgs, err := GroupRuns(runs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bs := Summarize(cfgs)
+	if len(bs) != 2 || bs[0].Mode != "sync" || bs[1].Mode != "async" {
+		t.Fatalf("configurations %+v, want ring/sync and ring/async", bs)
+	}
+	for _, tc := range []struct {
+		b       BenchConfig
+		peers   []float64 // each peer's seconds
+		seconds float64
+	}{
+		{bs[0], []float64{10 - paused, 10.5 - paused, 9.8 - paused}, 10.5 - paused},
+		{bs[1], []float64{10 - paused, 10.5, 9.8}, 10.5},
+	} {
+		b := tc.b
+		for i, p := range b.Peers {
+			if math.Abs(p.Seconds-tc.peers[i]) > 1e-9 || math.Abs(float64(p.ExamplesPerSec)-1000/tc.peers[i]) > 1e-9 {
+				t.Errorf("%s: peer %s: %v s, %v examples/s; want %v s", b.Name, p.PeerID, p.Seconds, p.ExamplesPerSec, tc.peers[i])
+			}
+		}
+		if math.Abs(b.Seconds-tc.seconds) > 1e-9 || math.Abs(float64(b.ExamplesPerSec)-3000/tc.seconds) > 1e-9 {
+			t.Errorf("%s: %v s, %v examples/s; want %v s, 3000 examples over it", b.Name, b.Seconds, b.ExamplesPerSec, tc.seconds)
+		}
+		// The curve: the evaluating peer's points, at 6 s less 1 s paused,
+		// and the final evaluation (at 12 s of the run, after its last
+		// round) at its training time.
+		if c := b.Curve; len(c) != 2 || math.Abs(c[0].Seconds-5) > 1e-9 || math.Abs(c[1].Seconds-(10-paused)) > 1e-9 {
+			t.Errorf("%s: curve %+v; want points at 5 s and %v s", b.Name, c, 10-paused)
+		}
 	}
 }

@@ -312,11 +312,15 @@ type BenchPeer struct {
 	// Partial is set when the peer stopped before the end of training (it
 	// left, was interrupted, or the whole job was stopped): its model is
 	// partial, its test metrics null, its hash not compared.
-	Partial        bool    `json:"partial"`
-	StoppedAt      int64   `json:"stopped_at_round,omitempty"` // partial: the rounds it completed
-	Stopped        string  `json:"stopped,omitempty"`          // partial: why
-	Examples       int64   `json:"examples"`                   // training examples this peer processed
-	Seconds        float64 `json:"seconds"`                    // this peer's training time
+	Partial   bool    `json:"partial"`
+	StoppedAt int64   `json:"stopped_at_round,omitempty"` // partial: the rounds it completed
+	Stopped   string  `json:"stopped,omitempty"`          // partial: why
+	Examples  int64   `json:"examples"`                   // training examples this peer processed
+	Seconds   float64 `json:"seconds"`                    // this peer's training time (trainingSeconds)
+	// PausedSeconds is the evaluation pauses left out of Seconds: its own,
+	// or in sync, for a peer that ran to the end, the run's largest
+	// (trainingSeconds).
+	PausedSeconds  float64 `json:"paused_seconds,omitempty"`
 	ExamplesPerSec Num     `json:"examples_per_sec"`
 	Rounds         int64   `json:"rounds"`      // rounds (steps on a single peer)
 	BytesSent      int64   `json:"bytes_sent"`  // payload bytes published
@@ -431,8 +435,15 @@ func summarize(c *Config) BenchConfig {
 	hashes := map[string][]string{} // hash -> peers
 	var hashOrder []string
 	runPeers := 0
+	ps := make([]BenchPeer, len(c.Peers))
 	for i, r := range c.Peers {
-		p := benchPeer(r)
+		ps[i] = benchPeer(r)
+	}
+	if c.Mode == "sync" {
+		syncPauses(ps)
+	}
+	for i, r := range c.Peers {
+		p := ps[i]
 		b.Peers = append(b.Peers, p)
 		b.Examples += p.Examples
 		b.Seconds = math.Max(b.Seconds, p.Seconds)
@@ -547,7 +558,10 @@ func benchPeer(r *Run) BenchPeer {
 	p := BenchPeer{PeerID: runPeerID(r), File: r.Path, Metrics: undefinedMetrics()}
 	if s := r.Summary; s != nil {
 		p.Finished = true
-		p.Examples, p.Seconds = s.Examples, s.Seconds-s.PausedSeconds // (training time: trainingSeconds)
+		p.Examples, p.Seconds, p.PausedSeconds = s.Examples, s.Seconds, s.PausedSeconds // (training time: trainingSeconds)
+		if s.TrainingSeconds > 0 {
+			p.Seconds = s.TrainingSeconds
+		}
 		p.Rounds = s.Rounds
 		if p.Rounds == 0 {
 			p.Rounds = s.Steps
@@ -579,25 +593,65 @@ func benchPeer(r *Run) BenchPeer {
 			if e.Examples > p.Examples {
 				p.Examples = e.Examples
 			}
-			p.Seconds = math.Max(p.Seconds, e.Seconds-e.Paused)
+			p.Seconds = math.Max(p.Seconds, e.Seconds)
+			p.PausedSeconds = e.Paused // (the pauses up to its last evaluation)
 		}
 	}
+	p.Seconds = math.Max(0, p.Seconds-p.PausedSeconds)
+	p.rates()
+	return p
+}
+
+// rates sets a peer's rates over its Seconds.
+func (p *BenchPeer) rates() {
 	p.ExamplesPerSec = ratio(float64(p.Examples), p.Seconds)
 	p.NetOutMBps = ratio(float64(p.BytesSent)/1e6, p.Seconds)
 	p.NetInMBps = ratio(float64(p.BytesRecv)/1e6, p.Seconds)
 	p.DiskReadMBps = ratio(float64(p.DiskReadBytes)/1e6, p.Seconds)
-	return p
 }
 
-// trainingSeconds: a bench compares training time, so a run alone's
-// seconds leave out the evaluations it paused for (report.Eval's Paused,
-// Summary's PausedSeconds: it evaluates between steps, and on the whole
-// model, whose rows are cache misses), and a peer's are its wall time: one
-// peer of a cluster evaluates beside its training, which slows that peer
-// (and in sync every peer) and is counted against the cluster.
+// syncPauses leaves the run's largest evaluation pauses out of the
+// seconds of every peer of a sync run that ran to the end: each round
+// waits for every worker, so each waited for the peer that paused to
+// evaluate (trainingSeconds). A peer that stopped early, or has no
+// summary, keeps its own pauses out only.
+func syncPauses(ps []BenchPeer) {
+	most := 0.0
+	for _, p := range ps {
+		most = math.Max(most, p.PausedSeconds)
+	}
+	for i := range ps {
+		p := &ps[i]
+		if !p.Finished || p.Partial || p.PausedSeconds == most {
+			continue
+		}
+		p.Seconds = math.Max(0, p.Seconds-(most-p.PausedSeconds))
+		p.PausedSeconds = most
+		p.rates()
+	}
+}
+
+// trainingSeconds: a bench compares training time, so a run's seconds
+// leave out the evaluations its training paused for (report.Eval's
+// Paused, Summary's PausedSeconds). A run alone evaluates between its
+// steps (on the whole model, whose rows are cache misses): its seconds are
+// Seconds less its pauses. A peer's seconds end at the run's last round
+// (Summary.TrainingSeconds, when the report has it): the end of the run
+// (the final fetch and evaluation, the model hash, the agreement to
+// finish) is not training, and a run alone has none of it. In sync mode
+// the peer that evaluates (bench lets one peer of a cluster evaluate)
+// pauses its worker meanwhile, and every peer waits for it at the next
+// round: the run's largest pauses are left out of every peer's seconds
+// (syncPauses), once. In ssp and async a peer evaluates beside its
+// training, pausing nothing, so its seconds are its time to the last
+// round, the evaluation's cost on that peer's CPU included.
+// TestBenchLeavesOutPausedEvaluations and TestBenchSyncLeavesOutTheRunsPauses
+// pin this.
 
 // curve is the reference peer's test curve with all peers' examples, at
-// its training seconds (trainingSeconds).
+// its training seconds (trainingSeconds): an evaluation after the last
+// round (a peer's final one, after the end of the run's fetches) is of the
+// model as the last round left it, at the peer's training time.
 func curve(r *Run, p BenchPeer, total int64) []CurvePoint {
 	scale := 1.0
 	if p.Examples > 0 && total > 0 {
@@ -609,11 +663,11 @@ func curve(r *Run, p BenchPeer, total int64) []CurvePoint {
 	}
 	var last int64 = -1
 	for _, e := range r.Evals {
-		add(e.Examples, e.Seconds-e.Paused, e.Metrics)
+		add(e.Examples, math.Min(e.Seconds-e.Paused, p.Seconds), e.Metrics)
 		last = e.Examples
 	}
 	if s := r.Summary; s != nil && s.TestExamples > 0 && s.Examples > last {
-		add(s.Examples, s.Seconds-s.PausedSeconds, s.Metrics)
+		add(s.Examples, p.Seconds, s.Metrics)
 	}
 	return pts
 }

@@ -30,6 +30,9 @@ type peerSpec struct {
 	noTopologyInSummary bool
 	stopped             string            // partial: why it stopped early ("" ran to the end), at round rounds
 	effective           map[string]string // Start.Effective
+	// training and paused: the summary's TrainingSeconds and
+	// PausedSeconds; the eval lines pause in proportion (paused at the last).
+	training, paused float64
 }
 
 // writeFixture writes a report file per peer into dir and reads them back.
@@ -55,7 +58,7 @@ func writeFixture(t *testing.T, dir string, specs []peerSpec) []*Run {
 		n := len(s.evalErr)
 		for j, e := range s.evalErr {
 			frac := float64(j+1) / float64(n)
-			w.Write(Eval{Type: TypeEval, PeerID: s.id, Examples: int64(frac * float64(s.examples)), Seconds: frac * s.seconds,
+			w.Write(Eval{Type: TypeEval, PeerID: s.id, Examples: int64(frac * float64(s.examples)), Seconds: frac * s.seconds, Paused: frac * s.paused,
 				Metrics: Metrics{TestExamples: 100, TestLogLoss: Num(e + 0.3), TestError: Num(e), TestAUC: Num(1 - e), TestAccuracy: Num(1 - e)}})
 		}
 		for k := int64(1); k <= s.rounds; k++ {
@@ -75,7 +78,7 @@ func writeFixture(t *testing.T, dir string, specs []peerSpec) []*Run {
 				Resources: Resources{CPUPercent: Num(s.cpu), PeakRSSBytes: s.rss, DiskReadBytes: 3e6},
 				Peers:     peers, Topology: s.topology, Mode: s.mode, Batch: s.batch, Rounds: s.rounds,
 				WaitSeconds: s.wait, BytesSent: s.sent, BytesRecv: s.recv, PubsubDropped: s.dropped,
-				Rejected: s.rejected, Owned: s.owned, Shards: 256}
+				Rejected: s.rejected, Owned: s.owned, Shards: 256, TrainingSeconds: s.training, PausedSeconds: s.paused}
 			if n > 0 {
 				e := s.evalErr[n-1]
 				sum.Metrics = Metrics{TestExamples: 100, TestLogLoss: Num(e + 0.3), TestError: Num(e), TestAUC: Num(1 - e), TestAccuracy: Num(1 - e)}

@@ -77,9 +77,10 @@ type Eval struct {
 	PeerID   string  `json:"peer_id,omitempty"`
 	Examples int64   `json:"examples"` // training examples this peer has processed so far
 	Seconds  float64 `json:"seconds"`  // since training started
-	// Paused is how much of Seconds training waited for evaluations: a run
-	// alone evaluates between its steps; a peer evaluates beside its
-	// training (0). Training time is Seconds - Paused.
+	// Paused is how much of Seconds training waited for evaluations, this
+	// one included: a run alone evaluates between its steps, and a sync
+	// peer pauses its worker while it evaluates; an ssp or async peer
+	// evaluates beside its training (0). Training time is Seconds - Paused.
 	Paused float64 `json:"paused_seconds,omitempty"`
 	Epoch  int     `json:"epoch"`
 	Metrics
@@ -131,10 +132,19 @@ type Summary struct {
 	Examples int64   `json:"examples"`
 	Seconds  float64 `json:"seconds"`
 	// PausedSeconds is how much of Seconds training waited for
-	// evaluations (a run alone; a peer evaluates beside its training: 0).
-	PausedSeconds  float64 `json:"paused_seconds,omitempty"`
-	ExamplesPerSec Num     `json:"examples_per_sec"`
-	Epochs         int     `json:"epochs"`
+	// evaluations (a run alone, a sync peer; an ssp or async peer
+	// evaluates beside its training: 0).
+	PausedSeconds float64 `json:"paused_seconds,omitempty"`
+	// TrainingSeconds (a peer) is Seconds up to the end of the run's last
+	// round, before the end of the run (the final fetch and evaluation,
+	// the model hash, the agreement to finish); none when the peer did
+	// not get there (it left, failed, or was stopped). Nothing is
+	// subtracted: its training time is TrainingSeconds - PausedSeconds
+	// (in sync every peer also waits for the others' pauses: a bench
+	// subtracts the run's largest, Summarize).
+	TrainingSeconds float64 `json:"training_seconds,omitempty"`
+	ExamplesPerSec  Num     `json:"examples_per_sec"`
+	Epochs          int     `json:"epochs"`
 	// KeptEpoch is the epoch whose model was kept, the lowest held-out
 	// loss (--holdout; 0: the last), and HoldoutLogLoss the held-out
 	// loss after each epoch.
