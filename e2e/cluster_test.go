@@ -386,6 +386,11 @@ func TestBenchWritesTheReport(t *testing.T) {
 					t.Errorf("%v: a peer lacks %q", c["name"], k)
 				}
 			}
+			// Sync: one peer paused its training to evaluate along the way,
+			// and every peer waited for it: every peer's time leaves that out.
+			if ps, _ := p.(map[string]any)["paused_seconds"].(float64); ps <= 0 {
+				t.Errorf("%v: peer %v has paused_seconds %v, want the evaluating peer's pauses (> 0)", c["name"], p.(map[string]any)["peer_id"], ps)
+			}
 		}
 		batch := c["batch"].(float64)
 		h := peers[0].(map[string]any)["model_hash"].(string)
