@@ -9,31 +9,34 @@ import (
 // Evaluations along the way pause a sync worker.
 //
 // A peer with a test set evaluates every Config.EvalEvery examples on the
-// values of the test set's rows, fetched from their owners. The fetch goes
-// on beside training: the owners answer once they applied the rounds
-// before it, so a worker that stopped computing while it waited would
-// wait for ever. Once the values are in, in sync mode, the evaluation
-// starts when no gradient is being computed (when one is, as its result
-// comes back), and while it runs the worker computes nothing: the core's
-// next compute request is held and given to the worker when the
-// evaluation ends. Every worker of a sync round waits for the slowest, so
-// an evaluation beside training would slow every peer's rounds, uncounted
-// (the peer that evaluates shares its CPU with its worker); paused, it is
-// the lone process's pause (sgd.Train evaluates
-// between steps), measured the same way: the wall time from the
-// evaluation's start to its end, summed in Summary.PausedSeconds and in
-// each sgd.EvalPoint's Paused. A bench leaves them out of the training
-// time of every peer of the run (report.Summarize). In ssp and async the
-// others do not wait for this peer, and the evaluation runs beside
-// training as before: nothing pauses. The final evaluation comes after
-// the last round (Summary.TrainingSeconds ends there), and the held-out
-// rows' (holdout.go) while the worker has nothing to compute.
+// values of the test set's rows, fetched from their owners. In sync mode
+// the whole evaluation is a pause of this peer's worker, between two
+// rounds: once its examples pass the next multiple of EvalEvery, the core's
+// next compute request (round r+1, whose rows came once round r was
+// applied) is held, the test set's rows are fetched (the owners answer
+// once they applied the rounds before r+1, which needs nothing more of
+// this worker), evaluated, and then the request goes to the worker. Every
+// worker of a sync round waits for the slowest, so an evaluation beside
+// training would slow every peer's rounds, uncounted (the peer that
+// evaluates shares its CPU with its worker, and its owners answer the
+// fetch); paused, it is the lone process's pause (sgd.Train evaluates
+// between steps, reading its whole model), measured the same way: the
+// wall time from the request held to the evaluation's end, summed in
+// Summary.PausedSeconds and in each sgd.EvalPoint's Paused. A bench
+// leaves them out of the training time of every peer of the run
+// (report.Summarize). The values are then those of the end of round r,
+// the same on every run. In ssp and async the others do not wait for this
+// peer, and the fetch and the evaluation run beside training: nothing
+// pauses. The final evaluation comes after the last round
+// (Summary.TrainingSeconds ends there), and the held-out rows'
+// (holdout.go) while the worker has nothing to compute.
 // TestSyncEvaluationPausesTraining pins this.
 
 // pauseState is a run's evaluation pauses (sync mode).
 type pauseState struct {
-	on bool      // an evaluation pauses the worker now,
-	at time.Time // since then
+	want bool      // an evaluation is due: pause at the next compute request
+	on   bool      // an evaluation pauses the worker now,
+	at   time.Time // since then
 	// ready: values wait for the gradient being computed to be evaluated;
 	// ex is the examples this worker had trained when they came.
 	ready  bool
@@ -43,11 +46,23 @@ type pauseState struct {
 	sec    float64     // the pauses so far, up to the end of the last round
 }
 
+// pauseToEvaluate holds compute request j, which comes after the
+// evaluation due, and fetches the test set's rows.
+func (r *run) pauseToEvaluate(j computeJob) {
+	p := &r.pause
+	p.want, p.on, p.at, p.held, p.ex = false, true, r.t.now(), &j, r.examples
+	r.core.Fetch(r.evalID, r.ev.keys, false)
+}
+
 // periodicValues starts the evaluation of a periodic fetch's values: at
-// once in ssp and async, as a pause of the worker in sync.
+// once in ssp and async, and in sync in the pause that fetched them.
 func (r *run) periodicValues(values []float32) {
 	if r.t.cfg.Core.Mode != train.Sync {
 		r.startEval(values, false, r.examples)
+		return
+	}
+	if r.pause.on {
+		r.startEval(values, false, r.pause.ex) // (the worker computes nothing: pauseToEvaluate)
 		return
 	}
 	r.pause.ready, r.pause.values, r.pause.ex = true, values, r.examples

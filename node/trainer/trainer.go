@@ -810,9 +810,12 @@ func (r *run) handle() error {
 			}
 			r.waiting = false
 			j := computeJob{round: c.Round, p: p, win: win, pos: r.pos[i], weights: c.Weights, workers: c.Workers}
-			if r.pause.on {
+			switch {
+			case r.pause.on:
 				r.pause.held = &j // given to compute when the evaluation ends (pause.go)
-			} else {
+			case r.pause.want:
+				r.pauseToEvaluate(j)
+			default:
 				r.jobs <- j
 			}
 		}
@@ -874,6 +877,10 @@ func (r *run) event(e train.Event) {
 		}
 	case train.EvFinal:
 		r.final = true
+		if r.pause.want {
+			// No round left to pause before: the final evaluation comes.
+			r.pause.want, r.evalBusy = false, false
+		}
 		r.trainSec = t.now().Sub(r.start).Seconds()
 		if r.failErr != nil {
 			// A peer that failed needs no final values: it says it is
@@ -953,6 +960,10 @@ func (r *run) maybeEval() {
 	}
 	r.evalBusy = true
 	r.evalID++
+	if r.t.cfg.Core.Mode == train.Sync {
+		r.pause.want = true // fetched and evaluated in a pause, at the next compute request (pause.go)
+		return
+	}
 	r.core.Fetch(r.evalID, r.ev.keys, false)
 }
 
