@@ -1,110 +1,53 @@
 package trainer
 
 import (
-	"sync"
+	"math"
 	"testing"
 	"time"
-
-	"github.com/gossiptrain/gossiptrain/node/train"
-	"github.com/gossiptrain/gossiptrain/sgd"
 )
 
-// TestSyncEvaluationPausesTraining: in sync mode an evaluation along the
-// way pauses its peer's worker (pause.go): no gradient is computed while
-// it runs, its wall time is counted in the eval points' Paused (growing by
-// at least each evaluation's time) and in Summary.PausedSeconds, and the
-// training time ends at the last round, before the run's end phase. In
-// async the evaluations run beside training: nothing pauses.
-func TestSyncEvaluationPausesTraining(t *testing.T) {
-	const slow = 30 * time.Millisecond // each evaluation takes at least this long
-	type span struct{ begin, end time.Time }
-	for _, mode := range []train.Mode{train.Sync, train.Async} {
-		t.Run(mode.String(), func(t *testing.T) {
-			var mu sync.Mutex
-			computes, evals := map[int][]span{}, map[int][]span{}
-			points := map[int][]sgd.EvalPoint{}
-			sums, errs := startPeersSetup(t, 2, mode, train.Need, 1, nil, func(i int, cfg *Config, h *Hooks) {
-				cfg.EvalEvery = 200 // of 1200 examples: up to 5 along the way, and the final one
-				cfg.observe = func(w work, done bool) {
-					now := time.Now()
-					mu.Lock()
-					spans := computes
-					if w == workEval {
-						spans = evals
-					}
-					if done {
-						spans[i][len(spans[i])-1].end = now
-					} else {
-						spans[i] = append(spans[i], span{begin: now})
-					}
-					mu.Unlock()
-					if w == workEval && !done {
-						time.Sleep(slow) // a slow evaluator
-					}
-				}
-				h.Eval = func(p sgd.EvalPoint) {
-					mu.Lock()
-					points[i] = append(points[i], p)
-					mu.Unlock()
-				}
-			})
-			for i, err := range errs {
-				if err != nil {
-					t.Fatalf("peer %d: %v", i, err)
-				}
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			for i, s := range sums {
-				pts := points[i]
-				if mode == train.Sync {
-					for _, e := range evals[i] {
-						for _, c := range computes[i] {
-							if c.begin.Before(e.end) && e.begin.Before(c.end) {
-								t.Fatalf("peer %d: a gradient computed from %v to %v, during an evaluation from %v to %v",
-									i, c.begin.Format(time.StampMicro), c.end.Format(time.StampMicro), e.begin.Format(time.StampMicro), e.end.Format(time.StampMicro))
-							}
-						}
-					}
-				}
-				// In async the worker trains on while the first evaluation
-				// runs, past the points of the others.
-				want := 3
-				if mode != train.Sync {
-					want = 2
-				}
-				if len(pts) < want || len(evals[i]) != len(pts) || !s.Evaluated {
-					t.Fatalf("peer %d: %d eval points, %d evaluations (final: %v); want at least %d along the way and the final one", i, len(pts), len(evals[i]), s.Evaluated, want-1)
-				}
-				if s.TrainingSeconds <= 0 || s.TrainingSeconds >= s.Seconds {
-					t.Errorf("peer %d: training %.3f s of %.3f s; want the time to the last round, before the end of the run", i, s.TrainingSeconds, s.Seconds)
-				}
-				last := pts[len(pts)-1]
-				if last.Examples != 1200 || last.Paused != s.PausedSeconds {
-					t.Errorf("peer %d: final point at %d examples, paused %.3f s; want 1200 and the summary's %.3f s", i, last.Examples, last.Paused, s.PausedSeconds)
-				}
-				if mode != train.Sync {
-					for _, p := range pts {
-						if p.Paused != 0 {
-							t.Errorf("peer %d (%v): paused %.3f s at %d examples; nothing pauses", i, mode, p.Paused, p.Examples)
-						}
-					}
-					continue
-				}
-				prev := 0.0
-				for k, p := range pts[:len(pts)-1] {
-					if p.Paused < prev+slow.Seconds() {
-						t.Errorf("peer %d: evaluation %d at %d examples: paused %.3f s in all, %.3f s before it; each pauses at least %v", i, k+1, p.Examples, p.Paused, prev, slow)
-					}
-					prev = p.Paused
-				}
-				if last.Paused != prev {
-					t.Errorf("peer %d: the final evaluation (after the last round) added %.3f s of pause", i, last.Paused-prev)
-				}
-				if s.PausedSeconds >= s.TrainingSeconds {
-					t.Errorf("peer %d: paused %.3f s of %.3f s of training", i, s.PausedSeconds, s.TrainingSeconds)
-				}
-			}
-		})
+// TestPauseCostsWhatItsRoundTookBeyondOthers: a pause counts what the
+// round it held took beyond the median round without a pause, at most its
+// own wall time and at least nothing (pauseState.request). Counting the
+// pause's whole wall time credits the run with the others' share of the
+// round, which they computed while this worker evaluated.
+func TestPauseCostsWhatItsRoundTookBeyondOthers(t *testing.T) {
+	at := time.Unix(1000, 0)
+	p := pauseState{}
+	step := func(d time.Duration) {
+		at = at.Add(d)
+		p.request(at)
+	}
+	p.request(at)
+	for _, d := range []time.Duration{10, 12, 9, 11, 10, 30, 10} { // ms: the median is 10
+		step(d * time.Millisecond)
+	}
+	// The request of the next round is held for a pause of 45 ms, and its
+	// round ends 50 ms after it: it cost 40 ms.
+	p.want = true
+	step(10 * time.Millisecond) // (the held request: the round before it had no pause)
+	p.want, p.on = false, true
+	p.on, p.pending, p.settle = false, 0.045, true
+	if got := p.paused(); math.Abs(got-0.045) > 1e-9 {
+		t.Fatalf("while its round is under way the pause counts its wall time: %v, want 0.045", got)
+	}
+	step(50 * time.Millisecond)
+	if got := p.paused(); math.Abs(got-0.040) > 1e-9 {
+		t.Fatalf("a 45 ms pause in a round of 50 ms (others: 10 ms) cost %v s, want 0.040", got)
+	}
+	// A pause its round hid entirely costs nothing; one whose round took
+	// longer than the pause costs at most the pause.
+	p.pending, p.settle = 0.020, true
+	step(8 * time.Millisecond)
+	if got := p.paused(); math.Abs(got-0.040) > 1e-9 {
+		t.Fatalf("a pause hidden by its round added %v s", got-0.040)
+	}
+	p.pending, p.settle = 0.020, true
+	step(200 * time.Millisecond)
+	if got := p.paused(); math.Abs(got-0.060) > 1e-9 {
+		t.Fatalf("a 20 ms pause in a slow round cost %v s, want at most its 20 ms", got-0.040)
+	}
+	if n := min(p.nRecent, len(p.recent)); n != 8 {
+		t.Fatalf("%d rounds without a pause noted, want 8 (the paused rounds are not)", n)
 	}
 }

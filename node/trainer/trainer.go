@@ -810,6 +810,7 @@ func (r *run) handle() error {
 			}
 			r.waiting = false
 			j := computeJob{round: c.Round, p: p, win: win, pos: r.pos[i], weights: c.Weights, workers: c.Workers}
+			r.pause.request(now)
 			switch {
 			case r.pause.on:
 				r.pause.held = &j // given to compute when the evaluation ends (pause.go)
@@ -1006,7 +1007,7 @@ func (r *run) evalFinished(e evalResult) {
 		r.finalEval = &e.metrics
 	}
 	if t.hooks.Eval != nil {
-		t.hooks.Eval(sgd.EvalPoint{Epoch: r.epoch + 1, Examples: e.examples, Seconds: t.now().Sub(r.start).Seconds(), Paused: r.pause.sec, Metrics: e.metrics})
+		t.hooks.Eval(sgd.EvalPoint{Epoch: r.epoch + 1, Examples: e.examples, Seconds: t.now().Sub(r.start).Seconds(), Paused: r.pause.paused(), Metrics: e.metrics})
 	}
 }
 
@@ -1135,14 +1136,14 @@ func (r *run) summary() Summary {
 		s.MaxStaleness = int64(s.Core.MaxStaleness)
 	}
 	s.Examples, s.Steps, s.Epochs, s.Seconds, s.EvalSeconds = r.examples, r.rounds, r.epoch+1, sec, r.evalSec
-	s.TrainingSeconds, s.PausedSeconds = r.trainSec, r.pause.sec
+	s.TrainingSeconds, s.PausedSeconds = r.trainSec, r.pause.paused()
 	s.SkippedNonFinite = r.skipped
 	s.HoldoutRows, s.HoldoutLoss, s.Converged = r.held.rows, r.held.losses, r.held.stopped
 	train := sec
 	if r.trainSec > 0 {
 		train = r.trainSec
 	}
-	if train -= r.pause.sec; train > 0 {
+	if train -= r.pause.paused(); train > 0 {
 		s.ExamplesPerSec = float64(r.examples) / train
 	}
 	if r.examples > 0 {
@@ -1207,6 +1208,7 @@ func (r *run) read(ctx context.Context, open func(epoch int) (data.Source, error
 			}
 		}
 		for {
+			r.pause.gate.wait(ctx)
 			before := int64(rows)
 			n, err := src.Next(&b, t.cfg.Batch)
 			if n > 0 {
