@@ -85,6 +85,22 @@ func TestClusterEvalPointsOnUserData(t *testing.T) {
 		t.Errorf("rows with a gzip file: %d, want 0 (unknown without decompressing)", got)
 	}
 
+	// An IDX images file, gzip'd as Fashion-MNIST ships: its header counts
+	// the images.
+	img := filepath.Join(own, "train-images-idx3-ubyte.gz")
+	f, err = os.Create(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zw = gzip.NewWriter(f)
+	zw.Write([]byte{0, 0, 8, 3, 0, 0, 0x02, 0x58, 0, 0, 0, 2, 0, 0, 0, 2}) // 600 images of 2x2
+	zw.Write(make([]byte, 600*4))
+	zw.Close()
+	f.Close()
+	if got := rowsOf([]string{img}, nil); got != 600 {
+		t.Errorf("rows of an IDX images file: %d, want its header's 600", got)
+	}
+
 	lc := LocalConfig{Peers: 2, EvalPoints: 10, Train: flagSet{"train": strings.Join(ownFiles, ","), "epochs": "1"}, Log: zerolog.Nop()}
 	d, err := lc.data()
 	if err != nil {

@@ -160,7 +160,7 @@ func (cfg LocalConfig) data() (localData, error) {
 			if rows := rowsOf(files, d.meta); rows > 0 {
 				d.evalEvery(tf, rows, cfg)
 			} else {
-				cfg.Log.Warn().Int("eval_points", cfg.EvalPoints).Msg("the rows of --train are not known (compressed, IDX, a cache or a stream): no evaluations along the way, so the time to accuracy is the end's; give --eval-every N (examples of a peer) for a curve")
+				cfg.Log.Warn().Int("eval_points", cfg.EvalPoints).Msg("the rows of --train are not known (compressed text, a cache or a stream): no evaluations along the way, so the time to accuracy is the end's; give --eval-every N (examples of a peer) for a curve")
 			}
 		}
 		return d, nil
@@ -204,8 +204,9 @@ func (d *localData) evalEvery(tf TrainFlags, rows int64, cfg LocalConfig) {
 
 // rowsOf is about the number of training rows in files, for spacing
 // evaluations: the generator's count when the files are all of its set
-// (meta), else the lines of plain text files; 0 when neither is known
-// (compressed files, IDX, a cache, a stream). TestClusterEvalPointsOnUserData.
+// (meta), else the lines of plain text files and the images an IDX
+// file's header counts; 0 when neither is known (compressed text, a
+// cache, a stream). TestClusterEvalPointsOnUserData.
 func rowsOf(files []string, meta *data.GenMeta) int64 {
 	if meta != nil && len(files) == len(meta.Files) {
 		all := true
@@ -222,8 +223,17 @@ func rowsOf(files []string, meta *data.GenMeta) int64 {
 		if data.IsStream(name) {
 			return 0
 		}
-		if f, err := data.DetectFormat(name); err != nil || f == data.FormatIDX || f == data.FormatCache {
+		f, err := data.DetectFormat(name)
+		if err != nil || f == data.FormatCache {
 			return 0
+		}
+		if f == data.FormatIDX {
+			n, err := data.IDXCount(name) // (its header says: compressed or not)
+			if err != nil {
+				return 0
+			}
+			rows += n
+			continue
 		}
 		n, ok := countLines(name, buf)
 		if !ok {

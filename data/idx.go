@@ -93,6 +93,23 @@ type idxReader struct {
 	labm     labelMapper
 }
 
+// IDXCount is the number of images of an IDX images file, plain or
+// compressed, read from its header alone (cluster spaces its evaluations
+// by it).
+func IDXCount(path string) (int64, error) {
+	var n int64
+	s, err := openStream(path, &n)
+	if err != nil {
+		return 0, err
+	}
+	defer s.Close()
+	d, err := idxHeader(s, s.name, idxImagesMagic, 3)
+	if err != nil {
+		return 0, err
+	}
+	return int64(d[0]), nil
+}
+
 // idxHeader reads the magic and the dimension sizes of an IDX file.
 func idxHeader(r io.Reader, name string, magic uint32, dims int) ([]uint32, error) {
 	var h [16]byte

@@ -1,6 +1,8 @@
 package data
 
 import (
+	"bytes"
+	"compress/gzip"
 	"encoding/binary"
 	"errors"
 	"os"
@@ -195,5 +197,27 @@ func TestFashionMNIST(t *testing.T) {
 			t.Fatal(err)
 		}
 		src.Close()
+	}
+}
+
+// IDXCount reads the number of images from an IDX file's header, plain or
+// gzip'd, and refuses a file that is not IDX images.
+func TestIDXCount(t *testing.T) {
+	dir := t.TempDir()
+	plain := writeBytes(t, filepath.Join(dir, "train-images-idx3-ubyte"), idxImages(3, 2, 2, tinyPixels))
+	if n, err := IDXCount(plain); err != nil || n != 3 {
+		t.Errorf("plain: %d, %v; want 3", n, err)
+	}
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	zw.Write(idxImages(3, 2, 2, tinyPixels))
+	zw.Close()
+	gz := writeBytes(t, filepath.Join(dir, "train-images-idx3-ubyte.gz"), buf.Bytes())
+	if n, err := IDXCount(gz); err != nil || n != 3 {
+		t.Errorf("gzip: %d, %v; want 3", n, err)
+	}
+	labels := writeBytes(t, filepath.Join(dir, "train-labels-idx1-ubyte"), idxLabels(1, 2, 3))
+	if _, err := IDXCount(labels); err == nil {
+		t.Errorf("a labels file counted as images")
 	}
 }
