@@ -565,10 +565,11 @@ func TestE2ECrashAndRestartSameIdentity(t *testing.T) {
 // buffered, not dropped), and the other 3 end with one model, every shard
 // owned by a live peer.
 func TestE2EAsyncGracefulLeave(t *testing.T) {
-	// Six epochs: after the signal, a leaver trains on until the leave's
-	// configuration commits, which took up to 41k of its 45k examples of
-	// three epochs (a CI run saw it finish all three first).
-	const epochs = 6
+	// Sixteen epochs: after the signal, a leaver trains on until the
+	// leave's configuration commits, which took up to 41k of its 45k
+	// examples of three epochs, and with async's windows of 8 batches 39k
+	// to all 74k left of six (a CI run saw it finish all six first).
+	const epochs = 16
 	flags := append(churnData(t), "--mode", "async", "--epochs", fmt.Sprint(epochs))
 	r := newChurnRun(t, 4, flags...)
 	ps := r.startAll(4)

@@ -69,15 +69,17 @@ func TestTrainResumePassesOverADamagedCheckpoint(t *testing.T) {
 	train, _, dim := e2eDataRows(t, 20000)
 	// --local-steps 1: a round a batch, so the run lasts long enough for
 	// more than two checkpoints 100ms apart (windows of 4 end it in about
-	// a second, with one or none).
-	data := []string{"--train", train, "--dim", fmt.Sprint(dim), "--model", "logreg", "--batch", "50", "--epochs", "20", "--local-steps", "1"}
+	// a second, with one or none); 40 epochs, since a CI run of 20 ended
+	// with none (1.2 s for the whole test, against about 2 s usually).
+	data := []string{"--train", train, "--dim", fmt.Sprint(dim), "--model", "logreg", "--batch", "50", "--epochs", "40", "--local-steps", "1"}
 	ckpt := filepath.Join(t.TempDir(), "ckpt")
-	if code, stderr, _ := resumeTrain(t, data, ckpt, "--checkpoint-every", "100ms"); code != 0 {
+	code, stderr, _ := resumeTrain(t, data, ckpt, "--checkpoint-every", "100ms")
+	if code != 0 {
 		t.Fatalf("the run that writes checkpoints: exit %d\n%s", code, stderr)
 	}
 	files, _ := filepath.Glob(filepath.Join(ckpt, "*", "round-*.ckpt"))
 	if len(files) != 2 {
-		t.Fatalf("the run left checkpoints %v, want its newest 2", files)
+		t.Fatalf("the run left checkpoints %v, want its newest 2; its output:\n%s", files, stderr)
 	}
 	rounds := make([]uint64, len(files))
 	for i, f := range files {

@@ -112,32 +112,42 @@ func TestWindowIsLocalSteps(t *testing.T) {
 }
 
 // TestWindowAllocs: once its buffers and local model have grown, a window
-// allocates nothing.
+// allocates nothing; one that keeps its optimizer state (KeepState)
+// allocates the state once, and nothing after.
 func TestWindowAllocs(t *testing.T) {
-	rng := rand.New(rand.NewPCG(1, 2))
-	m := windowModel(t, rng, model.Logreg, model.DefaultOptConfig(model.AdaGrad))
-	pr := NewPreparer(m)
-	w := NewWorker(m, 1)
-	defer w.Close()
-	var batches []*Prepared
-	var keys []uint32
-	for range 4 {
-		p := new(Prepared)
-		pr.Prepare(batchOf(randomRows(rng, 50, 300, 8, 2)), p)
-		batches = append(batches, p)
-		keys = append(keys, p.Keys...)
-	}
-	slices.Sort(keys)
-	keys = slices.Compact(keys)
-	var wide []float32
-	for _, k := range keys {
-		wide = m.AppendWide(wide, k)
-	}
-	delta := make([]float32, len(wide))
-	win := NewWindow(m, w)
-	win.Run(batches, keys, wide, delta, 0, 4)
-	if n := testing.AllocsPerRun(20, func() { win.Run(batches, keys, wide, delta, 0, 4) }); n != 0 {
-		t.Errorf("Window.Run allocates %v times a window, want 0", n)
+	for _, keep := range []bool{false, true} {
+		rng := rand.New(rand.NewPCG(1, 2))
+		m := windowModel(t, rng, model.Logreg, model.DefaultOptConfig(model.AdaGrad))
+		pr := NewPreparer(m)
+		w := NewWorker(m, 1)
+		defer w.Close()
+		var batches []*Prepared
+		var keys []uint32
+		for range 4 {
+			p := new(Prepared)
+			pr.Prepare(batchOf(randomRows(rng, 50, 300, 8, 2)), p)
+			batches = append(batches, p)
+			keys = append(keys, p.Keys...)
+		}
+		slices.Sort(keys)
+		keys = slices.Compact(keys)
+		var rows []float32
+		for _, k := range keys {
+			if keep {
+				rows = append(rows, m.Row(k)...)
+			} else {
+				rows = m.AppendWide(rows, k)
+			}
+		}
+		delta := make([]float32, len(rows))
+		win := NewWindow(m, w)
+		if keep {
+			win.KeepState()
+		}
+		win.Run(batches, keys, rows, delta, 0, 4)
+		if n := testing.AllocsPerRun(20, func() { win.Run(batches, keys, rows, delta, 0, 4) }); n != 0 {
+			t.Errorf("Window.Run (keeping its state: %v) allocates %v times a window, want 0", keep, n)
+		}
 	}
 }
 
@@ -204,34 +214,5 @@ func TestWindowKeepsState(t *testing.T) {
 				}
 			})
 		}
-	}
-}
-
-// TestWindowKeepStateAllocs: a window keeping its state allocates it once
-// and nothing after.
-func TestWindowKeepStateAllocs(t *testing.T) {
-	rng := rand.New(rand.NewPCG(3, 4))
-	m := windowModel(t, rng, model.Logreg, model.DefaultOptConfig(model.AdaGrad))
-	pr := NewPreparer(m)
-	w := NewWorker(m, 1)
-	defer w.Close()
-	var batches []*Prepared
-	var keys []uint32
-	for range 4 {
-		p := new(Prepared)
-		pr.Prepare(batchOf(randomRows(rng, 50, 300, 8, 2)), p)
-		batches = append(batches, p)
-		keys = append(keys, p.Keys...)
-	}
-	slices.Sort(keys)
-	keys = slices.Compact(keys)
-	rows := make([]float32, len(keys))
-	Gather(m, keys, rows)
-	delta := make([]float32, len(rows))
-	win := NewWindow(m, w)
-	win.KeepState()
-	win.Run(batches, keys, rows, delta, 0, 4)
-	if n := testing.AllocsPerRun(20, func() { win.Run(batches, keys, rows, delta, 0, 4) }); n != 0 {
-		t.Errorf("Window.Run keeping its state allocates %v times a window, want 0", n)
 	}
 }
