@@ -5,8 +5,6 @@ import (
 	"slices"
 	"sync/atomic"
 	"time"
-
-	"github.com/gossiptrain/gossiptrain/node/train"
 )
 
 // Evaluations along the way pause a sync worker.
@@ -45,17 +43,13 @@ import (
 
 // pauseState is a run's evaluation pauses (sync mode).
 type pauseState struct {
-	gate readGate  // closed to the reader while an evaluation pauses
-	want bool      // an evaluation is due: pause at the next compute request
-	on   bool      // an evaluation pauses the worker now,
-	at   time.Time // since then
-	// ready: values wait for the gradient being computed to be evaluated;
-	// ex is the examples this worker had trained when they came.
-	ready  bool
-	values []float32
-	ex     int64
-	held   *computeJob // the core's compute request, given to the worker when the evaluation ends
-	sec    float64     // the pauses so far, settled (settle), up to the end of the last round
+	gate readGate    // closed to the reader while an evaluation pauses
+	want bool        // an evaluation is due: pause at the next compute request
+	on   bool        // an evaluation pauses the worker now,
+	at   time.Time   // since then
+	ex   int64       // the examples this worker had trained when the pause began
+	held *computeJob // the core's compute request, given to the worker when the evaluation ends
+	sec  float64     // the pauses so far, settled (settle), up to the end of the last round
 	// A pause costs the run what its round took beyond a round without
 	// one: while this worker evaluates, the others compute their share of
 	// the round it held, and once it is back its own share is what is
@@ -113,33 +107,15 @@ func (r *run) pauseToEvaluate(j computeJob) {
 	r.core.Fetch(r.evalID, r.ev.keys, false)
 }
 
-// periodicValues starts the evaluation of a periodic fetch's values: at
-// once in ssp and async, and in sync in the pause that fetched them.
+// periodicValues starts the evaluation of a periodic fetch's values: in
+// ssp and async beside training, in sync in the pause that fetched them
+// (maybeEval fetches nothing in sync: pauseToEvaluate does).
 func (r *run) periodicValues(values []float32) {
-	if r.t.cfg.Core.Mode != train.Sync {
-		r.startEval(values, false, r.examples)
-		return
-	}
+	ex := r.examples
 	if r.pause.on {
-		r.startEval(values, false, r.pause.ex) // (the worker computes nothing: pauseToEvaluate)
-		return
+		ex = r.pause.ex // (the worker computes nothing meanwhile)
 	}
-	r.pause.ready, r.pause.values, r.pause.ex = true, values, r.examples
-	r.startPausedEval()
-}
-
-// startPausedEval starts the evaluation of values that came in sync mode
-// unless a gradient is being computed (computed calls it again when it
-// comes back).
-func (r *run) startPausedEval() {
-	p := &r.pause
-	if !p.ready || !r.waiting {
-		return
-	}
-	values := p.values
-	p.ready, p.values = false, nil
-	p.on, p.at = true, r.t.now()
-	r.startEval(values, false, p.ex)
+	r.startEval(values, false, ex)
 }
 
 // endPause ends the pause of an evaluation that ended (if it was one): its

@@ -710,7 +710,6 @@ func (r *run) computed(res computeDone) {
 	r.progSteps++
 	r.waiting = true
 	r.askedAt = r.t.now()
-	r.startPausedEval()
 	if res.win != nil {
 		for _, p := range res.win.batches {
 			r.free.put(p)
