@@ -66,16 +66,7 @@ func TestWindowIsLocalSteps(t *testing.T) {
 				}
 				lone := start.Clone()
 				win := start.Clone()
-				var batches []*Prepared
-				var keys []uint32
-				for range h {
-					p := new(Prepared)
-					pr.Prepare(batchOf(randomRows(rng, 20, 300, 8, classes)), p)
-					batches = append(batches, p)
-					keys = append(keys, p.Keys...)
-				}
-				slices.Sort(keys)
-				keys = slices.Compact(keys)
+				batches, keys := windowBatches(rng, pr, h, 20, classes)
 				// The lone peer: one step a batch on its model.
 				const step0 = 12
 				for i, p := range batches {
@@ -121,16 +112,7 @@ func TestWindowAllocs(t *testing.T) {
 		pr := NewPreparer(m)
 		w := NewWorker(m, 1)
 		defer w.Close()
-		var batches []*Prepared
-		var keys []uint32
-		for range 4 {
-			p := new(Prepared)
-			pr.Prepare(batchOf(randomRows(rng, 50, 300, 8, 2)), p)
-			batches = append(batches, p)
-			keys = append(keys, p.Keys...)
-		}
-		slices.Sort(keys)
-		keys = slices.Compact(keys)
+		batches, keys := windowBatches(rng, pr, 4, 50, 2)
 		var rows []float32
 		for _, k := range keys {
 			if keep {
@@ -175,16 +157,7 @@ func TestWindowKeepsState(t *testing.T) {
 				win := NewWindow(start, w)
 				win.KeepState()
 				for r := range windows {
-					var batches []*Prepared
-					var keys []uint32
-					for range h {
-						p := new(Prepared)
-						pr.Prepare(batchOf(randomRows(rng, 20, 300, 8, classes)), p)
-						batches = append(batches, p)
-						keys = append(keys, p.Keys...)
-					}
-					slices.Sort(keys)
-					keys = slices.Compact(keys)
+					batches, keys := windowBatches(rng, pr, h, 20, classes)
 					step0 := int64(r * h)
 					for i, p := range batches {
 						weights := make([]float32, len(p.Keys)*lone.Layout.Width)
@@ -215,4 +188,20 @@ func TestWindowKeepsState(t *testing.T) {
 			})
 		}
 	}
+}
+
+// windowBatches prepares h batches of rows random rows each (300
+// features, 8 a row, classes classes) and returns them with the union of
+// their keys, ascending: a window's batches and keys.
+func windowBatches(rng *rand.Rand, pr *Preparer, h, rows, classes int) ([]*Prepared, []uint32) {
+	var batches []*Prepared
+	var keys []uint32
+	for range h {
+		p := new(Prepared)
+		pr.Prepare(batchOf(randomRows(rng, rows, 300, 8, classes)), p)
+		batches = append(batches, p)
+		keys = append(keys, p.Keys...)
+	}
+	slices.Sort(keys)
+	return batches, slices.Compact(keys)
 }
