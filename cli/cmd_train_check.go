@@ -217,10 +217,7 @@ func checkDistFlags(tf *trainFlags) (job.Dist, error) {
 	}
 	switch d.localSteps {
 	case "auto":
-		s.LocalSteps = 4 // (docs/scaling.md, "Windows of local steps")
-		if s.Mode != train.Sync {
-			s.LocalSteps = 8
-		}
+		s.LocalSteps = train.AutoLocalSteps(s.Mode, 0) // (docs/scaling.md, "Windows of local steps")
 		if s.Gather != train.Need || d.combine == "trimmed" {
 			s.LocalSteps = 1 // both combine one batch's gradients
 		}

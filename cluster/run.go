@@ -13,6 +13,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/gossiptrain/gossiptrain/node/train"
 	"github.com/gossiptrain/gossiptrain/peerlog"
 	"github.com/gossiptrain/gossiptrain/report"
 )
@@ -326,6 +327,7 @@ func (r *runner) args(i int, addr0 string) []string {
 	}
 	a = append(a, extra...)
 	a = append(a, own...)
+	a = append(a, windowArgs(a[1:], r.cfg.Peers)...)
 	a = append(a, "--job", r.cfg.Job, "--log-format", "json")
 	if addr0 != "" {
 		a = append(a, "--peer", addr0)
@@ -540,4 +542,58 @@ func (r *runner) results() []PeerResult {
 		out = append(out, pr)
 	}
 	return out
+}
+
+// windowArgs resolves --local-steps auto for a job of peers workers, which
+// a peer alone cannot know (train.AutoLocalSteps): the flag that gives
+// args' peers the window their count suits where it differs from what
+// train's auto picks, none where args set a window, or a --gather or
+// --combine that exchanges every batch, or a mode train does not know
+// (train names the flag). TestAutoLocalSteps.
+func windowArgs(args []string, peers int) []string {
+	if v, ok := argValue(args, "local-steps"); ok && v != "auto" {
+		return nil
+	}
+	if v, ok := argValue(args, "gather"); ok && v != "need" {
+		return nil
+	}
+	if v, ok := argValue(args, "combine"); ok && v != "auto" && v != "sum" {
+		return nil // (capped and mean do not add the windows up; trimmed exchanges every batch)
+	}
+	if v, _ := argValue(args, "model"); v == "mlp" {
+		return nil // (its auto combine is capped)
+	}
+	mode := train.Sync
+	if v, ok := argValue(args, "mode"); ok {
+		var err error
+		if mode, err = train.ParseMode(v); err != nil {
+			return nil
+		}
+	}
+	if h := train.AutoLocalSteps(mode, peers); h != train.AutoLocalSteps(mode, 0) {
+		return []string{"--local-steps", strconv.Itoa(h)}
+	}
+	return nil
+}
+
+// argValue is the value of flag name in args (--name=value, or --name
+// value; the last one given), and whether args give it.
+func argValue(args []string, name string) (string, bool) {
+	v, ok := "", false
+	for i, a := range args {
+		if !strings.HasPrefix(a, "-") {
+			continue
+		}
+		n, val, eq := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if n != name {
+			continue
+		}
+		switch {
+		case eq:
+			v, ok = val, true
+		case i+1 < len(args):
+			v, ok = args[i+1], true
+		}
+	}
+	return v, ok
 }

@@ -1,7 +1,12 @@
 package job
 
 import (
+	"bytes"
+	"fmt"
+	"strings"
 	"testing"
+
+	"github.com/rs/zerolog"
 
 	"github.com/gossiptrain/gossiptrain/model"
 	"github.com/gossiptrain/gossiptrain/node/train"
@@ -104,6 +109,47 @@ func TestLocalStateFor(t *testing.T) {
 		want := map[bool]string{true: "workers", false: "owners"}[tc.want]
 		if eff := jobEffective(d, m); eff["optimizer-state"] != want {
 			t.Errorf("%v, %v, H = %d, --optimizer-state %s: the report says %q, want %q", tc.kind, tc.opt, tc.h, tc.given, eff["optimizer-state"], want)
+		}
+	}
+}
+
+// TestWarnWideWindows: a sync job whose owners sum windows warns, naming
+// --local-steps, when it starts with more workers than its
+// window suits (train.AutoLocalSteps for that many), and says nothing
+// where the window suits them or the combine cannot overshoot.
+func TestWarnWideWindows(t *testing.T) {
+	for _, tc := range []struct {
+		mode    train.Mode
+		h       int
+		kind    model.Kind
+		combine train.Combine
+		members int
+		warn    bool
+	}{
+		{train.Sync, 4, model.Logreg, train.Sum, 8, true},
+		{train.Sync, 3, model.Logreg, train.Sum, 8, true},
+		{train.Sync, 2, model.Logreg, train.Sum, 8, false},
+		{train.Sync, 4, model.Logreg, train.Sum, 4, false},
+		{train.Sync, 4, model.MLP, train.Sum, 8, false},       // (auto: capped)
+		{train.Sync, 4, model.Logreg, train.Capped, 8, false}, // (given)
+		{train.Async, 8, model.Logreg, train.Mean, 8, false},
+		{train.Sync, 1, model.Logreg, train.Sum, 32, false},
+		{train.Sync, 4, model.Logreg, train.Sum, 5, true},
+	} {
+		var buf bytes.Buffer
+		d := Dist{Mode: tc.mode, LocalSteps: tc.h, AutoCombine: tc.combine == train.Sum, Combine: tc.combine}
+		warnWideWindows(zerolog.New(&buf), d, tc.kind, tc.members)
+		got := buf.String()
+		if (got != "") != tc.warn {
+			t.Errorf("%v, H = %d, %v, %v, %d members: logged %q, want a warning: %v", tc.mode, tc.h, tc.kind, tc.combine, tc.members, got, tc.warn)
+			continue
+		}
+		if tc.warn {
+			for _, want := range []string{`"level":"warn"`, fmt.Sprintf("%d workers' windows of %d batches", tc.members, tc.h), "--local-steps 2"} {
+				if !strings.Contains(got, want) {
+					t.Errorf("%d members, H = %d: the warning %q lacks %q", tc.members, tc.h, got, want)
+				}
+			}
 		}
 	}
 }

@@ -287,7 +287,23 @@ func (p *peer) start() error {
 	}
 	log.Info().Uint64("epoch", p.st.View.Epoch).Int("members", len(p.st.View.Members)).Str("topology", string(ncfg.Topology)).
 		Bool("joining", p.entry.Contact != "").Msg(peerlog.Training)
+	warnWideWindows(log, p.d, m.Kind, len(p.st.View.Members))
 	return nil
+}
+
+// warnWideWindows warns when a sync job whose owners sum the windows
+// starts with more workers than its window suits (train.AutoLocalSteps):
+// peers started by hand with --local-steps auto (which cannot know how
+// many will come: cluster, bench and launch pass the window their count
+// suits), or a window set by hand. It names the flags that fix it.
+func warnWideWindows(log zerolog.Logger, d Dist, kind model.Kind, members int) {
+	h, suits := d.LocalSteps, train.AutoLocalSteps(train.Sync, members)
+	if d.Mode != train.Sync || h <= suits || d.combineFor(kind) != train.Sum {
+		return
+	}
+	log.Warn().Int("members", members).Int("local_steps", h).Int("suits", suits).
+		Msgf("%d workers' windows of %d batches each: the owners add them up and overshoot the rows every worker moves, and the model ends worse (docs/scaling.md); give every peer --local-steps %d, or --combine capped",
+			members, h, suits)
 }
 
 // trainerConfig is the configuration of this peer's trainer and core, from
