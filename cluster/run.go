@@ -557,18 +557,18 @@ func windowArgs(args []string, peers int) []string {
 	if v, ok := argValue(args, "gather"); ok && v != "need" {
 		return nil
 	}
-	if v, ok := argValue(args, "combine"); ok && v != "auto" && v != "sum" {
-		return nil // (capped and mean do not add the windows up; trimmed exchanges every batch)
-	}
-	if v, _ := argValue(args, "model"); v == "mlp" {
-		return nil // (its auto combine is capped)
-	}
 	mode := train.Sync
 	if v, ok := argValue(args, "mode"); ok {
 		var err error
 		if mode, err = train.ParseMode(v); err != nil {
 			return nil
 		}
+	}
+	if v, ok := argValue(args, "combine"); ok && v != "auto" && (mode != train.Sync || v != "sum") {
+		return nil // (a combine the user chose for windows; trimmed exchanges every batch)
+	}
+	if v, _ := argValue(args, "model"); v == "mlp" {
+		return nil // (measured with its own settings: docs/distributed.md)
 	}
 	if h := train.AutoLocalSteps(mode, peers); h != train.AutoLocalSteps(mode, 0) {
 		return []string{"--local-steps", strconv.Itoa(h)}

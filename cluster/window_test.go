@@ -6,12 +6,13 @@ import (
 	"testing"
 )
 
-// TestAutoLocalSteps: the peers of a sync cluster of more than 4 get
-// --local-steps 2 where the user left the window to auto
-// (train.AutoLocalSteps: a peer alone cannot know how many come, and the
-// owners add every worker's window up); 4 or fewer, other modes, a
+// TestAutoLocalSteps: the peers of a cluster of more than 4 get
+// --local-steps 2 in sync and 1 in ssp and async where the user left the
+// window to auto (train.AutoLocalSteps: a peer alone cannot know how many
+// come; the sync owners add every worker's window up, the others take
+// each over the workers); 4 or fewer, a
 // window the user set, the flags that exchange every batch, combines
-// that do not add the windows up and the mlp (capped) get nothing, so
+// of the user's and the mlp get nothing, so
 // train's own auto or the user's value holds.
 func TestAutoLocalSteps(t *testing.T) {
 	for _, tc := range []struct {
@@ -25,8 +26,9 @@ func TestAutoLocalSteps(t *testing.T) {
 		{8, []string{"--local-steps=auto"}, "2"},
 		{4, nil, ""},
 		{2, []string{"--mode=sync"}, ""},
-		{8, []string{"--mode=async"}, ""},
-		{8, []string{"--mode", "ssp"}, ""},
+		{8, []string{"--mode=async"}, "1"},
+		{8, []string{"--mode", "ssp"}, "1"},
+		{4, []string{"--mode=async"}, ""},
 		{8, []string{"--local-steps=4"}, "4"},
 		{8, []string{"--local-steps", "1"}, "1"},
 		{8, []string{"--gather=full"}, ""},
@@ -35,6 +37,8 @@ func TestAutoLocalSteps(t *testing.T) {
 		{8, []string{"--combine=capped"}, ""},
 		{8, []string{"--combine=mean"}, ""},
 		{8, []string{"--model", "mlp"}, ""},
+		{8, []string{"--model", "mlp", "--mode=async"}, ""},
+		{8, []string{"--mode=async", "--combine=sum"}, ""},
 	} {
 		cfg := DefaultConfig()
 		cfg.Peers, cfg.TrainArgs = tc.peers, tc.args

@@ -113,10 +113,11 @@ func TestLocalStateFor(t *testing.T) {
 	}
 }
 
-// TestWarnWideWindows: a sync job whose owners sum windows warns, naming
-// --local-steps, when it starts with more workers than its
-// window suits (train.AutoLocalSteps for that many), and says nothing
-// where the window suits them or the combine cannot overshoot.
+// TestWarnWideWindows: a job warns, naming --local-steps and the window
+// that suits it, when it starts with more workers than its window suits
+// (train.AutoLocalSteps for that many: in sync where the owners sum the
+// windows, in ssp and async whatever they combine), and says nothing
+// where the window suits them or a sync combine cannot overshoot.
 func TestWarnWideWindows(t *testing.T) {
 	for _, tc := range []struct {
 		mode    train.Mode
@@ -132,7 +133,11 @@ func TestWarnWideWindows(t *testing.T) {
 		{train.Sync, 4, model.Logreg, train.Sum, 4, false},
 		{train.Sync, 4, model.MLP, train.Sum, 8, false},       // (auto: capped)
 		{train.Sync, 4, model.Logreg, train.Capped, 8, false}, // (given)
-		{train.Async, 8, model.Logreg, train.Mean, 8, false},
+		{train.Async, 8, model.Logreg, train.Mean, 8, true},
+		{train.SSP, 2, model.Logreg, train.Mean, 5, true},
+		{train.Async, 8, model.MLP, train.Mean, 8, false},
+		{train.Async, 8, model.Logreg, train.Mean, 4, false},
+		{train.Async, 1, model.Logreg, train.Sum, 8, false},
 		{train.Sync, 1, model.Logreg, train.Sum, 32, false},
 		{train.Sync, 4, model.Logreg, train.Sum, 5, true},
 	} {
@@ -145,7 +150,8 @@ func TestWarnWideWindows(t *testing.T) {
 			continue
 		}
 		if tc.warn {
-			for _, want := range []string{`"level":"warn"`, fmt.Sprintf("%d workers' windows of %d batches", tc.members, tc.h), "--local-steps 2"} {
+			suits := train.AutoLocalSteps(tc.mode, tc.members)
+			for _, want := range []string{`"level":"warn"`, fmt.Sprintf("%d workers' windows of %d batches", tc.members, tc.h), fmt.Sprintf("--local-steps %d", suits)} {
 				if !strings.Contains(got, want) {
 					t.Errorf("%d members, H = %d: the warning %q lacks %q", tc.members, tc.h, got, want)
 				}

@@ -291,19 +291,28 @@ func (p *peer) start() error {
 	return nil
 }
 
-// warnWideWindows warns when a sync job whose owners sum the windows
-// starts with more workers than its window suits (train.AutoLocalSteps):
-// peers started by hand with --local-steps auto (which cannot know how
-// many will come: cluster, bench and launch pass the window their count
-// suits), or a window set by hand. It names the flags that fix it.
+// warnWideWindows warns when a job starts with more workers than its
+// window suits (train.AutoLocalSteps): peers started by hand with
+// --local-steps auto (which cannot know how many will come: cluster,
+// bench and launch pass the window their count suits), or a window set by
+// hand. In sync only where the owners sum the windows (capped and mean do
+// not overshoot); never for the mlp, whose windows were measured apart
+// (capped, the sums at the workers). It names the flag that fixes it.
+// TestWarnWideWindows.
 func warnWideWindows(log zerolog.Logger, d Dist, kind model.Kind, members int) {
-	h, suits := d.LocalSteps, train.AutoLocalSteps(train.Sync, members)
-	if d.Mode != train.Sync || h <= suits || d.combineFor(kind) != train.Sum {
+	h, suits := d.LocalSteps, train.AutoLocalSteps(d.Mode, members)
+	if h <= suits || kind == model.MLP {
 		return
 	}
-	log.Warn().Int("members", members).Int("local_steps", h).Int("suits", suits).
-		Msgf("%d workers' windows of %d batches each: the owners add them up and overshoot the rows every worker moves, and the model ends worse (docs/scaling.md); give every peer --local-steps %d, or --combine capped",
+	ev := log.Warn().Int("members", members).Int("local_steps", h).Int("suits", suits)
+	switch {
+	case d.Mode != train.Sync:
+		ev.Msgf("%d workers' windows of %d batches in %v mode: the owners take each window's change over the workers, which moves the rows they share too little, and the model ends worse (docs/scaling.md); give every peer --local-steps %d",
+			members, h, d.Mode, suits)
+	case d.combineFor(kind) == train.Sum:
+		ev.Msgf("%d workers' windows of %d batches each: the owners add them up and overshoot the rows every worker moves, and the model ends worse (docs/scaling.md); give every peer --local-steps %d, or --combine capped",
 			members, h, suits)
+	}
 }
 
 // trainerConfig is the configuration of this peer's trainer and core, from
