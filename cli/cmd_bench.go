@@ -33,7 +33,7 @@ func benchCmd() *command {
 		fs.Var(&f.topologies, "topologies", "`list` of topologies to run: master (every shard on peer 0: the parameter server) and/or ring")
 		fs.Var(&f.modes, "modes", "`list` of modes to run: sync, ssp (with --staleness) and/or async")
 		fs.Var(&f.batches, "batches", "`list` of batch sizes (examples per peer and step) to run, e.g. 1,100,1000,10000")
-		fs.Var(&f.localSteps, "local-steps", "`list` of window sizes to run (train's --local-steps: batches a worker trains on its own\ncopy between exchanges), e.g. 1,4,16; 1 exchanges every batch, auto is train's default (for more than 4 peers 2 in sync, 1 in ssp and async)")
+		fs.Var(&f.localSteps, "local-steps", "`list` of window sizes to run (train's --local-steps: batches a worker trains on its own\ncopy between exchanges), e.g. 1,4,16; 1 exchanges every batch, auto is train's default (2 for more than 5 sync peers, 1 for more than 4 ssp or async ones)")
 		fs.Int64Var(&f.examples, "examples", 1_000_000, "training examples of every configuration (all peers together): the generated data set's\nrows, or whole passes over --train (--epochs) that add up to at least this many")
 		fs.StringVar(&f.out, "out", "", "output `DIR`: data/ (generated), runs/<configuration>/ (reports, logs), report.md,\nbench.json and the plots (default ./gossiptrain-runs/<time>-bench)")
 		fs.BoolVar(&f.stopOnError, "stop-on-error", false, "stop at the first configuration that fails (default: report it and go on)")

@@ -6,11 +6,11 @@ import (
 	"testing"
 )
 
-// TestAutoLocalSteps: the peers of a cluster of more than 4 get
-// --local-steps 2 in sync and 1 in ssp and async where the user left the
+// TestAutoLocalSteps: the peers of a cluster get --local-steps 2 in sync
+// beyond 5 peers and 1 in ssp and async beyond 4 where the user left the
 // window to auto (train.AutoLocalSteps: a peer alone cannot know how many
 // come; the sync owners add every worker's window up, the others take
-// each over the workers); 4 or fewer, a
+// each over the workers); fewer, a
 // window the user set, the flags that exchange every batch, combines
 // of the user's and the mlp get nothing, so
 // train's own auto or the user's value holds.
@@ -21,7 +21,9 @@ func TestAutoLocalSteps(t *testing.T) {
 		want  string // the window the peer's command line ends with ("": train's auto)
 	}{
 		{8, nil, "2"},
-		{5, []string{"--mode=sync"}, "2"},
+		{6, []string{"--mode=sync"}, "2"},
+		{5, []string{"--mode=sync"}, ""},
+		{5, []string{"--mode=async"}, "1"},
 		{8, []string{"--mode", "sync", "--batch", "100"}, "2"},
 		{8, []string{"--local-steps=auto"}, "2"},
 		{4, nil, ""},

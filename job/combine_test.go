@@ -139,7 +139,8 @@ func TestWarnWideWindows(t *testing.T) {
 		{train.Async, 8, model.Logreg, train.Mean, 4, false},
 		{train.Async, 1, model.Logreg, train.Sum, 8, false},
 		{train.Sync, 1, model.Logreg, train.Sum, 32, false},
-		{train.Sync, 4, model.Logreg, train.Sum, 5, true},
+		{train.Sync, 4, model.Logreg, train.Sum, 5, false},
+		{train.Sync, 4, model.Logreg, train.Sum, 6, true},
 	} {
 		var buf bytes.Buffer
 		d := Dist{Mode: tc.mode, LocalSteps: tc.h, AutoCombine: tc.combine == train.Sum, Combine: tc.combine}

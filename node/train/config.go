@@ -456,17 +456,18 @@ func MemberID(peer string, incarnation uint64) uint64 {
 // AutoLocalSteps is the window --local-steps auto gives a job of mode
 // with the given number of workers (0: not known, as for a peer started
 // by hand, which cannot know how many will come; cluster, bench and launch
-// know their peers): in sync 4, and 2 for more than 4 workers; in ssp and
+// know their peers): in sync 4, and 2 for more than 5 workers; in ssp and
 // async 8, and 1 (every batch) for more than 4 workers.
 //
 // In sync the owners add every worker's window (Sum), so a row that each
 // worker's window moves to its optimum moves as many times as far as
 // there are workers. Measured on the bench data (docs/scaling.md, "How
-// many workers a window suits"): 4 workers × 4 batches end at a lone
-// peer's log-loss; 8 × 4 end 1% above it and 8 × 3 reach its final +
-// 0.5% with twice its examples, while 8 × 2 and 16 × 2 end within 0.3% of
-// it; 16 workers exchanging every batch end 0.9% above it (their batches
-// make one step, too few steps in a pass). In ssp and async the owners
+// many workers a window suits"): 4 and 5 workers × 4 batches end at a
+// lone peer's log-loss (5 × 4 reached its final + 0.5% as soon as 5 × 2
+// under caps, sending half the messages); 6 × 4 need 2.3 times 6 × 2's
+// examples to get there, 8 × 4 end 1% above it, while 8 × 2 and 16 × 2
+// end within 0.3% of it; 16 workers exchanging every batch end 0.9% above
+// it (their batches make one step, too few steps in a pass). In ssp and async the owners
 // take each window's change over the workers (Mean), which moves the rows
 // they all share an N-th of a worker's way: 8 workers at 0.2 core ended
 // 8% above a lone peer with windows of 8 and 5% with windows of 2, and
@@ -474,7 +475,7 @@ func MemberID(peer string, incarnation uint64) uint64 {
 // peers of a cluster get.
 func AutoLocalSteps(mode Mode, workers int) int {
 	switch {
-	case mode == Sync && workers > 4:
+	case mode == Sync && workers > 5:
 		return 2
 	case mode == Sync:
 		return 4
