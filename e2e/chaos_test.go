@@ -158,7 +158,7 @@ func chaos(t *testing.T, mode string, dur time.Duration) {
 			peer := r.ids.ids[v.id]
 			cur, ok := waitMembers(t, live[0].p, peer, all)
 			if !ok {
-				events = append(events, fmt.Sprintf("no kill of %d (the run is ending with %d members)", v.id, len(cur.Members)))
+				events = append(events, fmt.Sprintf("no kill of %d (the run has %d members)", v.id, len(cur.Members)))
 				break
 			}
 			member := slices.Contains(cur.Members, peer)
