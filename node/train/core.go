@@ -244,7 +244,15 @@ func (c *Core) Tick() {
 			c.company = c.tick
 		}
 		if c.tick-c.company > uint64(30*c.cfg.RetryTicks) && !c.doneSent {
-			c.fail(fmt.Errorf("%w: no majority of the configuration alive for %d ticks", ErrAlone, c.tick-c.company))
+			err := fmt.Errorf("%w: no majority of the configuration alive for %d ticks", ErrAlone, c.tick-c.company)
+			if gone := c.ag.quorumGone(); gone != nil {
+				// Most voters are gone too (M7 comes before C7): say so,
+				// or the error hides why nothing could follow
+				// (TestScripts/m7-alone-names-the-lost-voters).
+				err = fmt.Errorf("%w; %d of its %d raft voters are gone too (%s): no configuration can follow",
+					err, len(gone), len(c.ag.voters), strings.Join(gone, ", "))
+			}
+			c.fail(err)
 		}
 	}
 	if gone := c.ag.quorumGone(); gone == nil {
