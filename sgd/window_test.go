@@ -70,11 +70,7 @@ func TestWindowIsLocalSteps(t *testing.T) {
 				// The lone peer: one step a batch on its model.
 				const step0 = 12
 				for i, p := range batches {
-					weights := make([]float32, len(p.Keys)*lone.Layout.Width)
-					Gather(lone, p.Keys, weights)
-					grad := make([]float32, len(weights))
-					w.Compute(p, weights, grad)
-					w.Apply(lone, &model.Sparse{Idx: p.Keys, Val: grad}, p.Examples(), step0+int64(i))
+					loneStep(w, lone, p, step0+int64(i))
 				}
 				// The window, on the wide rows, added back.
 				var wide []float32
@@ -160,11 +156,7 @@ func TestWindowKeepsState(t *testing.T) {
 					batches, keys := windowBatches(rng, pr, h, 20, classes)
 					step0 := int64(r * h)
 					for i, p := range batches {
-						weights := make([]float32, len(p.Keys)*lone.Layout.Width)
-						Gather(lone, p.Keys, weights)
-						grad := make([]float32, len(weights))
-						w.Compute(p, weights, grad)
-						w.Apply(lone, &model.Sparse{Idx: p.Keys, Val: grad}, p.Examples(), step0+int64(i))
+						loneStep(w, lone, p, step0+int64(i))
 					}
 					rows := make([]float32, len(keys)*owners.Layout.Width)
 					Gather(owners, keys, rows)
@@ -204,4 +196,14 @@ func windowBatches(rng *rand.Rand, pr *Preparer, h, rows, classes int) ([]*Prepa
 	}
 	slices.Sort(keys)
 	return batches, slices.Compact(keys)
+}
+
+// loneStep takes a lone peer's step on batch p: its rows gathered from
+// lone, the gradient computed and applied as SGD step step.
+func loneStep(w *Worker, lone *model.Model, p *Prepared, step int64) {
+	weights := make([]float32, len(p.Keys)*lone.Layout.Width)
+	Gather(lone, p.Keys, weights)
+	grad := make([]float32, len(weights))
+	w.Compute(p, weights, grad)
+	w.Apply(lone, &model.Sparse{Idx: p.Keys, Val: grad}, p.Examples(), step)
 }
