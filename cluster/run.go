@@ -547,9 +547,11 @@ func (r *runner) results() []PeerResult {
 // windowArgs resolves --local-steps auto for a job of peers workers, which
 // a peer alone cannot know (train.AutoLocalSteps): the flag that gives
 // args' peers the window their count suits where it differs from what
-// train's auto picks, none where args set a window, or a --gather or
-// --combine that exchanges every batch, or a mode train does not know
-// (train names the flag). TestAutoLocalSteps.
+// train's auto picks; none where args set a window, a --gather that
+// exchanges every batch, a --combine of the user's (other than sum in
+// sync), the mlp (whose windows were measured apart: capped, the sums at
+// the workers) or a mode train does not know (train names the flag).
+// TestAutoLocalSteps.
 func windowArgs(args []string, peers int) []string {
 	if v, ok := argValue(args, "local-steps"); ok && v != "auto" {
 		return nil

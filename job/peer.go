@@ -304,15 +304,18 @@ func warnWideWindows(log zerolog.Logger, d Dist, kind model.Kind, members int) {
 	if h <= suits || kind == model.MLP {
 		return
 	}
-	ev := log.Warn().Int("members", members).Int("local_steps", h).Int("suits", suits)
+	var msg string
 	switch {
 	case d.Mode != train.Sync:
-		ev.Msgf("%d workers' windows of %d batches in %v mode: the owners take each window's change over the workers, which moves the rows they share too little, and the model ends worse (docs/scaling.md); give every peer --local-steps %d",
+		msg = fmt.Sprintf("%d workers' windows of %d batches in %v mode: the owners take each window's change over the workers, which moves the rows they share too little, and the model ends worse (docs/scaling.md); give every peer --local-steps %d",
 			members, h, d.Mode, suits)
 	case d.combineFor(kind) == train.Sum:
-		ev.Msgf("%d workers' windows of %d batches each: the owners add them up and overshoot the rows every worker moves, and the model ends worse (docs/scaling.md); give every peer --local-steps %d, or --combine capped",
+		msg = fmt.Sprintf("%d workers' windows of %d batches each: the owners add them up and overshoot the rows every worker moves, and the model ends worse (docs/scaling.md); give every peer --local-steps %d, or --combine capped",
 			members, h, suits)
+	default:
+		return
 	}
+	log.Warn().Int("members", members).Int("local_steps", h).Int("suits", suits).Msg(msg)
 }
 
 // trainerConfig is the configuration of this peer's trainer and core, from

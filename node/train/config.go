@@ -467,11 +467,13 @@ func MemberID(peer string, incarnation uint64) uint64 {
 // under caps, sending half the messages); 6 × 4 need 2.3 times 6 × 2's
 // examples to get there, 8 × 4 end 1% above it, while 8 × 2 and 16 × 2
 // end within 0.3% of it; 16 workers exchanging every batch end 0.9% above
-// it (their batches make one step, too few steps in a pass). In ssp and async the owners
-// take each window's change over the workers (Mean), which moves the rows
-// they all share an N-th of a worker's way: 8 workers at 0.2 core ended
-// 8% above a lone peer with windows of 8 and 5% with windows of 2, and
-// 0.2% exchanging every batch. TestAutoLocalSteps (cluster) pins what the
+// it (their batches make one step, too few steps in a pass).
+//
+// In ssp and async the owners take each window's change over the workers
+// (Mean), which moves the rows they all share an N-th of a worker's way:
+// 8 async workers at 0.2 core ended 8% above a lone peer with windows of
+// 8 and 5% with windows of 2, and 0.2% exchanging every batch; 5 at 0.35
+// core 2.8% above it with windows of 8. TestAutoLocalSteps (cluster) pins what the
 // peers of a cluster get.
 func AutoLocalSteps(mode Mode, workers int) int {
 	switch {
