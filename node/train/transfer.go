@@ -626,7 +626,8 @@ func (o *owner) leaverGone(m Member) bool {
 // round r sends (forwardSync): that route sends its copy once it has
 // applied r, this peer installs it, and the forward of r, applied in the
 // copy, is acknowledged. The leaver is still asked: a copy of it that
-// comes first is installed, and a later one acknowledged.
+// comes first is installed, and a later one acknowledged
+// (TestScripts/h30-leaver-only-cut-off).
 func (o *owner) askPastLeaver(s int, r uint64) {
 	c := o.c
 	q, t := c.cs.routeConf(s, r)
