@@ -852,8 +852,27 @@ func (o *owner) neverComes(s int) bool {
 			return false
 		}
 	}
-	_, ok := o.lastRoundFor(s)
-	return !ok
+	return !o.contributionWaits(s)
+}
+
+// contributionWaits reports whether a push or pull of shard s waits here
+// for the shard: a restart will answer it (at the round lastRoundFor
+// names, or once pushes of the lost round come, H31, or at H29's
+// timeout), so the shard still comes here.
+func (o *owner) contributionWaits(s int) bool {
+	for _, ra := range o.rounds {
+		for _, k := range ra.contrib {
+			if k.set.has(s) {
+				return true
+			}
+		}
+	}
+	for _, k := range o.pending {
+		if k.op == wire.CorePull && k.set.has(s) && k.through != Final {
+			return true
+		}
+	}
+	return false
 }
 
 // resendXfer sends again, at most every quarter retry interval, the
@@ -1580,11 +1599,40 @@ func (o *owner) lastRoundFor(s int) (uint64, bool) {
 	// of the round it computes next (sync/chaos seed 746 waited for a push
 	// of a round every live worker had been answered for).
 	for _, k := range o.pending {
-		if k.op == wire.CorePull && k.set.has(s) && k.through != Final && (!ok || k.through > best) {
+		if k.op == wire.CorePull && k.set.has(s) && k.through != Final && (!ok || k.through > best) && o.pullIsPast(k) {
 			best, ok = k.through, true
 		}
 	}
 	return best, ok
+}
+
+// pullIsPast reports whether a sync pull of the values as of round t
+// shows that the rounds before t were applied: its sender was a worker of
+// round t-1 (it pulls t only once its push of t-1 was answered), or no
+// worker of round t-1 is left to push it (none crashed is left). A member
+// whose first round is t (a joiner) pulls t whatever became of t-1, so
+// its pull shows nothing (docs/protocol.md, H31). Taken for proof, a
+// takeover restarted a lost shard at a joiner's pull of t while the live
+// workers of t-1 had not pushed it yet: their pushes, come later, were
+// answered unapplied (TestFixedSeeds sync/chaos 2), or, at the leaver
+// that had routed t-1 and handed on and freed its copy since, restarted
+// the shard a second time, whose copy forked from the first (sync/chaos
+// 1257: a replica differed from its primary).
+func (o *owner) pullIsPast(k *contribution) bool {
+	c := o.c
+	if c.cfg.Mode != Sync || k.through == 0 {
+		return true
+	}
+	t := c.cs.at(k.through - 1)
+	if t.isMember(k.from, k.member) {
+		return true
+	}
+	for _, m := range t.Members {
+		if !c.cs.crashed[m.ID] {
+			return false
+		}
+	}
+	return true
 }
 
 // mayStillCome reports whether a peer that may hold shard s's state is

@@ -424,6 +424,7 @@ func TestFixedSeeds(t *testing.T) {
 		{"h4/sync/encoded", 729, "the leader admitted a joiner after its done push of the last round; one route learned of the join's configuration before it applied that round and waited for the next forever, while the others had applied it as the last and answered the workers final (E10: only a configuration starting at the next round keeps the run going)"},
 		{"sync/leave-r1", 562, "a leave's configuration started past the last round; the leaver's handoff of two shards to a member reached it after it had finished and exited, and the leaver, whose values were final, waited for the acknowledgement until it found every other member gone and failed (E16)"},
 		{"sync/leave-r1", 920, "the schedule of seed 562 with one shard: the leaver's handoff of shard 3 reached its new holder after it had finished and exited (E16)"},
+		{"sync/chaos", 1257, "both holders of round 3 of a shard crashed; the peer that took the round over restarted the shard from nothing at round 4, on the pull of a joiner whose first round was 4, while the two surviving workers had not pushed round 3 yet, and handed that copy to the round's holders; it left and freed it, then their pushes of round 3 came and it restarted the shard a second time, applied round 3 and handed that copy to a joiner, the new replica: the replica differed from its primary (H31: only a pull from a worker of the round before counts)"},
 	}
 	// Schedules found with the exact load bound (-load 100), which moves
 	// more shards between remaining members on a leave or join.
