@@ -68,6 +68,10 @@ type BenchConfig struct {
 	StopOnError bool
 	// Repeat runs the whole plan that many times, interleaved.
 	Repeat int
+	// Apart, in a scaling series, also runs every peer count n > 1 as n
+	// plain train processes at once, each on peer i's data, under the
+	// same caps: the host's limit (report.Limit).
+	Apart bool
 	// Target and EvalPoints are as LocalConfig's.
 	Target     float64
 	EvalPoints int
@@ -89,6 +93,7 @@ type benchRun struct {
 	peers int
 	v     Variant
 	alone bool // the baseline: one plain train process
+	apart bool // the host's limit: peers plain train processes, exchanging nothing
 }
 
 // benchData is what every run of a bench trains on.
@@ -126,11 +131,11 @@ func RunBench(ctx context.Context, cfg BenchConfig) error {
 			}
 		}
 	}
-	ran, repDirs, failures, err := cfg.runPlan(ctx, plan, d, splits)
+	ran, err := cfg.runPlan(ctx, plan, d, splits)
 	if err != nil {
 		return err
 	}
-	return cfg.report(ran, repDirs, failures)
+	return cfg.report(ran)
 }
 
 // data generates the data set unless --train names one, and resolves the
@@ -203,6 +208,13 @@ func (cfg BenchConfig) plan() []benchRun {
 			plan = append(plan, benchRun{peers: 1, v: Variant{Topology: "single", Mode: "local", Batch: b}, alone: true})
 		}
 		counts = counts[1:]
+		if cfg.Apart {
+			for _, n := range counts {
+				for _, b := range batches {
+					plan = append(plan, benchRun{peers: n, v: Variant{Topology: "apart", Mode: "local", Batch: b}, apart: true})
+				}
+			}
+		}
 	}
 	for _, n := range counts {
 		for _, v := range cfg.Variants {
@@ -217,6 +229,8 @@ func (cfg BenchConfig) dirName(r benchRun) string {
 	switch {
 	case r.alone:
 		return fmt.Sprintf("single-b%d", r.v.Batch)
+	case r.apart:
+		return fmt.Sprintf("apart-b%d-%dp", r.v.Batch, r.peers)
 	case cfg.series():
 		return fmt.Sprintf("%s-%dp", r.v.dirName(), r.peers)
 	}
@@ -246,14 +260,24 @@ func (cfg BenchConfig) evalOnlyFirst(i int) []string {
 	return []string{"--eval-every", "0"}
 }
 
-// runPlan runs the plan Repeat times, interleaved, and returns the run
-// directories of the first repetition, those of every repetition, and
-// what failed.
-func (cfg BenchConfig) runPlan(ctx context.Context, plan []benchRun, d benchData, splits map[int]dataSplit) (ran []string, repDirs [][]string, failures []string, err error) {
+// benchRan is what runPlan ran: the run directories of the first
+// repetition and those of every repetition (the host's limits apart), the
+// limits of every repetition, and what failed.
+type benchRan struct {
+	ran      []string
+	repDirs  [][]string
+	limits   [][]report.Limit
+	failures []string
+}
+
+// runPlan runs the plan Repeat times, interleaved.
+func (cfg BenchConfig) runPlan(ctx context.Context, plan []benchRun, d benchData, splits map[int]dataSplit) (benchRan, error) {
 	log := cfg.Log
-	repDirs = make([][]string, cfg.Repeat)
+	var out benchRan
+	out.repDirs = make([][]string, cfg.Repeat)
+	out.limits = make([][]report.Limit, cfg.Repeat)
 	if err := os.RemoveAll(filepath.Join(cfg.Dir, "repeats")); err != nil {
-		return nil, nil, nil, fmt.Errorf("--out: %w", err)
+		return out, fmt.Errorf("--out: %w", err)
 	}
 	for n := range cfg.Repeat * len(plan) {
 		rep, r := n/len(plan), plan[n%len(plan)]
@@ -263,7 +287,7 @@ func (cfg BenchConfig) runPlan(ctx context.Context, plan []benchRun, d benchData
 			dir = filepath.Join(cfg.Dir, "repeats", strconv.Itoa(rep+1), name)
 		}
 		if err := os.RemoveAll(dir); err != nil {
-			return nil, nil, nil, fmt.Errorf("--out: %w", err)
+			return out, fmt.Errorf("--out: %w", err)
 		}
 		ev := log.Info().Str("configuration", name).Int("peers", r.peers).Int("of", cfg.Repeat*len(plan)).Int("n", n+1)
 		if cfg.Repeat > 1 {
@@ -272,29 +296,45 @@ func (cfg BenchConfig) runPlan(ctx context.Context, plan []benchRun, d benchData
 		ev.Msg("running")
 		start := time.Now()
 		res, err := cfg.runOne(ctx, r, name, dir, d, splits[r.peers])
-		if rep == 0 {
-			ran = append(ran, dir)
+		if r.apart && err == nil {
+			var l report.Limit
+			if l, err = readLimit(res, r); err == nil {
+				out.limits[rep] = append(out.limits[rep], l)
+			}
+		} else if !r.apart {
+			if rep == 0 {
+				out.ran = append(out.ran, dir)
+			}
+			out.repDirs[rep] = append(out.repDirs[rep], dir)
 		}
-		repDirs[rep] = append(repDirs[rep], dir)
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil, nil, nil, err
+				return out, err
 			}
 			if cfg.StopOnError {
-				return nil, nil, nil, fmt.Errorf("configuration %s: %w", name, err)
+				return out, fmt.Errorf("configuration %s: %w", name, err)
 			}
 			log.Error().Err(err).Str("configuration", name).Msg("configuration failed; going on with the next")
 			what := name
 			if cfg.Repeat > 1 {
 				what = fmt.Sprintf("%s (repetition %d)", name, rep+1)
 			}
-			failures = append(failures, fmt.Sprintf("configuration %s failed: %s", what, firstLine(err.Error())))
+			out.failures = append(out.failures, fmt.Sprintf("configuration %s failed: %s", what, firstLine(err.Error())))
 			continue
 		}
 		log.Info().Str("configuration", name).Str("took", human.Duration(time.Since(start)).String()).
 			Str("dir", res.Dir).Msg("configuration done")
 	}
-	return ran, repDirs, failures, nil
+	return out, nil
+}
+
+// readLimit reads the host's limit from the reports of an apart run.
+func readLimit(res *Result, r benchRun) (report.Limit, error) {
+	runs, err := res.Reports()
+	if err != nil {
+		return report.Limit{}, err
+	}
+	return report.ReadLimit(runs, r.peers, r.v.Batch)
 }
 
 // runOne runs one run of the plan in dir.
@@ -304,6 +344,9 @@ func (cfg BenchConfig) runOne(ctx context.Context, r benchRun, name, dir string,
 		args := append(append(append([]string(nil), d.local...), "--train="+strings.Join(d.patterns, ",")), cfg.runArgs(d, 1)...)
 		args = append(append(args, "--batch", strconv.Itoa(r.v.Batch)), baselineCache(tf)...)
 		return runBaseline(ctx, dir, args, cfg.Caps, progressEvery(tf), cfg.Log)
+	}
+	if r.apart {
+		return cfg.runApart(ctx, r, dir, d, split)
 	}
 	rc := DefaultConfig()
 	rc.Peers, rc.Dir, rc.Identities, rc.NetNS, rc.Log = r.peers, dir, filepath.Join(cfg.Dir, "identities"), cfg.NetNS, cfg.Log
@@ -317,9 +360,34 @@ func (cfg BenchConfig) runOne(ctx context.Context, r benchRun, name, dir string,
 	return Run(ctx, rc)
 }
 
+// runApart runs the host's limit of r.peers: that many plain train
+// processes at once under the peers' caps, process i on peer i's data and
+// epochs, evaluating only at the end (after its training time).
+func (cfg BenchConfig) runApart(ctx context.Context, r benchRun, dir string, d benchData, split dataSplit) (*Result, error) {
+	tf := cfg.Train
+	rc := DefaultConfig()
+	rc.Peers, rc.Dir, rc.Job, rc.Log = r.peers, dir, "apart", cfg.Log
+	rc.Standalone = true
+	cfg.Caps.apply(&rc)
+	rc.TrainArgs = append(append(append(append([]string(nil), d.local...), split.common...), cfg.runArgs(d, r.peers)...),
+		"--batch", strconv.Itoa(r.v.Batch), "--eval-every", "0")
+	rc.PeerArgs = func(i int) []string {
+		own := split.own(i)
+		if tf.Set("cache") {
+			own = append(own, "--cache", fmt.Sprintf("%s.apart%d-%d", tf.Value("cache"), r.peers, i))
+		}
+		return own
+	}
+	rc.ProgressEvery = progressEvery(tf)
+	cfg.Log.Info().Str("dir", dir).Int("processes", r.peers).Float64("cpus", cfg.Caps.CPUs).
+		Msg("the host's limit: plain train processes at once, each on one peer's data, exchanging nothing")
+	return Run(ctx, rc)
+}
+
 // report writes report.md, bench.json and the plots of the runs, prints
 // the summary table and, with Repeat, every repetition's figures.
-func (cfg BenchConfig) report(ran []string, repDirs [][]string, failures []string) error {
+func (cfg BenchConfig) report(br benchRan) error {
+	ran, repDirs, failures := br.ran, br.repDirs, br.failures
 	var groups []*report.Config
 	var err error
 	if cfg.series() {
@@ -355,7 +423,7 @@ func (cfg BenchConfig) report(ran []string, repDirs [][]string, failures []strin
 		return errors.New(strings.Join(failures, "; "))
 	}
 	title := cfg.title()
-	if err := report.WriteBench(cfg.Dir, groups, report.WithCommand(cfg.Cmdline), report.WithTitle(title), report.WithWarnings(failures...), report.WithTarget(cfg.Target)); err != nil {
+	if err := report.WriteBench(cfg.Dir, groups, report.WithCommand(cfg.Cmdline), report.WithTitle(title), report.WithWarnings(failures...), report.WithTarget(cfg.Target), report.WithLimits(br.limits[0])); err != nil {
 		return fmt.Errorf("--out %s: %w", cfg.Dir, err)
 	}
 	bs := report.Summarize(groups)
@@ -365,8 +433,13 @@ func (cfg BenchConfig) report(ran []string, repDirs [][]string, failures []strin
 	if err := report.WriteSummaryTable(cfg.Out, bs); err != nil {
 		return err
 	}
+	limits := slices.Clone(br.limits[0])
+	report.AddLimitSpeedups(limits, bs)
+	if err := report.WriteLimits(cfg.Out, limits, bs); err != nil {
+		return err
+	}
 	if cfg.Repeat > 1 {
-		if err := cfg.writeRepeats(title, repDirs); err != nil {
+		if err := cfg.writeRepeats(title, repDirs, br.limits); err != nil {
 			return err
 		}
 	}
@@ -398,7 +471,7 @@ func (cfg BenchConfig) title() string {
 
 // writeRepeats prints every repetition's figures and their medians, and
 // writes them to Dir/repeats.md.
-func (cfg BenchConfig) writeRepeats(title string, repDirs [][]string) error {
+func (cfg BenchConfig) writeRepeats(title string, repDirs [][]string, limits [][]report.Limit) error {
 	reps := make([][]report.BenchConfig, cfg.Repeat)
 	for i, dirs := range repDirs {
 		var err error
@@ -408,6 +481,7 @@ func (cfg BenchConfig) writeRepeats(title string, repDirs [][]string) error {
 	}
 	var md bytes.Buffer
 	report.WriteRepeats(&md, reps)
+	report.WriteLimitRepeats(&md, reps, limits)
 	fmt.Fprintf(cfg.Out, "\n%s", md.String())
 	path := filepath.Join(cfg.Dir, "repeats.md")
 	if err := os.WriteFile(path, []byte("# "+title+": repetitions\n\nCommand: `"+cfg.Cmdline+"`\n\n"+md.String()), 0o644); err != nil {

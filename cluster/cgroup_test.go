@@ -186,7 +186,8 @@ func TestRunCapsEveryPeer(t *testing.T) {
 	}
 }
 
-// Standalone runs one plain train process: no job flags, capped too.
+// Standalone runs plain train processes: no job flags, capped too; one,
+// or several at once.
 func TestRunStandalone(t *testing.T) {
 	cfg := fakeConfig(t, 1, func(int) string { return "ok" })
 	cfg.Standalone = true
@@ -208,9 +209,27 @@ func TestRunStandalone(t *testing.T) {
 	if left := ownGroups(t); cfg.CPUs > 0 && len(left) > 0 {
 		t.Errorf("groups left behind: %v", left)
 	}
-	cfg.Peers = 2
+	// Several: plain train processes at once (bench's host limit), each
+	// with its own report.
+	cfg.Peers = 3
+	res, err = Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if runs, err = res.Reports(); err != nil || len(runs) != 3 {
+		t.Fatalf("3 standalone processes: %d reports, %v", len(runs), err)
+	}
+	for i, r := range runs {
+		if s := r.Summary; s == nil || s.Topology != "single" {
+			t.Errorf("process %d: summary %+v, want a plain train's", i, s)
+		}
+	}
+	if left := ownGroups(t); cfg.CPUs > 0 && len(left) > 0 {
+		t.Errorf("groups left behind: %v", left)
+	}
+	cfg.NetNS = &NetNS{Rate: "100mbit"}
 	if _, err := Run(context.Background(), cfg); !errors.Is(err, ErrConfig) {
-		t.Errorf("Standalone with 2 peers: %v, want ErrConfig", err)
+		t.Errorf("Standalone in network namespaces: %v, want ErrConfig", err)
 	}
 }
 

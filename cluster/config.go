@@ -64,11 +64,13 @@ type Config struct {
 	// no CPU is asked for more than one core (see pinPlan), as a VM's
 	// vCPUs are its own; peers whose caps cannot be packed so run free.
 	Unpinned bool
-	// Standalone runs one process of plain "train" (no --job: the single
-	// process path, training alone on all its data) instead of a job's
-	// peer: the one-peer baseline a cluster's throughput is compared with.
-	// It needs Peers 1 and no NetNS; Run adds only --report and
-	// --log-format to its command line.
+	// Standalone runs processes of plain "train" (no --job: the single
+	// process path, each training alone on the data its PeerArgs give it)
+	// instead of a job's peers: with Peers 1, the one-peer baseline a
+	// cluster's throughput is compared with; with more, that many started
+	// at once and exchanging nothing (bench's host limit). It needs no
+	// NetNS; Run adds only --report and --log-format to their command
+	// lines.
 	Standalone bool
 	// Launcher, when not nil, starts the peers instead of processes on
 	// this machine (SSH runs them on other hosts). Binary, Identities,
@@ -154,8 +156,8 @@ func (c Config) Validate() error {
 	if math.IsNaN(c.CPUs) || c.CPUs < 0 || (c.CPUs > 0 && c.CPUs < MinCPUs) {
 		return bad("CPUs %g: want 0 (uncapped) or at least %g cores", c.CPUs, MinCPUs)
 	}
-	if c.Standalone && (c.Peers != 1 || c.NetNS != nil) {
-		return bad("Standalone runs one process alone: want Peers 1 (got %d) and no NetNS", c.Peers)
+	if c.Standalone && c.NetNS != nil {
+		return bad("Standalone runs processes that listen nowhere: want no NetNS")
 	}
 	if c.NetNS != nil {
 		if c.Peers > maxNetNSPeers {

@@ -155,6 +155,14 @@ func (r *runner) run(ctx context.Context) error {
 	}
 	running := 1
 	if r.cfg.Standalone {
+		// Processes that exchange nothing start at once.
+		for i := 1; i < r.cfg.Peers; i++ {
+			if _, err := r.start(i, ""); err != nil {
+				r.stop(ctx, running)
+				return err
+			}
+			running++
+		}
 		return r.supervise(ctx, running)
 	}
 	var startTimeout <-chan time.Time
