@@ -39,7 +39,7 @@ func benchCmd() *command {
 		fs.BoolVar(&f.stopOnError, "stop-on-error", false, "stop at the first configuration that fails (default: report it and go on)")
 		fs.Float64Var(&f.target, "target-logloss", 0, "time every configuration to this test `log-loss` (time to accuracy: the training seconds until\nit first gets there); 0 is one peer alone's final test log-loss plus 0.5% (with --peers 1,N)")
 		fs.IntVar(&f.evalPoints, "eval-points", 20, "evaluations of the test set along the way, for the curves and time to accuracy: `N` evenly\nspaced in the training examples (one peer of a cluster evaluates, so the others do not pay\nfor it: in sync it pauses its training meanwhile, in ssp and async it evaluates beside it;\nevery peer evaluates at the end; a run alone pauses for its evaluations; times leave the\npauses and the end of the run out); --eval-every overrides")
-		fs.BoolVar(&f.apart, "apart", true, "in a scaling series, also run every peer count as that many plain train processes started at\nonce under the same caps, each on the data one peer trains on, exchanging nothing: the\nhost's limit, the most a cluster of that many peers can reach here (two capped processes\nshare a core and its caches; each pays its own start). report.md's \"The host's limit\"\ngives it and each count's share of it. --apart=false: not run")
+		fs.BoolVar(&f.apart, "apart", true, "in a scaling series, also run every peer count as that many plain train processes started at\nonce under the same caps, each on the data one peer trains on, exchanging nothing: what the\nhost gives that many processes (two capped processes share a core and its caches; each pays\nits own start), apart from what the exchange costs. report.md's \"Processes apart\" gives\nthem and each configuration's examples/s over theirs. --apart=false: not run")
 		fs.IntVar(&f.repeat, "repeat", 1, "run the whole plan `N` times, interleaved (every configuration once, then all again), and print\neach configuration's examples/s and speedup in every repetition and their median (also in\nDIR/repeats.md): on a shared machine one run moves by 15% or more. report.md is the first\nrepetition's; the others are in DIR/repeats/<k>/")
 	})
 	c.group("VM emulation", f.cf.register)
@@ -76,9 +76,9 @@ VMs (root; C x N should fit in the machine's cores). Even capped, N processes
 on one machine share its caches and memory, and each pays its own start: so
 every count N also runs as N plain train processes at once, each on one
 peer's data, exchanging nothing (--apart). What they train together over
-what one trains alone is the host's limit for N peers, and report.md gives
-each configuration's share of it: the exchange's cost, apart from the
-host's.`
+what one trains alone is what the host gives N processes, and report.md
+gives each configuration's examples/s over theirs: the exchange's cost,
+apart from the host's.`
 	c.example = `  gossiptrain bench --out bench1
   sudo gossiptrain bench --netns --rate 100mbit --peers 4 --topologies master,ring --modes sync
   sudo gossiptrain bench --cpus 0.4 --peers 1,2,4 --modes sync,async --out scaling

@@ -70,7 +70,7 @@ type BenchConfig struct {
 	Repeat int
 	// Apart, in a scaling series, also runs every peer count n > 1 as n
 	// plain train processes at once, each on peer i's data, under the
-	// same caps: the host's limit (report.Limit).
+	// same caps: processes apart (report.Apart).
 	Apart bool
 	// Target and EvalPoints are as LocalConfig's.
 	Target     float64
@@ -93,7 +93,7 @@ type benchRun struct {
 	peers int
 	v     Variant
 	alone bool // the baseline: one plain train process
-	apart bool // the host's limit: peers plain train processes, exchanging nothing
+	apart bool // processes apart: peers plain train processes, exchanging nothing
 }
 
 // benchData is what every run of a bench trains on.
@@ -261,12 +261,12 @@ func (cfg BenchConfig) evalOnlyFirst(i int) []string {
 }
 
 // benchRan is what runPlan ran: the run directories of the first
-// repetition and those of every repetition (the host's limits apart), the
+// repetition and those of every repetition (processes apart excepted), the
 // limits of every repetition, and what failed.
 type benchRan struct {
 	ran      []string
 	repDirs  [][]string
-	limits   [][]report.Limit
+	limits   [][]report.Apart
 	failures []string
 }
 
@@ -275,7 +275,7 @@ func (cfg BenchConfig) runPlan(ctx context.Context, plan []benchRun, d benchData
 	log := cfg.Log
 	var out benchRan
 	out.repDirs = make([][]string, cfg.Repeat)
-	out.limits = make([][]report.Limit, cfg.Repeat)
+	out.limits = make([][]report.Apart, cfg.Repeat)
 	if err := os.RemoveAll(filepath.Join(cfg.Dir, "repeats")); err != nil {
 		return out, fmt.Errorf("--out: %w", err)
 	}
@@ -297,8 +297,8 @@ func (cfg BenchConfig) runPlan(ctx context.Context, plan []benchRun, d benchData
 		start := time.Now()
 		res, err := cfg.runOne(ctx, r, name, dir, d, splits[r.peers])
 		if r.apart && err == nil {
-			var l report.Limit
-			if l, err = readLimit(res, r); err == nil {
+			var l report.Apart
+			if l, err = readApart(res, r); err == nil {
 				out.limits[rep] = append(out.limits[rep], l)
 			}
 		} else if !r.apart {
@@ -328,13 +328,13 @@ func (cfg BenchConfig) runPlan(ctx context.Context, plan []benchRun, d benchData
 	return out, nil
 }
 
-// readLimit reads the host's limit from the reports of an apart run.
-func readLimit(res *Result, r benchRun) (report.Limit, error) {
+// readApart reads the figures of processes apart from their reports.
+func readApart(res *Result, r benchRun) (report.Apart, error) {
 	runs, err := res.Reports()
 	if err != nil {
-		return report.Limit{}, err
+		return report.Apart{}, err
 	}
-	return report.ReadLimit(runs, r.peers, r.v.Batch)
+	return report.ReadApart(runs, r.peers, r.v.Batch)
 }
 
 // runOne runs one run of the plan in dir.
@@ -360,7 +360,7 @@ func (cfg BenchConfig) runOne(ctx context.Context, r benchRun, name, dir string,
 	return Run(ctx, rc)
 }
 
-// runApart runs the host's limit of r.peers: that many plain train
+// runApart runs r.peers processes apart: that many plain train
 // processes at once under the peers' caps, process i on peer i's data and
 // epochs, evaluating only at the end (after its training time).
 func (cfg BenchConfig) runApart(ctx context.Context, r benchRun, dir string, d benchData, split dataSplit) (*Result, error) {
@@ -380,7 +380,7 @@ func (cfg BenchConfig) runApart(ctx context.Context, r benchRun, dir string, d b
 	}
 	rc.ProgressEvery = progressEvery(tf)
 	cfg.Log.Info().Str("dir", dir).Int("processes", r.peers).Float64("cpus", cfg.Caps.CPUs).
-		Msg("the host's limit: plain train processes at once, each on one peer's data, exchanging nothing")
+		Msg("processes apart: plain train processes at once, each on one peer's data, exchanging nothing")
 	return Run(ctx, rc)
 }
 
@@ -423,7 +423,7 @@ func (cfg BenchConfig) report(br benchRan) error {
 		return errors.New(strings.Join(failures, "; "))
 	}
 	title := cfg.title()
-	if err := report.WriteBench(cfg.Dir, groups, report.WithCommand(cfg.Cmdline), report.WithTitle(title), report.WithWarnings(failures...), report.WithTarget(cfg.Target), report.WithLimits(br.limits[0])); err != nil {
+	if err := report.WriteBench(cfg.Dir, groups, report.WithCommand(cfg.Cmdline), report.WithTitle(title), report.WithWarnings(failures...), report.WithTarget(cfg.Target), report.WithApart(br.limits[0])); err != nil {
 		return fmt.Errorf("--out %s: %w", cfg.Dir, err)
 	}
 	bs := report.Summarize(groups)
@@ -434,8 +434,8 @@ func (cfg BenchConfig) report(br benchRan) error {
 		return err
 	}
 	limits := slices.Clone(br.limits[0])
-	report.AddLimitSpeedups(limits, bs)
-	if err := report.WriteLimits(cfg.Out, limits, bs); err != nil {
+	report.AddApartSpeedups(limits, bs)
+	if err := report.WriteApart(cfg.Out, limits, bs); err != nil {
 		return err
 	}
 	if cfg.Repeat > 1 {
@@ -471,7 +471,7 @@ func (cfg BenchConfig) title() string {
 
 // writeRepeats prints every repetition's figures and their medians, and
 // writes them to Dir/repeats.md.
-func (cfg BenchConfig) writeRepeats(title string, repDirs [][]string, limits [][]report.Limit) error {
+func (cfg BenchConfig) writeRepeats(title string, repDirs [][]string, limits [][]report.Apart) error {
 	reps := make([][]report.BenchConfig, cfg.Repeat)
 	for i, dirs := range repDirs {
 		var err error
@@ -481,7 +481,7 @@ func (cfg BenchConfig) writeRepeats(title string, repDirs [][]string, limits [][
 	}
 	var md bytes.Buffer
 	report.WriteRepeats(&md, reps)
-	report.WriteLimitRepeats(&md, reps, limits)
+	report.WriteApartRepeats(&md, reps, limits)
 	fmt.Fprintf(cfg.Out, "\n%s", md.String())
 	path := filepath.Join(cfg.Dir, "repeats.md")
 	if err := os.WriteFile(path, []byte("# "+title+": repetitions\n\nCommand: `"+cfg.Cmdline+"`\n\n"+md.String()), 0o644); err != nil {

@@ -209,7 +209,7 @@ func TestRunStandalone(t *testing.T) {
 	if left := ownGroups(t); cfg.CPUs > 0 && len(left) > 0 {
 		t.Errorf("groups left behind: %v", left)
 	}
-	// Several: plain train processes at once (bench's host limit), each
+	// Several: plain train processes at once (bench's processes apart), each
 	// with its own report.
 	cfg.Peers = 3
 	res, err = Run(context.Background(), cfg)

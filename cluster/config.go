@@ -68,7 +68,7 @@ type Config struct {
 	// process path, each training alone on the data its PeerArgs give it)
 	// instead of a job's peers: with Peers 1, the one-peer baseline a
 	// cluster's throughput is compared with; with more, that many started
-	// at once and exchanging nothing (bench's host limit). It needs no
+	// at once and exchanging nothing (bench's processes apart). It needs no
 	// NetNS; Run adds only --report and --log-format to their command
 	// lines.
 	Standalone bool

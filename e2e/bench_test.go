@@ -45,7 +45,7 @@ func groupsOf(pid int) []string {
 // bench --peers 1,2 runs one plain train on all the data, then the ring on
 // 2 peers splitting the same data (exchanging every batch, and every window
 // of 4), and reports the speedup of one against
-// the other, with the plot, and the host's limit (two plain train
+// the other, with the plot, and processes apart (two plain train
 // processes at once, exchanging nothing); the cgroups are gone afterwards.
 func TestBenchScalingSeries(t *testing.T) {
 	bin := binary(t)
@@ -150,12 +150,12 @@ func TestBenchScalingSeries(t *testing.T) {
 	if st, err := os.Stat(filepath.Join(out, report.PlotSpeedup+".png")); err != nil || st.Size() == 0 {
 		t.Errorf("speedup plot: %v", err)
 	}
-	// The host's limit: two plain train processes at once, each on the
+	// Processes apart: two plain train processes at once, each on the
 	// file its peer of the ring trained on, in report.md, the output and
 	// both repetitions.
 	apart, err := report.ReadDir(filepath.Join(out, "runs", "apart-b500-2p"))
 	if err != nil || len(apart) != 2 {
-		t.Fatalf("the host's limit: %d reports, %v; want 2 plain train processes", len(apart), err)
+		t.Fatalf("processes apart: %d reports, %v; want 2 plain train processes", len(apart), err)
 	}
 	for i, r := range apart {
 		st := r.Start.Config
@@ -166,12 +166,12 @@ func TestBenchScalingSeries(t *testing.T) {
 	if apart[0].Start.Config["train"] == apart[1].Start.Config["train"] {
 		t.Errorf("both apart processes trained on %s; want one file each", apart[0].Start.Config["train"])
 	}
-	if !strings.Contains(string(md), "## The host's limit") || !strings.Contains(stdout.String(), "the host's limit") ||
-		!strings.Contains(string(rep), "The host's limit") {
-		t.Errorf("report.md, the output or repeats.md lacks the host's limit")
+	if !strings.Contains(string(md), "## Processes apart") || !strings.Contains(stdout.String(), "processes apart") ||
+		!strings.Contains(string(rep), "Processes apart") {
+		t.Errorf("report.md, the output or repeats.md lacks processes apart")
 	}
 	if _, err := os.Stat(filepath.Join(out, "repeats", "2", "apart-b500-2p")); err != nil {
-		t.Errorf("second repetition of the host's limit: %v", err)
+		t.Errorf("second repetition of processes apart: %v", err)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
 )
 
 // speedupVsPeers is the scaling series: speedup over the number of peers,
@@ -56,6 +57,38 @@ func speedupVsPeers(bs []BenchConfig, o Options) (*plot.Plot, error) {
 	ideal.Width = vg.Points(1)
 	p.Add(ideal)
 	p.Legend.Add("ideal (y = x)", ideal)
+	// Processes apart (Apart): as many plain train processes, exchanging
+	// nothing.
+	limits := map[int]plotter.XYs{}
+	var limitBatches []int
+	for _, l := range o.Apart {
+		v := float64(l.Speedup)
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			continue
+		}
+		if _, ok := limits[l.Batch]; !ok {
+			limitBatches = append(limitBatches, l.Batch)
+			limits[l.Batch] = plotter.XYs{{X: 1, Y: 1}}
+		}
+		limits[l.Batch] = append(limits[l.Batch], plotter.XY{X: float64(l.Processes), Y: v})
+		maxY = math.Max(maxY, v)
+	}
+	for _, b := range limitBatches {
+		xys := limits[b]
+		sort.SliceStable(xys, func(a, b int) bool { return xys[a].X < xys[b].X })
+		l, s, err := plotter.NewLinePoints(xys)
+		if err != nil {
+			return nil, err
+		}
+		l.Color, s.Color = color.Black, color.Black
+		l.Width, s.Radius, s.Shape = vg.Points(1), vg.Points(3), draw.BoxGlyph{}
+		p.Add(l, s)
+		name := "processes apart (plain train, no exchange)"
+		if len(batches) > 1 {
+			name += " b" + strconv.Itoa(b)
+		}
+		p.Legend.Add(name, l, s)
+	}
 	for i, k := range keys {
 		xys := series[k]
 		sort.SliceStable(xys, func(a, b int) bool { return xys[a].X < xys[b].X })

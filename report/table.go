@@ -199,7 +199,7 @@ func WriteMarkdown(w io.Writer, cfgs []*Config, bs []BenchConfig, plots []PlotFi
 		pf("\n")
 	}
 	writeScalingMarkdown(bw, bs, plots)
-	writeLimitsMarkdown(bw, o.Limits, bs)
+	writeApartMarkdown(bw, o.Apart, bs)
 	if hasTarget(bs) {
 		pf("## Time to accuracy\n\n%s\n\n", accuracyText)
 		rows := accuracyRows(bs)

@@ -35,10 +35,10 @@ type Options struct {
 	// to (Accuracy); 0 times each to its baseline's final log-loss plus
 	// DefaultTargetTolerance.
 	Target float64
-	// Limits are the host's limits bench measured (Limit): report.md gets
-	// a section on them, their speedups taken against the lone peer of
-	// their batch.
-	Limits []Limit
+	// Apart are the processes apart bench ran (Apart): report.md gets a
+	// section on them and the speedup plot a line, their speedups taken
+	// against the lone peer of their batch.
+	Apart []Apart
 }
 
 // DefaultOptions returns the options WriteBench uses when given none.
@@ -69,8 +69,8 @@ func WithTitle(title string) Option { return func(o *Options) { o.Title = title 
 // Options.Target).
 func WithTarget(target float64) Option { return func(o *Options) { o.Target = target } }
 
-// WithLimits adds the host's limits to report.md (see Options.Limits).
-func WithLimits(ls []Limit) Option { return func(o *Options) { o.Limits = ls } }
+// WithApart adds processes apart to report.md (see Options.Apart).
+func WithApart(ls []Apart) Option { return func(o *Options) { o.Apart = ls } }
 
 // WithCommand records the command line in report.md's setup section.
 func WithCommand(cmd string) Option { return func(o *Options) { o.Command = cmd } }
@@ -111,8 +111,8 @@ func WriteBench(dir string, cfgs []*Config, opts ...Option) error {
 	if o.Target > 0 {
 		AddTimeToTarget(bs, o.Target, 0)
 	}
-	o.Limits = slices.Clone(o.Limits)
-	AddLimitSpeedups(o.Limits, bs)
+	o.Apart = slices.Clone(o.Apart)
+	AddApartSpeedups(o.Apart, bs)
 	js, err := json.MarshalIndent(bs, "", "  ")
 	if err != nil {
 		return fmt.Errorf("report: encode %s: %w", BenchJSONFile, err)
