@@ -537,6 +537,7 @@ func (o *owner) askState() {
 	if c.cfg.Mode != Sync {
 		return
 	}
+	o.askPrev()
 	for _, s := range sortedInts(o.awaiting) {
 		a := o.awaiting[s]
 		if !a.takeover && o.final && o.sync.finalAt > 0 && a.round >= o.sync.finalAt && o.held.has(s) && o.sync.through[s] >= o.sync.finalAt {
@@ -602,6 +603,37 @@ func (o *owner) askState() {
 		c.send(p, &wire.Core{Op: wire.CoreState, Flags: wire.FlagAsk, Shards: []uint32{uint32(s)}, Round: a.round})
 		if m, _ := t.member(p); o.leaverGone(m) {
 			o.askPastLeaver(s, a.round)
+		}
+	}
+}
+
+// askPrev asks again, for every shard whose takeover installed a copy
+// older than the round it took over (sync.prevAsk), the peer that applies
+// the round before for the shard as of that round, while no round was
+// applied to the copy here and that peer lives (docs/protocol.md,
+// "Handoff", rule H32). This peer applies no round on such a copy: the
+// rounds it lacks are that peer's, whose copy replaces it (ff) once sent.
+// The takeover asked that peer once already, but the ask may have been
+// refused: a joiner's ask reached a leaver that had not yet applied the
+// configurations that admitted the joiner, and was dropped as from no
+// member; the leaver then applied the round and handed the shard only to
+// another holder, and the joiner, whose wait had ended with the survivor's
+// copy, never asked again and held the round unapplied for good
+// (TestScripts/h32-takeover-asks-the-round-before-again, TestFixedSeeds
+// sync/fast-chaos 725). The entry goes once a copy as of that round or
+// later is installed, a round is applied, the copy is freed, or the shard
+// is awaited again.
+func (o *owner) askPrev() {
+	c := o.c
+	for _, s := range sortedInts(o.sync.prevAsk) {
+		r := o.sync.prevAsk[s]
+		if !o.held.has(s) || !o.sync.ff[s] || o.sync.through[s] >= r || o.awaiting[s] != nil {
+			delete(o.sync.prevAsk, s)
+			continue
+		}
+		if o.prevAlive(s, r) {
+			p, _ := c.cs.routeConf(s, r-1)
+			c.send(p, &wire.Core{Op: wire.CoreState, Flags: wire.FlagAsk, Shards: []uint32{uint32(s)}, Round: r})
 		}
 	}
 }
@@ -1307,6 +1339,10 @@ func (o *owner) installState(from string, msg *wire.Core, s int, a *await, cur *
 	}
 	if a.takeover && c.cfg.Mode == Sync {
 		o.sync.ff[s] = true
+		delete(o.sync.prevAsk, s)
+		if msg.Round < a.takenAt {
+			o.sync.prevAsk[s] = a.takenAt // (askPrev, H32)
+		}
 		if !a.keep {
 			// The other holders asked may have it further on: hold the
 			// rounds until they answer (settleWait).
