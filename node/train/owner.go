@@ -181,6 +181,7 @@ type syncOwner struct {
 	finalAt  uint64                  // the round after the last, as far as known (0: not known)
 	ff       map[int]bool            // takeovers: shards a copy further on may still replace
 	settle   map[int]*settleWait     // takeovers: installed copies other holders may still better
+	behind   map[int]*await          // takeovers that installed a copy older than the round they took over, per shard (askBehind)
 	past     map[uint64]uint64       // per member ID, the newest round it pushed here
 	lostOK   map[int]uint64          // per shard, round+1 of a round whose missing answered contributions are gone (lostCheck)
 	scanned  uint64                  // the tick applySync last looked for rounds no contribution will come for
@@ -422,6 +423,7 @@ func (o *owner) init(c *Core) {
 	o.sync.paidAs = map[owe]uint64{}
 	o.sync.ff = map[int]bool{}
 	o.sync.settle = map[int]*settleWait{}
+	o.sync.behind = map[int]*await{}
 	o.sync.past = map[uint64]uint64{}
 	o.sync.lostOK = map[int]uint64{}
 	o.bufs.seen = map[uint64]struct{}{}

@@ -498,7 +498,7 @@ func (o *owner) addOwe(w owe) {
 // configuration t: those whose round Start-1 it applies, to their holders
 // new in t, and, for a peer that t lets leave, those it replicates in that
 // round. (An older configuration's handoff that a crash rerouted is asked
-// for by its receiver: askState.)
+// for by its receiver: askState, askBehind.)
 func (o *owner) owesOf(t *tconf) {
 	c := o.c
 	if t.Start == 0 {
@@ -537,6 +537,7 @@ func (o *owner) askState() {
 	if c.cfg.Mode != Sync {
 		return
 	}
+	o.askBehind()
 	for _, s := range sortedInts(o.awaiting) {
 		a := o.awaiting[s]
 		if !a.takeover && o.final && o.sync.finalAt > 0 && a.round >= o.sync.finalAt && o.held.has(s) && o.sync.through[s] >= o.sync.finalAt {
@@ -602,6 +603,44 @@ func (o *owner) askState() {
 		c.send(p, &wire.Core{Op: wire.CoreState, Flags: wire.FlagAsk, Shards: []uint32{uint32(s)}, Round: a.round})
 		if m, _ := t.member(p); o.leaverGone(m) {
 			o.askPastLeaver(s, a.round)
+		}
+	}
+}
+
+// askBehind asks again, for every shard whose takeover installed a copy
+// older than the round it took over (sync.behind), the holders that
+// takeover asked and the peer that applies the round before, for the
+// shard as of that round (docs/protocol.md, "Handoff", rule H32). This
+// peer applies no round on such a copy: the round before is that peer's,
+// and a copy as of the round taken over replaces it (ff) once one comes.
+// The takeover asked each of them once, and its wait ended with the first
+// copy; but that peer may have refused the ask (a joiner's ask came to a
+// leaver that had not applied the configurations admitting the joiner, and
+// was dropped as from no member), and the holders sent their copies as
+// they were then. Since, that peer may have applied the round before and
+// forwarded it to the holders, or handed the shard on to them, and left:
+// asked again, a holder whose copy is further on than the one it paid
+// with pays again (H16). Without it the taker held the round unapplied for
+// good (TestScripts/h32-takeover-asks-again, TestFixedSeeds
+// sync/fast-chaos 725). The asks stop once a copy as of that round or
+// later is installed, a round is applied, the copy is freed, or the shard
+// is awaited again.
+func (o *owner) askBehind() {
+	c := o.c
+	for _, s := range sortedInts(o.sync.behind) {
+		a := o.sync.behind[s]
+		if !o.held.has(s) || !o.sync.ff[s] || o.sync.through[s] >= a.takenAt || o.awaiting[s] != nil {
+			delete(o.sync.behind, s)
+			continue
+		}
+		for _, m := range a.from {
+			if m.Peer != c.cfg.Self && !c.cs.crashed[m.ID] {
+				c.send(m.Peer, &wire.Core{Op: wire.CoreState, Flags: wire.FlagAsk | wire.FlagMoved, Shards: []uint32{uint32(s)}, Round: a.takenAt})
+			}
+		}
+		if o.prevAlive(s, a.takenAt) {
+			p, _ := c.cs.routeConf(s, a.takenAt-1)
+			c.send(p, &wire.Core{Op: wire.CoreState, Flags: wire.FlagAsk, Shards: []uint32{uint32(s)}, Round: a.takenAt})
 		}
 	}
 }
@@ -704,6 +743,10 @@ func (o *owner) onAsk(from string, msg *wire.Core) {
 		return
 	}
 	if _, ok := o.memberOf(from, msg.Member); !ok || !o.heldBy(from, s) || !c.routeMe(s, msg.Round-1) {
+		// Dropped: also an honest ask of a configuration not applied here
+		// yet. Its sender asks again while it waits (askState), also once
+		// a takeover installed an older copy (askBehind, H32;
+		// TestScripts/h32-takeover-asks-again).
 		c.stats.Rejected++
 		return
 	}
@@ -1307,6 +1350,10 @@ func (o *owner) installState(from string, msg *wire.Core, s int, a *await, cur *
 	}
 	if a.takeover && c.cfg.Mode == Sync {
 		o.sync.ff[s] = true
+		delete(o.sync.behind, s)
+		if msg.Round < a.takenAt {
+			o.sync.behind[s] = a // (askBehind, H32)
+		}
 		if !a.keep {
 			// The other holders asked may have it further on: hold the
 			// rounds until they answer (settleWait).
