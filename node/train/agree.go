@@ -291,7 +291,14 @@ func (a *agreement) receive(from string, msg *wire.Core) {
 			c.stats.Rejected++
 			return
 		}
-		if m.GetFrom() == a.lead {
+		if t := m.GetType(); m.GetFrom() == a.lead && (t == pb.MsgApp || t == pb.MsgHeartbeat) {
+			// Only what the leader sends as leader renews its lease (A4)
+			// and puts off this peer's campaign, as raft restarts its
+			// election timer only on appends and heartbeats. A leader
+			// deposed by C11 that campaigned renewed its old follower's
+			// lease with each pre-vote, so the vote that followed was
+			// refused as in lease, election after election
+			// (TestFixedSeeds sync/chaos 607).
 			a.heard = c.tick
 		}
 		a.join.answered = c.tick

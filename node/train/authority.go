@@ -35,9 +35,9 @@ import (
 //	    node one of them names. Those of a term older than this node's
 //	    pass: raft never acts on them but to answer with its own term, which
 //	    tells a deposed leader that it is;
-//	A4  a vote or pre-vote request is refused while this peer has heard
-//	    from its leader within an election timeout, unless it is a
-//	    leadership transfer (the leader's own timeout-now): the leader lease
+//	A4  a vote or pre-vote request is refused while this peer has had an
+//	    append or a heartbeat of its leader within an election timeout
+//	    (agreement.receive), unless it is a leadership transfer (the leader's own timeout-now): the leader lease
 //	    that raft's check-quorum gives, which this core cannot turn on (its
 //	    elections are its own, see agreement). A voter cut off and back, or
 //	    one that votes at every term, cannot unseat a working leader. The
