@@ -37,10 +37,11 @@ import (
 //	    tells a deposed leader that it is;
 //	A4  a vote or pre-vote request is refused while this peer has had an
 //	    append or a heartbeat of its leader within an election timeout
-//	    (agreement.receive), unless it is a leadership transfer (the leader's own timeout-now): the leader lease
-//	    that raft's check-quorum gives, which this core cannot turn on (its
-//	    elections are its own, see agreement). A voter cut off and back, or
-//	    one that votes at every term, cannot unseat a working leader. The
+//	    (agreement.receive), unless it is a leadership transfer (the
+//	    leader's own timeout-now): the leader lease that raft's
+//	    check-quorum gives, which this core cannot turn on (its elections
+//	    are its own, see agreement). A voter cut off and back, or one that
+//	    votes at every term, cannot unseat a working leader. The
 //	    lease holds only as long as the leader has a majority: a leader
 //	    that has heard from no majority of its voters within an election
 //	    timeout steps down (agreement.checkQuorum, C11), so a leader cut
