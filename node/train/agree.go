@@ -28,7 +28,10 @@ import (
 // draws its election jitter from crypto/rand: a follower that has heard
 // nothing from a leader for ElectionTicks raft ticks, plus a jitter drawn
 // from Config.Seed, campaigns. Raft's own election timeout is set out of
-// reach (and check-quorum off, since it depends on it).
+// reach (and check-quorum off, since it depends on it): the lease a
+// follower gives its leader is the core's (authority.go, A4), and so is
+// the leader's step-down when no majority of its voters answers
+// (checkQuorum, C11).
 
 // agreement is the core's raft member and, when leader, the proposer.
 type agreement struct {
@@ -87,6 +90,9 @@ type leading struct {
 	propTerm uint64
 	propAt   uint64
 	ccAt     uint64 // tick a conf change was proposed (0: none in flight)
+	// quorumAt counts the raft ticks since this leader last checked that
+	// a majority of its voters answered it (checkQuorum, C11).
+	quorumAt int
 	ckptAt   uint64
 	// transfers counts the attempts to hand leadership over (a leader
 	// that is not a worker).
@@ -209,6 +215,7 @@ func (a *agreement) tick() {
 	if a.sub++; a.sub >= c.cfg.Raft.Every {
 		a.sub = 0
 		a.rn.Tick()
+		a.checkQuorum()
 	}
 	if a.isLeader() {
 		a.heard = c.tick
@@ -235,6 +242,41 @@ func (a *agreement) tick() {
 	}
 }
 
+// checkQuorum is the leader's half of raft's check-quorum (C11), run on
+// this core's clock since raft's own election timeout is out of reach: a
+// leader that has not heard from a majority of its voters (an append or
+// heartbeat answered) within an election timeout steps down to follower.
+// Followers keep a lease on their leader (authority.go, A4); without this
+// half, a leader cut off with one voter of a majority's group kept that
+// voter following it after the majority had removed the leader, and the
+// majority's pre-votes were refused forever (TestFixedSeeds sync/chaos 23,
+// TestScripts/c11-leader-without-quorum-steps-down).
+//
+// Raft takes MsgCheckQuorum only as a local message; RawNode.Step lets a
+// local message through only from one of raft's local targets, so it goes
+// as from LocalAppendThread (raft reads no sender on it). Raft tracks who
+// answered (Progress.RecentActive, set by append and heartbeat responses,
+// cleared by each check) and steps down when no majority did.
+//
+// A leader that is its configuration's only member keeps leading: it goes
+// final without a commit (E5, alone), which holds only while no other node
+// can lead, and no other member could carry the run anyway. Stepping down,
+// it stopped with ErrNoQuorum (C7) instead of finishing when a dead voter
+// it could not remove was left in its group (TestFixedSeeds ssp/chaos 466).
+func (a *agreement) checkQuorum() {
+	if !a.isLeader() || a.onlyMember(a.c.cs.cur()) {
+		a.leader.quorumAt = 0
+		return
+	}
+	if a.leader.quorumAt++; a.leader.quorumAt < a.c.cfg.Raft.ElectionTicks {
+		return
+	}
+	a.leader.quorumAt = 0
+	if err := a.rn.Step(&pb.Message{From: new(raft.LocalAppendThread), Type: pb.MsgCheckQuorum.Enum()}); err != nil {
+		a.c.fail(fmt.Errorf("%w: check quorum: %w", ErrRaft, err))
+	}
+}
+
 // receive handles raft, join and leave messages.
 func (a *agreement) receive(from string, msg *wire.Core) {
 	c := a.c
@@ -249,7 +291,14 @@ func (a *agreement) receive(from string, msg *wire.Core) {
 			c.stats.Rejected++
 			return
 		}
-		if m.GetFrom() == a.lead {
+		if t := m.GetType(); m.GetFrom() == a.lead && (t == pb.MsgApp || t == pb.MsgHeartbeat) {
+			// Only what the leader sends as leader renews its lease (A4)
+			// and puts off this peer's campaign, as raft restarts its
+			// election timer only on appends and heartbeats. A leader
+			// deposed by C11 that campaigned renewed its old follower's
+			// lease with each pre-vote, so the vote that followed was
+			// refused as in lease, election after election
+			// (TestFixedSeeds sync/chaos 607).
 			a.heard = c.tick
 		}
 		a.join.answered = c.tick
@@ -761,10 +810,15 @@ func (a *agreement) allReady(cur *tconf) bool {
 // configuration to commit: raft may have lost its quorum (a dead voter
 // that is no member), and nothing could change the run anyway.
 func (a *agreement) alone(cur *tconf) bool {
-	if len(cur.Members) != 1 || cur.Members[0].Peer != a.c.cfg.Self || cur.Members[0].ID != a.c.cfg.ID || !a.isLeader() {
+	if !a.onlyMember(cur) || !a.isLeader() {
 		return false
 	}
 	return a.leader.prop == nil || len(a.leader.prop.Members) == 1 && a.leader.prop.Members[0].ID == a.c.cfg.ID
+}
+
+// onlyMember reports whether this peer is cur's only member.
+func (a *agreement) onlyMember(cur *tconf) bool {
+	return cur != nil && len(cur.Members) == 1 && cur.Members[0].Peer == a.c.cfg.Self && cur.Members[0].ID == a.c.cfg.ID
 }
 
 // quorumGone returns the voters that are gone (short peer IDs, or raft IDs

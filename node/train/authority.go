@@ -35,12 +35,17 @@ import (
 //	    node one of them names. Those of a term older than this node's
 //	    pass: raft never acts on them but to answer with its own term, which
 //	    tells a deposed leader that it is;
-//	A4  a vote or pre-vote request is refused while this peer has heard
-//	    from its leader within an election timeout, unless it is a
-//	    leadership transfer (the leader's own timeout-now): the leader lease
-//	    that raft's check-quorum gives, which this core cannot turn on (its
-//	    elections are its own, see agreement). A voter cut off and back, or
-//	    one that votes at every term, cannot unseat a working leader;
+//	A4  a vote or pre-vote request is refused while this peer has had an
+//	    append or a heartbeat of its leader within an election timeout
+//	    (agreement.receive), unless it is a leadership transfer (the
+//	    leader's own timeout-now): the leader lease that raft's
+//	    check-quorum gives, which this core cannot turn on (its elections
+//	    are its own, see agreement). A voter cut off and back, or one that
+//	    votes at every term, cannot unseat a working leader. The
+//	    lease holds only as long as the leader has a majority: a leader
+//	    that has heard from no majority of its voters within an election
+//	    timeout steps down (agreement.checkQuorum, C11), so a leader cut
+//	    off with one follower does not keep that follower's vote forever;
 //	A5  an append or heartbeat fits the local log: a heartbeat's commit
 //	    index lies within the log; an append's entries follow its previous
 //	    index one by one, normal or conf-change entries only, their terms
