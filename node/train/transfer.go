@@ -604,6 +604,38 @@ func (o *owner) askState() {
 		if m, _ := t.member(p); o.leaverGone(m) {
 			o.askPastLeaver(s, a.round)
 		}
+		if a.noCopy {
+			o.askReplicasBefore(s, a, p)
+		}
+	}
+}
+
+// askReplicasBefore asks the live replicas of round a.round-1 of shard s
+// for the shard as of a.round, as a takeover asks survivors
+// (FlagAsk|FlagMoved), when this peer, the route of a.round, waits for its
+// handoff and the peer that now applies the round before (asked, p) said
+// it has none and waits for the shard from this side itself (a.noCopy).
+// Those replicas are what mayStillCome counts on then; a replica that got
+// the round's forward has the shard as of a.round, which the handoff would
+// have brought (docs/protocol.md, "Handoff", rule H33). Without the asks
+// nobody sent it: the route of a.round-1 crashed after it applied the
+// round, its handoff lost on the way, and the configuration that removed
+// it, starting later, moved that round to a peer that never held the
+// shard, which waited for this peer's handoff of a later round
+// (TestFixedSeeds sync/chaos 1510). A replica's copy as of an earlier
+// round is not installed (stateWanted).
+func (o *owner) askReplicasBefore(s int, a *await, p string) {
+	c := o.c
+	if a.round == 0 || !c.routeMe(s, a.round) {
+		return // (a takeover's ask comes from the route of its round: onAsk)
+	}
+	at := c.cs.at(a.round - 1)
+	for _, h := range at.owners[s] {
+		m, ok := at.member(h)
+		if !ok || h == p || h == c.cfg.Self || c.cs.crashed[m.ID] || !c.isAlive(m.ID) {
+			continue
+		}
+		c.send(h, &wire.Core{Op: wire.CoreState, Flags: wire.FlagAsk | wire.FlagMoved, Shards: []uint32{uint32(s)}, Round: a.round})
 	}
 }
 
