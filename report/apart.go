@@ -141,9 +141,9 @@ func writeApartMarkdown(w io.Writer, ls []Apart, bs []BenchConfig) {
 	fmt.Fprintln(w)
 }
 
-// WriteApartRepeats writes the examples/s of each count's processes apart and speedup in every
-// repetition, and their medians (reps[k] are repetition k's
-// configurations, aparts[k] its processes apart).
+// WriteApartRepeats writes the examples/s and speedup of each count's
+// processes apart in every repetition, and their medians (reps[k] are
+// repetition k's configurations, aparts[k] its processes apart).
 func WriteApartRepeats(w io.Writer, reps [][]BenchConfig, aparts [][]Apart) {
 	if len(aparts) == 0 || len(aparts[0]) == 0 {
 		return

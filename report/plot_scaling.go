@@ -59,24 +59,22 @@ func speedupVsPeers(bs []BenchConfig, o Options) (*plot.Plot, error) {
 	p.Legend.Add("ideal (y = x)", ideal)
 	// Processes apart (Apart): as many plain train processes, exchanging
 	// nothing.
-	limits := map[int]plotter.XYs{}
-	var limitBatches []int
+	apart := map[int]plotter.XYs{}
+	var apartBatches []int
 	for _, l := range o.Apart {
 		v := float64(l.Speedup)
 		if math.IsNaN(v) || math.IsInf(v, 0) {
 			continue
 		}
-		if _, ok := limits[l.Batch]; !ok {
-			limitBatches = append(limitBatches, l.Batch)
-			limits[l.Batch] = plotter.XYs{{X: 1, Y: 1}}
+		if _, ok := apart[l.Batch]; !ok {
+			apartBatches = append(apartBatches, l.Batch)
+			apart[l.Batch] = plotter.XYs{{X: 1, Y: 1}}
 		}
-		limits[l.Batch] = append(limits[l.Batch], plotter.XY{X: float64(l.Processes), Y: v})
+		apart[l.Batch] = append(apart[l.Batch], plotter.XY{X: float64(l.Processes), Y: v})
 		maxY = math.Max(maxY, v)
 	}
-	for _, b := range limitBatches {
-		xys := limits[b]
-		sort.SliceStable(xys, func(a, b int) bool { return xys[a].X < xys[b].X })
-		l, s, err := plotter.NewLinePoints(xys)
+	for _, b := range apartBatches {
+		l, s, err := sortedLinePoints(apart[b])
 		if err != nil {
 			return nil, err
 		}
@@ -90,9 +88,7 @@ func speedupVsPeers(bs []BenchConfig, o Options) (*plot.Plot, error) {
 		p.Legend.Add(name, l, s)
 	}
 	for i, k := range keys {
-		xys := series[k]
-		sort.SliceStable(xys, func(a, b int) bool { return xys[a].X < xys[b].X })
-		l, s, err := plotter.NewLinePoints(xys)
+		l, s, err := sortedLinePoints(series[k])
 		if err != nil {
 			return nil, err
 		}
@@ -124,4 +120,10 @@ func hasTick(ts plot.ConstantTicks, v float64) bool {
 		}
 	}
 	return false
+}
+
+// sortedLinePoints is a line with markers through xys, sorted by X.
+func sortedLinePoints(xys plotter.XYs) (*plotter.Line, *plotter.Scatter, error) {
+	sort.SliceStable(xys, func(a, b int) bool { return xys[a].X < xys[b].X })
+	return plotter.NewLinePoints(xys)
 }
