@@ -262,11 +262,11 @@ func (cfg BenchConfig) evalOnlyFirst(i int) []string {
 
 // benchRan is what runPlan ran: the run directories of the first
 // repetition and those of every repetition (processes apart excepted), the
-// limits of every repetition, and what failed.
+// aparts of every repetition, and what failed.
 type benchRan struct {
 	ran      []string
 	repDirs  [][]string
-	limits   [][]report.Apart
+	aparts   [][]report.Apart
 	failures []string
 }
 
@@ -275,7 +275,7 @@ func (cfg BenchConfig) runPlan(ctx context.Context, plan []benchRun, d benchData
 	log := cfg.Log
 	var out benchRan
 	out.repDirs = make([][]string, cfg.Repeat)
-	out.limits = make([][]report.Apart, cfg.Repeat)
+	out.aparts = make([][]report.Apart, cfg.Repeat)
 	if err := os.RemoveAll(filepath.Join(cfg.Dir, "repeats")); err != nil {
 		return out, fmt.Errorf("--out: %w", err)
 	}
@@ -299,7 +299,7 @@ func (cfg BenchConfig) runPlan(ctx context.Context, plan []benchRun, d benchData
 		if r.apart && err == nil {
 			var l report.Apart
 			if l, err = readApart(res, r); err == nil {
-				out.limits[rep] = append(out.limits[rep], l)
+				out.aparts[rep] = append(out.aparts[rep], l)
 			}
 		} else if !r.apart {
 			if rep == 0 {
@@ -423,7 +423,7 @@ func (cfg BenchConfig) report(br benchRan) error {
 		return errors.New(strings.Join(failures, "; "))
 	}
 	title := cfg.title()
-	if err := report.WriteBench(cfg.Dir, groups, report.WithCommand(cfg.Cmdline), report.WithTitle(title), report.WithWarnings(failures...), report.WithTarget(cfg.Target), report.WithApart(br.limits[0])); err != nil {
+	if err := report.WriteBench(cfg.Dir, groups, report.WithCommand(cfg.Cmdline), report.WithTitle(title), report.WithWarnings(failures...), report.WithTarget(cfg.Target), report.WithApart(br.aparts[0])); err != nil {
 		return fmt.Errorf("--out %s: %w", cfg.Dir, err)
 	}
 	bs := report.Summarize(groups)
@@ -433,13 +433,13 @@ func (cfg BenchConfig) report(br benchRan) error {
 	if err := report.WriteSummaryTable(cfg.Out, bs); err != nil {
 		return err
 	}
-	limits := slices.Clone(br.limits[0])
-	report.AddApartSpeedups(limits, bs)
-	if err := report.WriteApart(cfg.Out, limits, bs); err != nil {
+	aparts := slices.Clone(br.aparts[0])
+	report.AddApartSpeedups(aparts, bs)
+	if err := report.WriteApart(cfg.Out, aparts, bs); err != nil {
 		return err
 	}
 	if cfg.Repeat > 1 {
-		if err := cfg.writeRepeats(title, repDirs, br.limits); err != nil {
+		if err := cfg.writeRepeats(title, repDirs, br.aparts); err != nil {
 			return err
 		}
 	}
@@ -471,7 +471,7 @@ func (cfg BenchConfig) title() string {
 
 // writeRepeats prints every repetition's figures and their medians, and
 // writes them to Dir/repeats.md.
-func (cfg BenchConfig) writeRepeats(title string, repDirs [][]string, limits [][]report.Apart) error {
+func (cfg BenchConfig) writeRepeats(title string, repDirs [][]string, aparts [][]report.Apart) error {
 	reps := make([][]report.BenchConfig, cfg.Repeat)
 	for i, dirs := range repDirs {
 		var err error
@@ -481,7 +481,7 @@ func (cfg BenchConfig) writeRepeats(title string, repDirs [][]string, limits [][
 	}
 	var md bytes.Buffer
 	report.WriteRepeats(&md, reps)
-	report.WriteApartRepeats(&md, reps, limits)
+	report.WriteApartRepeats(&md, reps, aparts)
 	fmt.Fprintf(cfg.Out, "\n%s", md.String())
 	path := filepath.Join(cfg.Dir, "repeats.md")
 	if err := os.WriteFile(path, []byte("# "+title+": repetitions\n\nCommand: `"+cfg.Cmdline+"`\n\n"+md.String()), 0o644); err != nil {
